@@ -1,0 +1,88 @@
+// Command mcpp-gateway runs the MCPP pod gateway: participants join pods
+// over WebSocket and every envelope one of them sends is relayed to the
+// others through an embedded NATS server.
+//
+// Every setting is a flag and an MCPP_<FLAG> environment variable; the
+// command line wins. SIGTERM or SIGINT stops it gracefully.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mcpp/gateway/gateway"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cfg := gateway.DefaultConfig()
+	fs := flag.NewFlagSet("mcpp-gateway", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: mcpp-gateway [flags]\n\nThe MCPP pod gateway. Every flag can also be set as MCPP_<FLAG> (upper case, - as _).\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := gateway.ApplyEnv(fs, os.LookupEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpp-gateway:", err)
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpp-gateway: --log-level:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = log
+
+	g, err := gateway.New(cfg)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		log.Error("cannot listen", "addr", cfg.Listen, "err", err)
+		return 1
+	}
+	log.Info("mcpp-gateway listening", "addr", ln.Addr().String(), "ws", fmt.Sprintf("ws://%s/ws?pod=NAME", ln.Addr()),
+		"auth", map[bool]string{true: "token file", false: "open (development)"}[cfg.Tokens != ""])
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ln) }()
+	select {
+	case err := <-served:
+		if err != nil {
+			log.Error("server stopped", "err", err)
+			return 1
+		}
+		return 0
+	case s := <-sigs:
+		log.Info("shutting down", "signal", s.String(), "timeout", cfg.ShutdownTimeout.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		log.Warn("shutdown timed out; remaining connections were dropped", "err", err)
+	}
+	log.Info("stopped")
+	return 0
+}

@@ -1,0 +1,55 @@
+package envelope
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// TimeFormat is how the gateway writes ts: RFC 3339, UTC, milliseconds.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// Fill returns the envelope as it is relayed: the sender's bytes with
+// protocol, id, ts and from spliced in after the opening brace when they were
+// absent, and the span of the protocol string token in the result. When
+// nothing is missing it returns Raw itself, without copying. It also sets
+// e.ID when the gateway generated it.
+func (e *Envelope) Fill(sender string, now time.Time) ([]byte, Span) {
+	needProtocol, needID, needTS, needFrom := e.Protocol == "", e.ID == "", !e.HasTS, !e.HasFrom
+	if !needProtocol && !needID && !needTS && !needFrom {
+		return e.Raw, e.ProtocolSpan
+	}
+	open := firstNonSpace(e.Raw) // Parse made sure it is '{'
+	out := make([]byte, 0, len(e.Raw)+160+len(sender))
+	out = append(out, e.Raw[:open+1]...)
+	var proto Span
+	if needProtocol {
+		out = append(out, `"protocol":`...)
+		proto = Span{len(out), len(out) + len(ProtocolMCPP) + 2}
+		out = append(out, '"')
+		out = append(out, ProtocolMCPP...)
+		out = append(out, `",`...)
+	}
+	if needID {
+		e.ID = uuid.NewString()
+		out = append(out, `"id":"`...)
+		out = append(out, e.ID...)
+		out = append(out, `",`...)
+	}
+	if needTS {
+		out = append(out, `"ts":"`...)
+		out = now.UTC().AppendFormat(out, TimeFormat)
+		out = append(out, `",`...)
+	}
+	if needFrom {
+		out = append(out, `"from":"`...)
+		out = append(out, sender...) // participant ids need no escaping
+		out = append(out, `",`...)
+	}
+	shift := len(out) - (open + 1)
+	out = append(out, e.Raw[open+1:]...)
+	if !needProtocol {
+		proto = Span{e.ProtocolSpan.Start + shift, e.ProtocolSpan.End + shift}
+	}
+	return out, proto
+}

@@ -1,0 +1,145 @@
+package envelope
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// FrameKind says what a frame carries.
+type FrameKind uint8
+
+// The kinds of frames on a pod's subject.
+const (
+	FrameEnvelope     FrameKind = 1 // an accepted envelope
+	FrameJoin         FrameKind = 2 // system/presence join; From is who joined
+	FrameLeave        FrameKind = 3 // system/presence leave; From is who left
+	FrameContextEvent FrameKind = 4 // system/context
+)
+
+// Frame flags.
+const (
+	// FlagConclusion marks an envelope whose kind is a conclusion kind, and
+	// every system/context event: SPEC section 4 admits the event exactly
+	// when it would admit a conclusion-kind envelope in that context.
+	FlagConclusion uint8 = 1 << 0
+)
+
+const frameVersion = 1
+
+// Meta is the header of a frame: what ingress decided about an envelope, so
+// that the fan-out decides per recipient without parsing the envelope again.
+// Decoded strings point into the frame's bytes.
+type Meta struct {
+	Kind  FrameKind
+	Flags uint8
+	// Origin names the gateway node that accepted the envelope.
+	Origin string
+	// From is the sender's participant id (for presence, the participant
+	// the event is about).
+	From string
+	To   []string
+	// ContextID is "" for the main context. ContextType is the type
+	// registered when the context was created, whatever this envelope says.
+	ContextID   string
+	ContextType string
+	// Ancestors are the context's ancestor ids, parent first; subtree
+	// filters match against them.
+	Ancestors []string
+	// Protocol is the span of the protocol string token in the body, which
+	// the fan-out rewrites once for participants that speak MCPx.
+	Protocol Span
+}
+
+// Reset clears m, keeping the capacity of its slices.
+func (m *Meta) Reset() {
+	to, anc := m.To[:0], m.Ancestors[:0]
+	*m = Meta{To: to, Ancestors: anc}
+}
+
+// Conclusion reports whether FlagConclusion is set.
+func (m *Meta) Conclusion() bool { return m.Flags&FlagConclusion != 0 }
+
+// AppendFrame appends the frame of meta and body to dst.
+func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
+	dst = append(dst, frameVersion, byte(m.Kind), m.Flags)
+	dst = appendString(dst, m.Origin)
+	dst = appendString(dst, m.From)
+	dst = binary.AppendUvarint(dst, uint64(len(m.To)))
+	for _, t := range m.To {
+		dst = appendString(dst, t)
+	}
+	dst = appendString(dst, m.ContextID)
+	dst = appendString(dst, m.ContextType)
+	dst = binary.AppendUvarint(dst, uint64(len(m.Ancestors)))
+	for _, a := range m.Ancestors {
+		dst = appendString(dst, a)
+	}
+	dst = binary.AppendUvarint(dst, uint64(m.Protocol.Start))
+	dst = binary.AppendUvarint(dst, uint64(m.Protocol.End))
+	return append(dst, body...)
+}
+
+// ErrBadFrame is returned for a frame this gateway did not write.
+var ErrBadFrame = errors.New("envelope: malformed frame")
+
+// DecodeFrame reads the header of data into m and returns the body. The
+// strings in m share data's memory, so data must not change afterwards.
+func DecodeFrame(data []byte, m *Meta) ([]byte, error) {
+	m.Reset()
+	d := frameDecoder{b: data}
+	if len(data) < 3 || data[0] != frameVersion {
+		return nil, ErrBadFrame
+	}
+	m.Kind, m.Flags = FrameKind(data[1]), data[2]
+	d.b = data[3:]
+	m.Origin = d.string()
+	m.From = d.string()
+	for n := d.uvarint(); n > 0 && d.err == nil; n-- {
+		m.To = append(m.To, d.string())
+	}
+	m.ContextID = d.string()
+	m.ContextType = d.string()
+	for n := d.uvarint(); n > 0 && d.err == nil; n-- {
+		m.Ancestors = append(m.Ancestors, d.string())
+	}
+	m.Protocol.Start = int(d.uvarint())
+	m.Protocol.End = int(d.uvarint())
+	if d.err != nil || m.Protocol.End > len(d.b) || m.Protocol.Start > m.Protocol.End {
+		return nil, ErrBadFrame
+	}
+	return d.b, nil
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+type frameDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *frameDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = ErrBadFrame
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *frameDecoder) string() string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = ErrBadFrame
+		return ""
+	}
+	s := bytesString(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}

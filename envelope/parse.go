@@ -1,0 +1,160 @@
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// Parse reads one message into e, reporting the first rule of SPEC section 2
+// that it breaks in the order of the error table: invalid_json, then
+// invalid_envelope, then unsupported_protocol. The checks that need the
+// sender (from, capabilities, size, context, limits) are the caller's.
+//
+// Parse rewrites raw newlines (which valid JSON allows only as white space
+// between tokens) to spaces in place, so that every accepted envelope fits on
+// one line of a batched delivery; no field changes by it.
+func (e *Envelope) Parse(data []byte) *Error {
+	e.Reset()
+	e.Raw = data
+	// encoding/json's scanner is not recursive and stops at 10,000 levels of
+	// nesting, so a hostile message cannot grow the stack.
+	if !json.Valid(data) {
+		return Errorf(CodeInvalidJSON, "the message is not valid JSON")
+	}
+	if !utf8.Valid(data) {
+		return Errorf(CodeInvalidJSON, "the message is not valid UTF-8")
+	}
+	start := firstNonSpace(data)
+	if start < 0 || data[start] != '{' {
+		return Errorf(CodeInvalidJSON, "the message is not a JSON object")
+	}
+	if bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0 {
+		for i, c := range data {
+			if c == '\n' || c == '\r' {
+				data[i] = ' '
+			}
+		}
+	}
+
+	var (
+		bad          *Error
+		badProtocol  bool
+		seen         uint16
+		hasKind      bool
+	)
+	fail := func(format string, args ...any) {
+		if bad == nil {
+			bad = Errorf(CodeInvalidEnvelope, format, args...)
+		}
+	}
+	gjson.Parse(bytesString(data)).ForEach(func(k, v gjson.Result) bool {
+		bit, known := fieldBits[k.Str]
+		if !known {
+			return true // unknown top-level fields are relayed untouched
+		}
+		if seen&bit != 0 {
+			fail("field %q appears twice", k.Str)
+			return true
+		}
+		seen |= bit
+		if v.Type == gjson.Null && k.Str != "payload" {
+			fail("field %q is null", k.Str)
+			return true
+		}
+		switch k.Str {
+		case "protocol":
+			if v.Type != gjson.String {
+				fail("protocol must be a string")
+				return true
+			}
+			e.Protocol = v.Str
+			e.ProtocolSpan = Span{v.Index, v.Index + len(v.Raw)}
+			if v.Str != ProtocolMCPP && v.Str != ProtocolMCPX {
+				badProtocol = true
+			}
+		case "id":
+			if v.Type != gjson.String || len(v.Str) == 0 || len(v.Str) > MaxIDBytes {
+				fail("id must be a string of 1 to %d bytes", MaxIDBytes)
+				return true
+			}
+			e.ID = v.Str
+		case "ts":
+			if v.Type != gjson.String {
+				fail("ts must be a string")
+				return true
+			}
+			e.HasTS = true
+		case "from":
+			if v.Type != gjson.String {
+				fail("from must be a string")
+				return true
+			}
+			e.From, e.HasFrom = v.Str, true
+		case "to":
+			if !v.IsArray() {
+				fail("to must be an array of participant ids")
+				return true
+			}
+			v.ForEach(func(_, p gjson.Result) bool {
+				if p.Type != gjson.String || !ValidParticipantID(p.Str) {
+					fail("to must be an array of participant ids")
+					return false
+				}
+				e.To = append(e.To, p.Str)
+				return true
+			})
+		case "kind":
+			if v.Type != gjson.String || len(v.Str) == 0 {
+				fail("kind must be a non-empty string")
+				return true
+			}
+			e.Kind, hasKind = v.Str, true
+		case "correlation_id":
+			ok := v.Type == gjson.String
+			if v.IsArray() {
+				ok = true
+				v.ForEach(func(_, c gjson.Result) bool {
+					ok = c.Type == gjson.String
+					return ok
+				})
+			}
+			if !ok {
+				fail("correlation_id must be a string or an array of strings")
+			}
+		case "context":
+			e.Context = data[v.Index : v.Index+len(v.Raw)]
+		case "payload":
+			e.Payload = data[v.Index : v.Index+len(v.Raw)]
+		}
+		return true
+	})
+	if bad == nil && !hasKind {
+		fail("kind is required")
+	}
+	if bad != nil {
+		return bad
+	}
+	if badProtocol {
+		return Errorf(CodeUnsupportedProtocol, "protocol %q is not supported (use %s or %s)", e.Protocol, ProtocolMCPP, ProtocolMCPX)
+	}
+	return nil
+}
+
+var fieldBits = map[string]uint16{
+	"protocol": 1 << 0, "id": 1 << 1, "ts": 1 << 2, "from": 1 << 3, "to": 1 << 4,
+	"kind": 1 << 5, "correlation_id": 1 << 6, "context": 1 << 7, "payload": 1 << 8,
+}
+
+func firstNonSpace(b []byte) int {
+	for i, c := range b {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return i
+		}
+	}
+	return -1
+}

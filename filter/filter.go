@@ -1,0 +1,126 @@
+package filter
+
+import (
+	"github.com/mcpp/gateway/envelope"
+)
+
+// Routing values.
+const (
+	RoutingAll      = "all"
+	RoutingDirected = "directed"
+)
+
+// Contexts values.
+const (
+	ContextsAll  = "all"
+	ContextsNone = "none"
+)
+
+// MaxEntries bounds each list of a filter, so that a filter's memory is
+// bounded whatever a participant asks for.
+const MaxEntries = 1024
+
+// Filter is one participant's choice of envelopes. Its exported fields are
+// its JSON form (the welcome's "filter" and the system/filter answer). A
+// Filter is immutable once built: an update builds a new one, so the fan-out
+// reads it without a lock.
+type Filter struct {
+	Main         bool     `json:"main"`
+	Contexts     string   `json:"contexts"`
+	Types        []string `json:"types"`
+	ExcludeTypes []string `json:"exclude_types"`
+	IDs          []string `json:"ids"`
+	Subtree      bool     `json:"subtree"`
+	Conclusions  bool     `json:"conclusions"`
+	Routing      string   `json:"routing"`
+	Echo         bool     `json:"echo"`
+	Batch        bool     `json:"batch"`
+
+	types, excludeTypes, ids set
+	contextsAll, directed    bool
+}
+
+type set map[string]struct{}
+
+func newSet(list []string) set {
+	if len(list) == 0 {
+		return nil
+	}
+	s := make(set, len(list))
+	for _, v := range list {
+		s[v] = struct{}{}
+	}
+	return s
+}
+
+func (s set) has(v string) bool {
+	_, ok := s[v]
+	return ok
+}
+
+// Default returns the filter that admits everything.
+func Default() *Filter {
+	f := &Filter{Main: true, Contexts: ContextsAll, Routing: RoutingAll}
+	f.compile()
+	return f
+}
+
+func (f *Filter) compile() {
+	if f.Types == nil {
+		f.Types = []string{}
+	}
+	if f.ExcludeTypes == nil {
+		f.ExcludeTypes = []string{}
+	}
+	if f.IDs == nil {
+		f.IDs = []string{}
+	}
+	f.types, f.excludeTypes, f.ids = newSet(f.Types), newSet(f.ExcludeTypes), newSet(f.IDs)
+	f.contextsAll = f.Contexts == ContextsAll
+	f.directed = f.Routing == RoutingDirected
+}
+
+// Admits decides whether the participant self receives the envelope or
+// context event described by m (SPEC section 4). Presence is not its
+// concern: the pod delivers presence to everyone but its subject.
+func (f *Filter) Admits(m *envelope.Meta, self string) bool {
+	if len(m.To) > 0 {
+		for _, to := range m.To {
+			if to == self {
+				// Addressed envelopes pass every filter, echo included.
+				return true
+			}
+		}
+		if f.directed {
+			return false
+		}
+	}
+	if m.From == self && !f.Echo {
+		return false
+	}
+	if m.ContextID == "" {
+		return f.Main
+	}
+	if f.excludeTypes != nil && f.excludeTypes.has(m.ContextType) {
+		return false
+	}
+	if f.contextsAll {
+		return true
+	}
+	if f.types != nil && f.types.has(m.ContextType) {
+		return true
+	}
+	if f.ids != nil {
+		if f.ids.has(m.ContextID) {
+			return true
+		}
+		if f.Subtree {
+			for _, a := range m.Ancestors {
+				if f.ids.has(a) {
+					return true
+				}
+			}
+		}
+	}
+	return f.Conclusions && m.Conclusion()
+}

@@ -1,0 +1,173 @@
+package filter
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/mcpp/gateway/envelope"
+)
+
+// Error is an invalid filter; the gateway answers it with invalid_filter.
+type Error struct{ Message string }
+
+func (e *Error) Error() string { return "invalid_filter: " + e.Message }
+
+func errorf(format string, args ...any) *Error {
+	return &Error{Message: fmt.Sprintf(format, args...)}
+}
+
+// QueryParams are the query parameters a filter reads at the upgrade.
+var QueryParams = []string{"main", "contexts", "types", "exclude_types", "ids", "subtree", "conclusions", "routing", "echo", "batch"}
+
+// FromQuery builds a filter from the upgrade's query (SPEC section 4).
+// Parameters that are absent keep their defaults; other parameters (pod,
+// token, …) are not its business.
+func FromQuery(q url.Values) (*Filter, error) {
+	f := Default()
+	var p patch
+	for _, name := range QueryParams {
+		vals, ok := q[name]
+		if !ok {
+			continue
+		}
+		if len(vals) != 1 {
+			return nil, errorf("%s is given %d times", name, len(vals))
+		}
+		v := vals[0]
+		var err error
+		switch name {
+		case "main":
+			p.Main, err = parseBool(name, v)
+		case "subtree":
+			p.Subtree, err = parseBool(name, v)
+		case "conclusions":
+			p.Conclusions, err = parseBool(name, v)
+		case "echo":
+			p.Echo, err = parseBool(name, v)
+		case "batch":
+			p.Batch, err = parseBool(name, v)
+		case "contexts":
+			p.Contexts = &v
+		case "routing":
+			p.Routing = &v
+		case "types":
+			p.Types = splitList(v)
+		case "exclude_types":
+			p.ExcludeTypes = splitList(v)
+		case "ids":
+			p.IDs = splitList(v)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return f.apply(&p)
+}
+
+// Update returns the filter that a gateway/filter payload asks for: the
+// fields it names replace f's, the others keep their value.
+func (f *Filter) Update(payload []byte) (*Filter, error) {
+	var p patch
+	d := json.NewDecoder(bytes.NewReader(payload))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&p); err != nil {
+		return nil, errorf("the filter is not an object of the fields of SPEC section 4: %v", err)
+	}
+	if d.More() {
+		return nil, errorf("trailing data after the filter object")
+	}
+	return f.apply(&p)
+}
+
+// patch is a partial filter: nil fields are absent.
+type patch struct {
+	Main         *bool     `json:"main"`
+	Contexts     *string   `json:"contexts"`
+	Types        *[]string `json:"types"`
+	ExcludeTypes *[]string `json:"exclude_types"`
+	IDs          *[]string `json:"ids"`
+	Subtree      *bool     `json:"subtree"`
+	Conclusions  *bool     `json:"conclusions"`
+	Routing      *string   `json:"routing"`
+	Echo         *bool     `json:"echo"`
+	Batch        *bool     `json:"batch"`
+}
+
+func (f *Filter) apply(p *patch) (*Filter, error) {
+	n := *f
+	setBool := func(dst *bool, src *bool) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	setBool(&n.Main, p.Main)
+	setBool(&n.Subtree, p.Subtree)
+	setBool(&n.Conclusions, p.Conclusions)
+	setBool(&n.Echo, p.Echo)
+	setBool(&n.Batch, p.Batch)
+	if p.Contexts != nil {
+		if *p.Contexts != ContextsAll && *p.Contexts != ContextsNone {
+			return nil, errorf("contexts must be %q or %q, not %q", ContextsAll, ContextsNone, *p.Contexts)
+		}
+		n.Contexts = *p.Contexts
+	}
+	if p.Routing != nil {
+		if *p.Routing != RoutingAll && *p.Routing != RoutingDirected {
+			return nil, errorf("routing must be %q or %q, not %q", RoutingAll, RoutingDirected, *p.Routing)
+		}
+		n.Routing = *p.Routing
+	}
+	lists := []struct {
+		name string
+		src  *[]string
+		dst  *[]string
+		max  int
+	}{
+		{"types", p.Types, &n.Types, envelope.MaxContextTypeBytes},
+		{"exclude_types", p.ExcludeTypes, &n.ExcludeTypes, envelope.MaxContextTypeBytes},
+		{"ids", p.IDs, &n.IDs, envelope.MaxContextIDBytes},
+	}
+	for _, l := range lists {
+		if l.src == nil {
+			continue
+		}
+		if len(*l.src) > MaxEntries {
+			return nil, errorf("%s has %d entries, over the limit of %d", l.name, len(*l.src), MaxEntries)
+		}
+		for _, v := range *l.src {
+			if len(v) == 0 || len(v) > l.max || strings.ContainsFunc(v, isControl) {
+				return nil, errorf("%s entries must be 1 to %d bytes without control characters", l.name, l.max)
+			}
+		}
+		*l.dst = append([]string{}, *l.src...)
+	}
+	n.compile()
+	return &n, nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+func parseBool(name, v string) (*bool, error) {
+	var b bool
+	switch v {
+	case "1", "true":
+		b = true
+	case "0", "false":
+	default:
+		return nil, errorf("%s must be 0 or 1, not %q", name, v)
+	}
+	return &b, nil
+}
+
+func splitList(v string) *[]string {
+	out := []string{}
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return &out
+}

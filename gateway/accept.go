@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/participant"
+)
+
+// maxHeaderBytes bounds the upgrade request's headers (and so its query).
+const maxHeaderBytes = 32 << 10
+
+// refuse answers a refused upgrade with the JSON body of SPEC section 1.
+func (g *Gateway) refuse(w http.ResponseWriter, status int, e *envelope.Error) {
+	g.metrics.refusals.WithLabelValues(string(e.Code)).Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": string(e.Code), "message": e.Message})
+}
+
+// admission is what the checks before the upgrade decided.
+type admission struct {
+	pod      string
+	id       string
+	caps     participant.Capabilities
+	protocol string
+	filter   *filter.Filter
+}
+
+// admit runs every check that can refuse an upgrade with an HTTP answer,
+// before anything is allocated for the participant.
+func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
+	q := r.URL.Query()
+	a := &admission{protocol: envelope.ProtocolMCPP}
+	a.pod = q.Get("pod")
+	if a.pod == "" {
+		if a.pod = q.Get("topic"); a.pod != "" {
+			a.protocol = envelope.ProtocolMCPX // topic is the MCPx name
+		}
+	}
+	if !envelope.ValidPodName(a.pod) {
+		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]")
+	}
+	switch v := q.Get("protocol"); v {
+	case "":
+	case envelope.ProtocolMCPP, envelope.ProtocolMCPX:
+		a.protocol = v
+	default:
+		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeUnsupportedProtocol, "protocol must be %s or %s", envelope.ProtocolMCPP, envelope.ProtocolMCPX)
+	}
+
+	token := q.Get("token")
+	if h := r.Header.Get("Authorization"); h != "" {
+		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+			token = strings.TrimSpace(t)
+		}
+	}
+	if g.tokens != nil {
+		if token == "" {
+			return nil, http.StatusUnauthorized, envelope.Errorf(envelope.CodeUnauthorized, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
+		}
+		grant, ok := g.tokens.Lookup(token)
+		if !ok {
+			return nil, http.StatusUnauthorized, envelope.Errorf(envelope.CodeUnauthorized, "unknown token")
+		}
+		if !participant.MatchAny(grant.Pods, a.pod) {
+			return nil, http.StatusForbidden, envelope.Errorf(envelope.CodeForbidden, "this token may not join pod %q", a.pod)
+		}
+		a.id, a.caps = grant.Participant, grant.Capabilities
+	} else {
+		a.id, a.caps = q.Get("participant"), g.defaultCaps
+		if a.id == "" && !q.Has("participant") {
+			a.id = "anon-" + uuid.NewString()[:12]
+		}
+		if !envelope.ValidParticipantID(a.id) || strings.HasPrefix(a.id, "system:") {
+			return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidParticipant,
+				"participant must be 1 to 128 characters of [A-Za-z0-9._:@-], not starting with system:")
+		}
+	}
+	if a.caps == nil {
+		a.caps = participant.Capabilities{}
+	}
+	f, err := filter.FromQuery(q)
+	if err != nil {
+		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
+	}
+	a.filter = f
+	return a, 0, nil
+}
+
+func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+	if !g.accepting.Load() {
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the gateway is shutting down"))
+		return
+	}
+	a, status, e := g.admit(r)
+	if e != nil {
+		g.refuse(w, status, e)
+		return
+	}
+	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
+		g.connCount.Add(-1)
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
+		return
+	}
+	defer g.connCount.Add(-1)
+	var pod *Pod
+	for {
+		p, e := g.pod(a.pod)
+		if e != nil {
+			g.refuse(w, http.StatusServiceUnavailable, e)
+			return
+		}
+		ok, dead := p.reserve(a.id)
+		if dead {
+			continue // removed as we looked it up; a new one will be made
+		}
+		if !ok {
+			g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q has %d participants, the limit", a.pod, g.cfg.MaxParticipantsPerPod))
+			return
+		}
+		pod = p
+		break
+	}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		OriginPatterns:  g.originPatterns,
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		pod.unreserve()
+		return // Accept has answered the request
+	}
+	g.handlers.Add(1)
+	defer g.handlers.Done()
+	conn.SetReadLimit(g.cfg.readLimit())
+
+	p := participant.New(conn, a.id, a.pod, a.caps, a.protocol, a.filter, participant.Options{
+		SendQueue:      g.cfg.SendQueue,
+		WriteTimeout:   g.cfg.WriteTimeout,
+		PingInterval:   g.cfg.PingInterval,
+		OnSlowConsumer: func() { g.metrics.slowConsumers.Inc() },
+		OnWrite:        func(int) { g.metrics.writes.Inc() },
+	})
+	buckets := pod.Buckets.Acquire(a.id)
+	g.metrics.connections.Inc()
+	pod.join(p)
+	p.Start()
+
+	g.readLoop(pod, p, buckets)
+
+	p.Finish()
+	pod.leave(p)
+	pod.Buckets.Release(a.id, timeNow())
+	g.metrics.connections.Dec()
+}

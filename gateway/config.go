@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config holds every setting of the gateway. Each field is a flag of
+// mcpp-gateway (RegisterFlags) and an MCPP_ environment variable.
+type Config struct {
+	Listen              string
+	Tokens              string
+	DefaultCapabilities string
+	AllowedOrigins      string
+
+	MaxMessageBytes int
+	MaxContextBytes int
+	MaxDepth        int
+
+	ContextTimeout   time.Duration
+	ContextRetention time.Duration
+	ConclusionKinds  string
+
+	MaxContextsPerParticipant int
+	MaxContextsPerPod         int
+
+	Rate               float64
+	Burst              int
+	ContextRate        float64
+	ContextBurst       int
+	ContextCreateRate  float64
+	ContextCreateBurst int
+
+	SendQueue             int
+	MaxConnections        int
+	MaxParticipantsPerPod int
+	MaxPods               int
+
+	PingInterval     time.Duration
+	WriteTimeout     time.Duration
+	HandshakeTimeout time.Duration
+	ShutdownTimeout  time.Duration
+
+	NATSPort int
+
+	// Logger receives the gateway's logs; nil means slog.Default().
+	Logger *slog.Logger `flag:"-"`
+}
+
+// DefaultConfig returns the defaults of SPEC sections 5 and 7.
+func DefaultConfig() Config {
+	return Config{
+		Listen:                    "127.0.0.1:8080",
+		DefaultCapabilities:       "*",
+		MaxMessageBytes:           1 << 20,
+		MaxContextBytes:           4096,
+		MaxDepth:                  5,
+		ContextTimeout:            5 * time.Minute,
+		ContextRetention:          10 * time.Minute,
+		ConclusionKinds:           "conclusion,reasoning/conclusion,reasoning/end",
+		MaxContextsPerParticipant: 256,
+		MaxContextsPerPod:         10000,
+		Rate:                      100,
+		Burst:                     200,
+		ContextRate:               50,
+		ContextBurst:              100,
+		ContextCreateRate:         10,
+		ContextCreateBurst:        20,
+		SendQueue:                 1024,
+		MaxConnections:            10000,
+		MaxParticipantsPerPod:     1000,
+		MaxPods:                   1000,
+		PingInterval:              30 * time.Second,
+		WriteTimeout:              10 * time.Second,
+		HandshakeTimeout:          10 * time.Second,
+		ShutdownTimeout:           10 * time.Second,
+	}
+}
+
+// RegisterFlags defines one flag per setting on fs, with c's values as
+// defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the HTTP/WebSocket server")
+	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "token file (JSON); without one the gateway runs open, for development")
+	fs.StringVar(&c.DefaultCapabilities, "default-capabilities", c.DefaultCapabilities, "capabilities of participants in open mode (comma-separated patterns)")
+	fs.StringVar(&c.AllowedOrigins, "allowed-origins", c.AllowedOrigins, "browser origins allowed besides the gateway's own host (comma-separated host patterns, e.g. app.example.com,*.example.org)")
+	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest envelope accepted, in bytes")
+	fs.IntVar(&c.MaxContextBytes, "max-context-bytes", c.MaxContextBytes, "largest context field, in bytes")
+	fs.IntVar(&c.MaxDepth, "max-depth", c.MaxDepth, "deepest context nesting")
+	fs.DurationVar(&c.ContextTimeout, "context-timeout", c.ContextTimeout, "a context concludes after this long without an envelope")
+	fs.DurationVar(&c.ContextRetention, "context-retention", c.ContextRetention, "a concluded context stays queryable this long")
+	fs.StringVar(&c.ConclusionKinds, "conclusion-kinds", c.ConclusionKinds, "kinds that conclude their context (comma-separated)")
+	fs.IntVar(&c.MaxContextsPerParticipant, "max-contexts-per-participant", c.MaxContextsPerParticipant, "active contexts one participant may have created")
+	fs.IntVar(&c.MaxContextsPerPod, "max-contexts-per-pod", c.MaxContextsPerPod, "active contexts in one pod")
+	fs.Float64Var(&c.Rate, "rate", c.Rate, "envelopes a second one participant may send")
+	fs.IntVar(&c.Burst, "burst", c.Burst, "burst of --rate")
+	fs.Float64Var(&c.ContextRate, "context-rate", c.ContextRate, "envelopes a second in one context, all senders together")
+	fs.IntVar(&c.ContextBurst, "context-burst", c.ContextBurst, "burst of --context-rate")
+	fs.Float64Var(&c.ContextCreateRate, "context-create-rate", c.ContextCreateRate, "contexts a second one participant may open")
+	fs.IntVar(&c.ContextCreateBurst, "context-create-burst", c.ContextCreateBurst, "burst of --context-create-rate")
+	fs.IntVar(&c.SendQueue, "send-queue", c.SendQueue, "envelopes queued for one participant before it is cut as a slow consumer (4008)")
+	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "WebSocket connections in all")
+	fs.IntVar(&c.MaxParticipantsPerPod, "max-participants-per-pod", c.MaxParticipantsPerPod, "participants in one pod")
+	fs.IntVar(&c.MaxPods, "max-pods", c.MaxPods, "pods at once")
+	fs.DurationVar(&c.PingInterval, "ping-interval", c.PingInterval, "WebSocket ping interval (0 disables)")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a write or ping to a participant may take this long before it is cut")
+	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "time to send the HTTP upgrade request")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGTERM, time to deliver what is queued before connections are dropped")
+	fs.IntVar(&c.NATSPort, "nats-port", c.NATSPort, "open the embedded NATS server's client port on 127.0.0.1 (0: no port)")
+}
+
+// ApplyEnv sets every flag of fs that was not given on the command line
+// from MCPP_<NAME> (upper case, "-" as "_"). The command line wins.
+func ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := EnvName(f.Name)
+		if v, ok := lookup(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+// EnvName is the environment variable of a flag.
+func EnvName(flagName string) string {
+	return "MCPP_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Validate reports settings that cannot work.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxMessageBytes < 256:
+		return fmt.Errorf("--max-message-bytes must be at least 256")
+	case c.MaxContextBytes < 16:
+		return fmt.Errorf("--max-context-bytes must be at least 16")
+	case c.MaxDepth < 1:
+		return fmt.Errorf("--max-depth must be at least 1")
+	case c.ContextTimeout <= 0 || c.ContextRetention < 0:
+		return fmt.Errorf("--context-timeout must be positive and --context-retention not negative")
+	case c.SendQueue < 1:
+		return fmt.Errorf("--send-queue must be at least 1")
+	case c.Rate <= 0 || c.Burst < 1 || c.ContextRate <= 0 || c.ContextBurst < 1 || c.ContextCreateRate <= 0 || c.ContextCreateBurst < 1:
+		return fmt.Errorf("rates must be positive and bursts at least 1")
+	case c.MaxConnections < 1 || c.MaxParticipantsPerPod < 1 || c.MaxPods < 1 || c.MaxContextsPerParticipant < 1 || c.MaxContextsPerPod < 1:
+		return fmt.Errorf("caps must be at least 1")
+	}
+	return nil
+}
+
+// readLimit is the largest message read before the connection is closed
+// with 1009: twice the envelope limit, and at least the limit plus 64 KiB,
+// so that a moderately oversized envelope gets message_too_large and the
+// connection stays open (SPEC section 5).
+func (c *Config) readLimit() int64 {
+	return int64(max(2*c.MaxMessageBytes, c.MaxMessageBytes+64<<10))
+}
+
+func splitComma(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}

@@ -1,0 +1,304 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/participant"
+)
+
+// podShards spreads the pod registry over several locks, so that joins in
+// different pods do not wait on each other.
+const podShards = 32
+
+type podShard struct {
+	mu   sync.Mutex
+	pods map[string]*Pod
+}
+
+// Gateway is one gateway process: its HTTP server, its NATS connection and
+// the pods it serves.
+type Gateway struct {
+	cfg             Config
+	log             *slog.Logger
+	nodeID          string
+	tokens          *Tokens
+	defaultCaps     participant.Capabilities
+	conclusionKinds map[string]bool
+	originPatterns  []string
+
+	ns      *server.Server
+	nc      *nats.Conn
+	metrics *metrics
+
+	shards      [podShards]podShard
+	podCount    atomic.Int64
+	connCount   atomic.Int64
+	accepting   atomic.Bool
+	draining    atomic.Bool // ingress accepts nothing more
+	handlers    sync.WaitGroup
+	janitorDone chan struct{}
+	janitorStop chan struct{}
+
+	httpServer *http.Server
+	listener   net.Listener
+}
+
+// New builds a gateway and starts its embedded NATS server. Serve or
+// ListenAndServe then accepts participants.
+func New(cfg Config) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{
+		cfg: cfg, log: cfg.logger(), nodeID: uuid.NewString()[:8],
+		defaultCaps:     splitComma(cfg.DefaultCapabilities),
+		conclusionKinds: map[string]bool{},
+		originPatterns:  splitComma(cfg.AllowedOrigins),
+		janitorDone:     make(chan struct{}),
+		janitorStop:     make(chan struct{}),
+	}
+	for _, k := range splitComma(cfg.ConclusionKinds) {
+		g.conclusionKinds[k] = true
+	}
+	for i := range g.shards {
+		g.shards[i].pods = make(map[string]*Pod)
+	}
+	if cfg.Tokens != "" {
+		t, err := LoadTokens(cfg.Tokens, g.log.Warn)
+		if err != nil {
+			return nil, err
+		}
+		g.tokens = t
+	}
+	g.metrics = newMetrics(g.activeContexts)
+	ns, nc, err := startNATS(&g.cfg, g.nodeID)
+	if err != nil {
+		return nil, err
+	}
+	g.ns, g.nc = ns, nc
+	g.accepting.Store(true)
+	go g.janitor()
+	return g, nil
+}
+
+// Handler serves /ws, /healthz and /metrics.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws", g.serveWS)
+	mux.HandleFunc("/healthz", g.serveHealth)
+	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// ListenAndServe listens on the configured address and serves until
+// Shutdown.
+func (g *Gateway) ListenAndServe() error {
+	ln, err := net.Listen("tcp", g.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return g.Serve(ln)
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (g *Gateway) Serve(ln net.Listener) error {
+	g.listener = ln
+	g.httpServer = &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: g.cfg.HandshakeTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+	err := g.httpServer.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Addr is the address Serve listens on.
+func (g *Gateway) Addr() net.Addr {
+	if g.listener == nil {
+		return nil
+	}
+	return g.listener.Addr()
+}
+
+func (g *Gateway) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if !g.accepting.Load() {
+		http.Error(w, "shutting down\n", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// publish sends a frame on a subject. NATS copies it before returning.
+func (g *Gateway) publish(subject string, frame []byte) {
+	if err := g.nc.Publish(subject, frame); err != nil {
+		g.log.Error("publish failed", "subject", subject, "err", err)
+	}
+}
+
+func (g *Gateway) shard(name string) *podShard {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return &g.shards[h.Sum32()%podShards]
+}
+
+// pod returns the pod, creating it unless --max-pods are there already.
+func (g *Gateway) pod(name string) (*Pod, *envelope.Error) {
+	s := g.shard(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pods[name]; p != nil {
+		return p, nil
+	}
+	if g.podCount.Load() >= int64(g.cfg.MaxPods) {
+		return nil, envelope.Errorf(envelope.CodeOverCapacity, "the gateway serves %d pods, the limit", g.cfg.MaxPods)
+	}
+	p, err := newPod(g, name)
+	if err != nil {
+		return nil, envelope.Errorf(envelope.CodeOverCapacity, "cannot open the pod: %v", err)
+	}
+	s.pods[name] = p
+	g.metrics.pods.Set(float64(g.podCount.Add(1)))
+	return p, nil
+}
+
+// lookupPod returns an existing pod or nil.
+func (g *Gateway) lookupPod(name string) *Pod {
+	s := g.shard(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pods[name]
+}
+
+// maybeRemovePod forgets a pod with no member, no pending join and no
+// context, so memory follows the pods in use.
+func (g *Gateway) maybeRemovePod(p *Pod) {
+	s := g.shard(p.Name)
+	s.mu.Lock()
+	p.mu.Lock()
+	remove := !p.dead && p.idle() && s.pods[p.Name] == p
+	if remove {
+		p.dead = true
+		delete(s.pods, p.Name)
+		g.metrics.pods.Set(float64(g.podCount.Add(-1)))
+	}
+	p.mu.Unlock()
+	s.mu.Unlock()
+	if remove {
+		p.close()
+	}
+}
+
+func (g *Gateway) allPods() []*Pod {
+	var out []*Pod
+	for i := range g.shards {
+		s := &g.shards[i]
+		s.mu.Lock()
+		for _, p := range s.pods {
+			out = append(out, p)
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+func (g *Gateway) activeContexts() float64 {
+	n := 0
+	for _, p := range g.allPods() {
+		a, _ := p.Registry.Counts()
+		n += a
+	}
+	return float64(n)
+}
+
+// janitor periodically forgets idle pods and refilled buckets of departed
+// participants.
+func (g *Gateway) janitor() {
+	defer close(g.janitorDone)
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.janitorStop:
+			return
+		case now := <-t.C:
+			for _, p := range g.allPods() {
+				p.sweep(now)
+				g.maybeRemovePod(p)
+			}
+		}
+	}
+}
+
+// Shutdown stops accepting participants and envelopes, delivers what is
+// queued, and closes every connection with 1001; connections still busy
+// when ctx ends are dropped. Then NATS stops.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	if !g.accepting.Swap(false) {
+		return nil
+	}
+	if g.httpServer != nil {
+		_ = g.httpServer.Shutdown(ctx)
+	}
+	g.draining.Store(true)
+	// Everything accepted so far is published; let NATS hand it to the
+	// pods' fan-out before the queues are drained.
+	if err := g.nc.FlushWithContext(ctx); err != nil {
+		g.log.Warn("flush before shutdown", "err", err)
+	}
+	for _, p := range g.allPods() {
+		for p.sub != nil {
+			if n, _, err := p.sub.Pending(); err != nil || n == 0 || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	var all []*participant.Participant
+	for _, p := range g.allPods() {
+		all = append(all, p.Members()...)
+	}
+	for _, r := range all {
+		r.CloseAfterDrain(websocket.StatusGoingAway, "gateway shutting down")
+	}
+	for _, r := range all {
+		select {
+		case <-r.Done():
+		case <-ctx.Done():
+			r.Kill()
+		}
+	}
+	done := make(chan struct{})
+	go func() { g.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	close(g.janitorStop)
+	<-g.janitorDone
+	for _, p := range g.allPods() {
+		p.close()
+	}
+	g.nc.Close()
+	g.ns.Shutdown()
+	return ctx.Err()
+}

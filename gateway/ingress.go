@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/participant"
+)
+
+var timeNow = time.Now
+
+// readBuffers are reused across messages and connections: NATS copies a
+// frame when it is published, so a read buffer is free again as soon as
+// its envelope is handled, and an idle connection holds none.
+var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// ingress is one connection's reader state, reused for every message.
+type ingress struct {
+	g       *Gateway
+	pod     *Pod
+	p       *participant.Participant
+	buckets *limits.Buckets
+	env     envelope.Envelope
+	meta    envelope.Meta
+	req     limits.Request
+	acc     limits.Accepted
+	frame   []byte
+}
+
+// readLoop reads the participant's messages until its connection ends.
+func (g *Gateway) readLoop(pod *Pod, p *participant.Participant, buckets *limits.Buckets) {
+	in := &ingress{g: g, pod: pod, p: p, buckets: buckets}
+	ctx := context.Background()
+	conn := p.Conn()
+	for {
+		typ, r, err := conn.Reader(ctx)
+		if err != nil {
+			return
+		}
+		buf := readBuffers.Get().(*bytes.Buffer)
+		buf.Reset()
+		_, err = buf.ReadFrom(r)
+		if err == nil {
+			in.handle(typ, buf.Bytes())
+		}
+		if buf.Cap() <= 64<<10 {
+			readBuffers.Put(buf)
+		}
+		if err != nil {
+			var ce websocket.CloseError
+			if !errors.As(err, &ce) {
+				p.Kill()
+			}
+			return
+		}
+	}
+}
+
+// handle checks one message and publishes it, or answers system/error.
+// SPEC section 5: the first broken rule in the table's order is reported.
+func (in *ingress) handle(typ websocket.MessageType, data []byte) {
+	g, p := in.g, in.p
+	if g.draining.Load() {
+		return // shutting down: nothing more is accepted
+	}
+	now := timeNow()
+	// Every message takes a token, refused ones too, so that a flood of
+	// bad input is limited like any other; the refusal reported is still
+	// the first rule broken.
+	var rateErr *envelope.Error
+	if ok, d := limits.Take(in.buckets.Send, now); !ok {
+		rateErr = limits.RateError(envelope.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", g.cfg.Rate, g.cfg.Burst)
+	}
+	if typ != websocket.MessageText {
+		in.refuse(envelope.Errorf(envelope.CodeInvalidJSON, "binary messages are not envelopes; send JSON as text"), "")
+		return
+	}
+	env := &in.env
+	if e := env.Parse(data); e != nil {
+		in.refuse(e, env.ID)
+		return
+	}
+	switch {
+	case env.HasFrom && env.From != p.ID:
+		in.refuse(envelope.Errorf(envelope.CodeAuthViolation, "from must be your participant id %q", p.ID), env.ID)
+		return
+	case env.IsSystem():
+		in.refuse(envelope.Errorf(envelope.CodeReservedKind, "system/* kinds are the gateway's"), env.ID)
+		return
+	case env.IsGatewayRequest():
+		if len(data) > g.cfg.MaxMessageBytes {
+			in.refuse(tooLarge(len(data), g.cfg.MaxMessageBytes), env.ID)
+		} else if rateErr != nil {
+			in.refuse(rateErr, env.ID)
+		} else {
+			in.request()
+		}
+		return
+	case !p.Capabilities.Allows(env.Kind):
+		e := envelope.Errorf(envelope.CodeCapabilityViolation, "no capability of yours matches kind %q", env.Kind)
+		e.Details = map[string]any{"attempted_kind": env.Kind, "your_capabilities": p.Capabilities}
+		in.refuse(e, env.ID)
+		return
+	case len(data) > g.cfg.MaxMessageBytes:
+		in.refuse(tooLarge(len(data), g.cfg.MaxMessageBytes), env.ID)
+		return
+	}
+
+	m := &in.meta
+	m.Reset()
+	m.Kind, m.Origin, m.From, m.To = envelope.FrameEnvelope, g.nodeID, p.ID, append(m.To, env.To...)
+	if g.conclusionKinds[env.Kind] {
+		m.Flags |= envelope.FlagConclusion
+	}
+	if env.Context == nil {
+		if rateErr != nil {
+			in.refuse(rateErr, env.ID)
+			return
+		}
+		out, proto := env.Fill(p.ID, now)
+		m.Protocol = proto
+		in.publish(out)
+		return
+	}
+
+	c, e := envelope.ParseContext(env.Context, g.cfg.MaxContextBytes)
+	if e != nil {
+		in.refuse(e, env.ID)
+		return
+	}
+	sentID := env.ID // Fill may generate one the sender never saw
+	out, proto := env.Fill(p.ID, now)
+	m.Protocol = proto
+	in.req = limits.Request{Context: c, Kind: env.Kind, Sender: p.ID, Size: len(out), Now: now,
+		SenderRate: rateErr, Create: in.buckets.Create}
+	if e := in.pod.Registry.Accept(&in.req, &in.acc, func(acc *limits.Accepted) {
+		m.ContextID, m.ContextType = acc.Context.ID, acc.Context.Type
+		m.Ancestors = append(m.Ancestors, acc.Ancestors...)
+		in.publish(out)
+		if len(acc.Concluded) > 0 {
+			in.pod.publishConclusions(acc.Concluded)
+		}
+	}); e != nil {
+		in.refuse(e, sentID)
+	}
+}
+
+func tooLarge(n, limit int) *envelope.Error {
+	return envelope.Errorf(envelope.CodeMessageTooLarge, "the message is %d bytes, over the limit of %d", n, limit)
+}
+
+func (in *ingress) publish(body []byte) {
+	in.frame = envelope.AppendFrame(in.frame[:0], &in.meta, body)
+	in.g.publish(in.pod.subject, in.frame)
+	in.g.metrics.envelopesIn.Inc()
+	if cap(in.frame) > 64<<10 {
+		in.frame = nil // do not keep a large envelope's buffer per connection
+	}
+}
+
+// refuse answers the sender with system/error, through its send queue.
+func (in *ingress) refuse(e *envelope.Error, correlationID string) {
+	in.g.metrics.errors.WithLabelValues(string(e.Code)).Inc()
+	in.p.Deliver(direct(in.p, "system/error", correlationID, errorPayload(e)))
+}
+
+// reply answers a gateway request.
+func (in *ingress) reply(kind string, payload any) {
+	in.p.Deliver(direct(in.p, kind, in.env.ID, payload))
+}

@@ -1,0 +1,53 @@
+package gateway
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the gateway's Prometheus metrics, on a registry of its own so
+// that several gateways can live in one process (the tests do).
+type metrics struct {
+	registry      *prometheus.Registry
+	connections   prometheus.Gauge
+	pods          prometheus.Gauge
+	envelopesIn   prometheus.Counter
+	deliveries    prometheus.Counter
+	writes        prometheus.Counter
+	errors        *prometheus.CounterVec
+	refusals      *prometheus.CounterVec
+	slowConsumers prometheus.Counter
+	conclusions   *prometheus.CounterVec
+}
+
+func newMetrics(activeContexts func() float64) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcpp_connections", Help: "Open participant connections."}),
+		pods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcpp_pods", Help: "Pods that exist (with participants or contexts)."}),
+		envelopesIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_envelopes_in_total", Help: "Envelopes accepted and published to their pod."}),
+		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_envelopes_out_total", Help: "Envelopes queued for delivery to a participant (one per recipient)."}),
+		writes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_websocket_messages_out_total", Help: "WebSocket messages written (a batch counts once)."}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpp_errors_total", Help: "system/error answers, by code."}, []string{"code"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpp_upgrade_refusals_total", Help: "Refused WebSocket upgrades, by code."}, []string{"code"}),
+		slowConsumers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_slow_consumer_disconnects_total", Help: "Participants cut with 4008 because their send queue was full."}),
+		conclusions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpp_context_conclusions_total", Help: "Contexts concluded, by reason."}, []string{"reason"}),
+	}
+	m.registry.MustRegister(m.connections, m.pods, m.envelopesIn, m.deliveries, m.writes,
+		m.errors, m.refusals, m.slowConsumers, m.conclusions,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mcpp_contexts_active", Help: "Active contexts in all pods."}, activeContexts),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}

@@ -1,0 +1,57 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// subjectPrefix starts every pod subject. A JetStream stream of all pods'
+// history would capture "mcpp.pod.>".
+const subjectPrefix = "mcpp.pod."
+
+// PodSubject is the NATS subject of a pod. Pod names may hold dots, which
+// separate NATS tokens, so they become "~", which pod names cannot hold.
+func PodSubject(pod string) string {
+	return subjectPrefix + strings.ReplaceAll(pod, ".", "~")
+}
+
+// startNATS starts the embedded NATS server and connects to it in process.
+func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
+	opts := &server.Options{
+		ServerName: "mcpp-" + nodeID,
+		Host:       "127.0.0.1",
+		Port:       cfg.NATSPort,
+		DontListen: cfg.NATSPort == 0,
+		NoSigs:     true,
+		NoLog:      true,
+		// A frame is the envelope (up to the read limit, with the fields
+		// the gateway fills) and its header, which can hold a "to" list
+		// as long as the envelope.
+		MaxPayload: int32(2*cfg.readLimit() + 64<<10),
+		// The gateway's own client reads as fast as the server writes:
+		// its subscriptions have no pending limit and their callbacks
+		// never block, so the server must not cut it as slow.
+		MaxPending:    1 << 30,
+		WriteDeadline: 30 * time.Second,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, nil, fmt.Errorf("embedded NATS: not ready after 10s")
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("mcpp-gateway "+nodeID),
+		nats.MaxReconnects(-1), nats.ReconnectBufSize(64<<20))
+	if err != nil {
+		ns.Shutdown()
+		return nil, nil, fmt.Errorf("embedded NATS: connect: %w", err)
+	}
+	return ns, nc, nil
+}

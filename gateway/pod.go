@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/participant"
+)
+
+// Pod is one named room on this gateway: its local members, its context
+// registry, its participants' rate buckets and its NATS subscription.
+type Pod struct {
+	Name    string
+	subject string
+	gw      *Gateway
+
+	mu      sync.Mutex // guards members, pending, dead
+	members map[string]*participant.Participant
+	pending int  // upgrades admitted but not yet joined
+	dead    bool // removed from the gateway; joiners must look again
+	// snapshot is the members as a slice for the fan-out, rebuilt on every
+	// join and leave so that the fan-out takes no lock.
+	snapshot atomic.Pointer[[]*participant.Participant]
+
+	Registry *limits.Registry
+	Buckets  *limits.BucketSet
+
+	sub *nats.Subscription
+	// meta and acc are reused by the fan-out (one goroutine) and under the
+	// registry's lock respectively.
+	meta     envelope.Meta
+	eventBuf []byte
+}
+
+func newPod(gw *Gateway, name string) (*Pod, error) {
+	p := &Pod{
+		Name: name, subject: PodSubject(name), gw: gw,
+		members: make(map[string]*participant.Participant),
+		Buckets: limits.NewBucketSet(
+			limits.Rate{Per: gw.cfg.Rate, Burst: gw.cfg.Burst},
+			limits.Rate{Per: gw.cfg.ContextCreateRate, Burst: gw.cfg.ContextCreateBurst}),
+	}
+	empty := []*participant.Participant{}
+	p.snapshot.Store(&empty)
+	p.Registry = limits.NewRegistry(limits.RegistryConfig{
+		MaxDepth:          gw.cfg.MaxDepth,
+		Timeout:           gw.cfg.ContextTimeout,
+		Retention:         gw.cfg.ContextRetention,
+		MaxPerParticipant: gw.cfg.MaxContextsPerParticipant,
+		MaxPerPod:         gw.cfg.MaxContextsPerPod,
+		ContextRate:       limits.Rate{Per: gw.cfg.ContextRate, Burst: gw.cfg.ContextBurst},
+		ConclusionKinds:   gw.conclusionKinds,
+	}, p.publishConclusions)
+	sub, err := gw.nc.Subscribe(p.subject, p.fanOut)
+	if err != nil {
+		return nil, err
+	}
+	// The callback never blocks, so the subscription must never drop.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	p.sub = sub
+	return p, nil
+}
+
+// publishConclusions sends the system/context events of concluded
+// contexts. It runs with the registry locked, so events follow the envelope
+// that caused them on the pod's subject.
+func (p *Pod) publishConclusions(concluded []*limits.Context) {
+	for _, c := range concluded {
+		m := envelope.Meta{
+			Kind: envelope.FrameContextEvent, Flags: envelope.FlagConclusion,
+			Origin: p.gw.nodeID, From: envelope.GatewayID,
+			ContextID: c.ID, ContextType: c.Type, Protocol: protocolSpan,
+		}
+		if c.Parent != "" {
+			m.Ancestors = p.Registry.AncestorsLocked(c, nil)
+		}
+		p.eventBuf = envelope.AppendFrame(p.eventBuf[:0], &m, contextEvent(c))
+		p.gw.publish(p.subject, p.eventBuf)
+		p.gw.metrics.conclusions.WithLabelValues(c.Reason).Inc()
+	}
+}
+
+// fanOut delivers one frame of the pod's subject to the local members. NATS
+// calls it on one goroutine per subscription, in the subject's order.
+func (p *Pod) fanOut(msg *nats.Msg) {
+	m := &p.meta
+	body, err := envelope.DecodeFrame(msg.Data, m)
+	if err != nil {
+		p.gw.log.Error("dropping a malformed frame", "pod", p.Name, "err", err)
+		return
+	}
+	var mcpx []byte
+	pick := func(r *participant.Participant) []byte {
+		if r.Protocol != envelope.ProtocolMCPX {
+			return body
+		}
+		if mcpx == nil {
+			mcpx = asMCPX(body, m.Protocol)
+		}
+		return mcpx
+	}
+	n := 0
+	members := *p.snapshot.Load()
+	switch m.Kind {
+	case envelope.FrameJoin, envelope.FrameLeave:
+		for _, r := range members {
+			if r.ID != m.From && r.Deliver(pick(r)) {
+				n++
+			}
+		}
+	default:
+		for _, r := range members {
+			if r.Filter().Admits(m, r.ID) && r.Deliver(pick(r)) {
+				n++
+			}
+		}
+	}
+	p.gw.metrics.deliveries.Add(float64(n))
+}
+
+// reserve admits one upgrade for id before it happens, so that caps are
+// decided while an HTTP answer can still be given.
+func (p *Pod) reserve(id string) (ok, dead bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return false, true
+	}
+	if _, replacing := p.members[id]; !replacing && len(p.members)+p.pending >= p.gw.cfg.MaxParticipantsPerPod {
+		return false, false
+	}
+	p.pending++
+	return true, false
+}
+
+func (p *Pod) unreserve() {
+	p.mu.Lock()
+	p.pending--
+	p.mu.Unlock()
+	p.gw.maybeRemovePod(p)
+}
+
+// join makes r a member: its welcome is queued first, then it is in the
+// fan-out, then the others hear of it (unless it replaces a connection of
+// the same participant, which is closed with 4000 and announced to no one).
+func (p *Pod) join(r *participant.Participant) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending--
+	old := p.members[r.ID]
+	others := make([]identity, 0, len(p.members))
+	for id, m := range p.members {
+		if id != r.ID {
+			others = append(others, identityOf(m))
+		}
+	}
+	r.Deliver(p.gw.welcome(p, r, others))
+	p.members[r.ID] = r
+	p.rebuildSnapshot()
+	if old != nil {
+		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")
+		return
+	}
+	p.publishPresence(envelope.FrameJoin, r)
+}
+
+// leave removes r unless a newer connection has replaced it.
+func (p *Pod) leave(r *participant.Participant) {
+	p.mu.Lock()
+	if p.members[r.ID] != r {
+		p.mu.Unlock()
+		return
+	}
+	delete(p.members, r.ID)
+	p.rebuildSnapshot()
+	p.publishPresence(envelope.FrameLeave, r)
+	p.mu.Unlock()
+	p.gw.maybeRemovePod(p)
+}
+
+func (p *Pod) publishPresence(kind envelope.FrameKind, r *participant.Participant) {
+	event := "join"
+	if kind == envelope.FrameLeave {
+		event = "leave"
+	}
+	m := envelope.Meta{Kind: kind, Origin: p.gw.nodeID, From: r.ID, Protocol: protocolSpan}
+	p.gw.publish(p.subject, envelope.AppendFrame(nil, &m, presence(event, r)))
+}
+
+func (p *Pod) rebuildSnapshot() {
+	s := make([]*participant.Participant, 0, len(p.members))
+	for _, m := range p.members {
+		s = append(s, m)
+	}
+	p.snapshot.Store(&s)
+}
+
+// Members returns the local members.
+func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
+
+// idle reports whether the pod holds nothing worth keeping.
+func (p *Pod) idle() bool {
+	return len(p.members) == 0 && p.pending == 0 && p.Registry.Empty()
+}
+
+func (p *Pod) close() {
+	p.Registry.Close()
+	if p.sub != nil {
+		_ = p.sub.Unsubscribe()
+	}
+}
+
+// sweep forgets departed participants' refilled buckets.
+func (p *Pod) sweep(now time.Time) { p.Buckets.Sweep(now) }

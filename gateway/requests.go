@@ -1,0 +1,128 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/participant"
+)
+
+// request answers an envelope of a gateway/* kind (SPEC section 6).
+func (in *ingress) request() {
+	switch in.env.Kind {
+	case "gateway/filter":
+		in.filterRequest()
+	case "gateway/contexts":
+		in.contextsRequest()
+	default:
+		in.refuse(envelope.Errorf(envelope.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts)", in.env.Kind), in.env.ID)
+	}
+}
+
+func (in *ingress) filterRequest() {
+	if !isObject(in.env.Payload) {
+		in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "gateway/filter needs a filter object as payload"), in.env.ID)
+		return
+	}
+	f, err := in.p.Filter().Update(in.env.Payload)
+	if err != nil {
+		in.refuse(envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message), in.env.ID)
+		return
+	}
+	in.p.SetFilter(f)
+	in.reply("system/filter", f)
+}
+
+type contextsQuery struct {
+	State *string `json:"state"`
+	ID    *string `json:"id"`
+	Type  *string `json:"type"`
+	Limit *int    `json:"limit"`
+}
+
+const defaultContextsLimit = 1000
+
+func (in *ingress) contextsRequest() {
+	q := limits.Query{State: limits.StateActive, Limit: defaultContextsLimit}
+	if in.env.Payload != nil && !bytes.Equal(in.env.Payload, []byte("null")) {
+		var cq contextsQuery
+		d := json.NewDecoder(bytes.NewReader(in.env.Payload))
+		d.DisallowUnknownFields()
+		if !isObject(in.env.Payload) || d.Decode(&cq) != nil {
+			in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, `gateway/contexts takes {"state"?: "active"|"concluded"|"all", "id"?, "type"?, "limit"?}`), in.env.ID)
+			return
+		}
+		if cq.State != nil {
+			switch *cq.State {
+			case limits.StateActive, limits.StateConcluded, "all":
+				q.State = *cq.State
+			default:
+				in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, `state must be "active", "concluded" or "all"`), in.env.ID)
+				return
+			}
+		}
+		if cq.Limit != nil {
+			if *cq.Limit < 1 {
+				in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "limit must be at least 1"), in.env.ID)
+				return
+			}
+			q.Limit = min(*cq.Limit, in.g.cfg.MaxContextsPerPod)
+		}
+		if cq.ID != nil {
+			q.ID = *cq.ID
+		}
+		if cq.Type != nil {
+			q.Type = *cq.Type
+		}
+	}
+	list := in.pod.Registry.Query(q)
+	if list == nil {
+		list = []limits.Info{}
+	}
+	in.reply("system/contexts", map[string]any{"contexts": list})
+}
+
+func isObject(raw []byte) bool {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	return len(raw) > 0 && raw[0] == '{'
+}
+
+// welcome is the first message of a participant (SPEC section 5).
+func (g *Gateway) welcome(pod *Pod, p *participant.Participant, others []identity) []byte {
+	return direct(p, "system/welcome", "", map[string]any{
+		"you":          identityOf(p),
+		"participants": others,
+		"pod":          pod.Name,
+		"filter":       p.Filter(),
+		"limits":       g.limitsPayload(),
+	})
+}
+
+func (g *Gateway) limitsPayload() map[string]any {
+	c := &g.cfg
+	kinds := splitComma(c.ConclusionKinds)
+	if kinds == nil {
+		kinds = []string{}
+	}
+	return map[string]any{
+		"max_message_bytes":            c.MaxMessageBytes,
+		"max_context_bytes":            c.MaxContextBytes,
+		"max_depth":                    c.MaxDepth,
+		"rate":                         c.Rate,
+		"burst":                        c.Burst,
+		"context_rate":                 c.ContextRate,
+		"context_burst":                c.ContextBurst,
+		"context_create_rate":          c.ContextCreateRate,
+		"context_create_burst":         c.ContextCreateBurst,
+		"context_timeout_ms":           c.ContextTimeout.Milliseconds(),
+		"context_retention_ms":         c.ContextRetention.Milliseconds(),
+		"conclusion_kinds":             kinds,
+		"max_contexts_per_participant": c.MaxContextsPerParticipant,
+		"max_contexts_per_pod":         c.MaxContextsPerPod,
+		"max_participants_per_pod":     c.MaxParticipantsPerPod,
+		"send_queue":                   c.SendQueue,
+	}
+}

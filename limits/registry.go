@@ -1,0 +1,552 @@
+package limits
+
+import (
+	"container/heap"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/mcpp/gateway/envelope"
+)
+
+// Reasons a context concludes (SPEC section 3).
+const (
+	ReasonTimeout         = "timeout"
+	ReasonConclusion      = "conclusion"
+	ReasonParentConcluded = "parent_concluded"
+)
+
+// Context states.
+const (
+	StateActive    = "active"
+	StateConcluded = "concluded"
+)
+
+// RegistryConfig holds the rules of a pod's contexts.
+type RegistryConfig struct {
+	MaxDepth          int
+	Timeout           time.Duration // idle time after which a context concludes
+	Retention         time.Duration // how long a concluded context stays queryable
+	MaxPerParticipant int           // active contexts one participant created
+	MaxPerPod         int           // active contexts in the pod; also bounds the retained ones
+	ContextRate       Rate          // envelopes in one context, whoever sends them
+	ConclusionKinds   map[string]bool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Context is one registered context. Its fields are fixed at creation but
+// for the counters and times, which change under the registry's lock.
+type Context struct {
+	ID, Type, Parent, Creator string
+	Depth                     int
+	Path                      bool
+
+	State        string
+	Reason       string
+	Messages     int64
+	Bytes        int64
+	Created      int64 // unix nanoseconds
+	LastActivity int64
+	Concluded    int64
+	Senders      []string
+
+	limiter  *rate.Limiter
+	deadline int64 // when the timeout heap next looks at it
+	index    int   // in the timeout heap, -1 when not in it
+}
+
+// Registry is the context registry of one pod.
+type Registry struct {
+	mu        sync.Mutex
+	cfg       RegistryConfig
+	byID      map[string]*Context // the latest incarnation of each id, active or retained
+	kids      map[string][]*Context
+	active    int
+	byCreator map[string]int
+	timeouts  timeoutHeap
+	retained  []*Context // concluded, oldest first
+	timer     *time.Timer
+	timerAt   int64
+	onExpire  func([]*Context)
+	closed    bool
+}
+
+// NewRegistry makes an empty registry. onExpire is called, with the
+// registry locked, with the contexts that concluded by timeout (and their
+// children), in the order their events must be sent.
+func NewRegistry(cfg RegistryConfig, onExpire func([]*Context)) *Registry {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Registry{
+		cfg: cfg, byID: make(map[string]*Context), kids: make(map[string][]*Context),
+		byCreator: make(map[string]int), onExpire: onExpire,
+	}
+	r.timer = time.AfterFunc(time.Hour, r.fire)
+	r.timer.Stop()
+	return r
+}
+
+// Request is one envelope in a context, as ingress sees it.
+type Request struct {
+	Context envelope.Context
+	Kind    string
+	Sender  string
+	Size    int
+	Now     time.Time
+	// SenderRate is the sender's own rate verdict, nil when within its
+	// rate. SPEC section 5 reports it after the context errors that come
+	// before it in the table and before context_rate_limited.
+	SenderRate *envelope.Error
+	// Create is the sender's bucket for opening contexts.
+	Create *rate.Limiter
+}
+
+// Accepted is what the registry recorded for an accepted envelope.
+type Accepted struct {
+	Context   *Context
+	Ancestors []string   // parent first
+	Concluded []*Context // contexts the envelope concluded, in event order
+}
+
+// Accept checks req against the registry and, when it passes, records it and
+// calls commit with the registry still locked, so that what commit publishes
+// is in the same order as the registry's changes. acc is reused by the
+// caller; Accept fills it.
+func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *envelope.Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := &req.Context
+	now := req.Now.UnixNano()
+
+	cur := r.byID[c.ID]
+	if cur != nil && cur.State != StateActive {
+		cur = nil // naming a concluded id opens a new context
+	}
+	depth := 0
+	if cur != nil {
+		if c.Type != "" && c.Type != cur.Type {
+			return envelope.Errorf(envelope.CodeContextConflict, "context %q was created with type %q, not %q", c.ID, cur.Type, c.Type)
+		}
+		if c.Parent != "" && c.Parent != cur.Parent {
+			return envelope.Errorf(envelope.CodeContextConflict, "context %q was created with parent %q, not %q", c.ID, cur.Parent, c.Parent)
+		}
+	} else {
+		if c.Parent == c.ID || r.inChain(c.Parent, c.ID) {
+			return envelope.Errorf(envelope.CodeContextCycle, "context %q would be its own ancestor", c.ID)
+		}
+		depth = r.depthOf(c)
+		if depth > r.cfg.MaxDepth {
+			return envelope.Errorf(envelope.CodeContextDepthExceeded, "context %q would have depth %d, over the limit of %d", c.ID, depth, r.cfg.MaxDepth)
+		}
+		if r.active >= r.cfg.MaxPerPod {
+			e := envelope.Errorf(envelope.CodeContextLimitExceeded, "the pod has %d active contexts, the limit", r.active)
+			e.Details = map[string]any{"limit": r.cfg.MaxPerPod, "scope": "pod"}
+			return e
+		}
+		if n := r.byCreator[req.Sender]; n >= r.cfg.MaxPerParticipant {
+			e := envelope.Errorf(envelope.CodeContextLimitExceeded, "you have %d active contexts, the limit", n)
+			e.Details = map[string]any{"limit": r.cfg.MaxPerParticipant, "scope": "participant"}
+			return e
+		}
+	}
+	if req.SenderRate != nil {
+		return req.SenderRate
+	}
+	if cur != nil {
+		if ok, d := Take(cur.limiter, req.Now); !ok {
+			return RateError(envelope.CodeContextRateLimited, d, "context %q is over its rate of %g envelopes a second", c.ID, r.cfg.ContextRate.Per)
+		}
+	} else {
+		if req.Create != nil {
+			if ok, d := Take(req.Create, req.Now); !ok {
+				return RateError(envelope.CodeContextRateLimited, d, "you open contexts faster than your rate allows")
+			}
+		}
+		cur = r.create(c, req.Sender, depth, now)
+		cur.limiter.AllowN(req.Now, 1)
+	}
+
+	cur.Messages++
+	cur.Bytes += int64(req.Size)
+	cur.LastActivity = now
+	cur.addSender(req.Sender)
+	acc.Context = cur
+	acc.Ancestors = r.ancestors(cur, acc.Ancestors[:0], now)
+	acc.Concluded = acc.Concluded[:0]
+	if r.cfg.ConclusionKinds[req.Kind] {
+		acc.Concluded = r.conclude(cur, ReasonConclusion, now, acc.Concluded)
+		if len(r.retained) > r.cfg.MaxPerPod {
+			r.forget(now)
+		}
+	}
+	commit(acc)
+	r.schedule()
+	return nil
+}
+
+// depthOf computes the depth of a new context (SPEC section 3). A path
+// carries its ancestry; when its parent is registered deeper than the path
+// says, the registered depth counts, so that mixing the two forms cannot
+// get around the limit.
+func (r *Registry) depthOf(c *envelope.Context) int {
+	if c.Parent == "" {
+		return max(1, c.Segments)
+	}
+	d := 2 // an unknown parent counts as a root
+	if p := r.activeCtx(c.Parent); p != nil {
+		d = p.Depth + 1
+	}
+	if c.Path {
+		d = max(d, c.Segments)
+	}
+	return d
+}
+
+// inChain reports whether id is among from and its registered ancestors.
+func (r *Registry) inChain(from, id string) bool {
+	for i := 0; from != "" && i <= r.cfg.MaxDepth+1; i++ {
+		if from == id {
+			return true
+		}
+		p := r.activeCtx(from)
+		if p == nil {
+			// The prefixes of an unknown path parent are shorter than
+			// any id below them, so they cannot close a cycle.
+			return false
+		}
+		from = p.Parent
+	}
+	return false
+}
+
+func (r *Registry) activeCtx(id string) *Context {
+	if c := r.byID[id]; c != nil && c.State == StateActive {
+		return c
+	}
+	return nil
+}
+
+// AncestorsLocked appends c's ancestor ids, parent first. Call it with the
+// registry locked (from onExpire or commit).
+func (r *Registry) AncestorsLocked(c *Context, dst []string) []string {
+	return r.ancestors(c, dst, 0)
+}
+
+// ancestors appends c's ancestor ids, parent first, and keeps the
+// registered ones alive: activity in a child is activity in its parents.
+func (r *Registry) ancestors(c *Context, dst []string, now int64) []string {
+	id := c.Parent
+	for i := 0; id != "" && i < r.cfg.MaxDepth; i++ {
+		dst = append(dst, id)
+		p := r.activeCtx(id)
+		switch {
+		case p != nil:
+			if now != 0 {
+				p.LastActivity = now
+			}
+			id = p.Parent
+		case c.Path:
+			if j := strings.LastIndexByte(id, '/'); j >= 0 {
+				id = id[:j]
+			} else {
+				id = ""
+			}
+		default:
+			id = ""
+		}
+	}
+	return dst
+}
+
+func (r *Registry) create(c *envelope.Context, creator string, depth int, now int64) *Context {
+	n := &Context{
+		ID: strings.Clone(c.ID), Type: strings.Clone(c.Type), Parent: strings.Clone(c.Parent),
+		Creator: creator, Depth: depth, Path: c.Path, State: StateActive,
+		Created: now, LastActivity: now, limiter: r.cfg.ContextRate.NewLimiter(),
+		deadline: now + int64(r.cfg.Timeout), index: -1,
+	}
+	if c.Path && n.Parent == "" {
+		if i := strings.LastIndexByte(n.ID, '/'); i >= 0 {
+			n.Parent = n.ID[:i]
+		}
+	}
+	r.byID[n.ID] = n
+	if n.Parent != "" {
+		r.kids[n.Parent] = append(r.kids[n.Parent], n)
+	}
+	r.active++
+	r.byCreator[creator]++
+	heap.Push(&r.timeouts, n)
+	return n
+}
+
+func (c *Context) addSender(id string) {
+	for _, s := range c.Senders {
+		if s == id {
+			return
+		}
+	}
+	c.Senders = append(c.Senders, id)
+}
+
+// conclude ends c and, depth first, its active children.
+func (r *Registry) conclude(c *Context, reason string, now int64, out []*Context) []*Context {
+	if c.State != StateActive {
+		return out
+	}
+	c.State, c.Reason, c.Concluded = StateConcluded, reason, now
+	c.limiter = nil
+	r.active--
+	if r.byCreator[c.Creator]--; r.byCreator[c.Creator] <= 0 {
+		delete(r.byCreator, c.Creator)
+	}
+	if c.index >= 0 {
+		heap.Remove(&r.timeouts, c.index)
+	}
+	if c.Parent != "" {
+		r.removeKid(c.Parent, c)
+	}
+	r.retained = append(r.retained, c)
+	out = append(out, c)
+	kids := r.kids[c.ID]
+	delete(r.kids, c.ID)
+	for _, k := range kids {
+		out = r.conclude(k, ReasonParentConcluded, now, out)
+	}
+	return out
+}
+
+func (r *Registry) removeKid(parent string, c *Context) {
+	list := r.kids[parent]
+	for i, k := range list {
+		if k == c {
+			list[i] = list[len(list)-1]
+			list[len(list)-1] = nil
+			list = list[:len(list)-1]
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(r.kids, parent)
+	} else {
+		r.kids[parent] = list
+	}
+}
+
+// Expire concludes the contexts idle for the timeout and forgets those
+// concluded for longer than the retention. The registry's own timer calls
+// it; tests call it with their clock.
+func (r *Registry) Expire(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expire(now.UnixNano())
+	r.schedule()
+}
+
+func (r *Registry) expire(now int64) {
+	var out []*Context
+	timeout := int64(r.cfg.Timeout)
+	for len(r.timeouts) > 0 && r.timeouts[0].deadline <= now {
+		c := r.timeouts[0]
+		if due := c.LastActivity + timeout; due > now {
+			c.deadline = due // touched since it was scheduled: look again later
+			heap.Fix(&r.timeouts, 0)
+			continue
+		}
+		out = r.conclude(c, ReasonTimeout, now, out)
+	}
+	if len(out) > 0 && r.onExpire != nil {
+		r.onExpire(out)
+	}
+	r.forget(now)
+}
+
+// forget drops the retained contexts past the retention, and the oldest
+// ones beyond MaxPerPod, so memory stays bounded.
+func (r *Registry) forget(now int64) {
+	retention := int64(r.cfg.Retention)
+	n := 0
+	for n < len(r.retained) {
+		c := r.retained[n]
+		if c.Concluded+retention > now && len(r.retained)-n <= r.cfg.MaxPerPod {
+			break
+		}
+		if r.byID[c.ID] == c {
+			delete(r.byID, c.ID)
+		}
+		r.retained[n] = nil
+		n++
+	}
+	if n > 0 {
+		r.retained = r.retained[n:]
+		if len(r.retained) == 0 {
+			r.retained = nil
+		}
+	}
+}
+
+func (r *Registry) fire() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timerAt = 0
+	if r.closed {
+		return
+	}
+	r.expire(r.cfg.Now().UnixNano())
+	r.schedule()
+}
+
+// schedule sets the timer for the next deadline or retention expiry.
+func (r *Registry) schedule() {
+	if r.closed {
+		return
+	}
+	var next int64
+	if len(r.timeouts) > 0 {
+		next = r.timeouts[0].deadline
+	}
+	if len(r.retained) > 0 {
+		if at := r.retained[0].Concluded + int64(r.cfg.Retention); next == 0 || at < next {
+			next = at
+		}
+	}
+	if next == 0 || (r.timerAt != 0 && r.timerAt <= next) {
+		return
+	}
+	r.timerAt = next
+	d := time.Duration(next - r.cfg.Now().UnixNano())
+	if d < time.Millisecond {
+		d = time.Millisecond
+	}
+	r.timer.Reset(d)
+}
+
+// Close stops the registry's timer.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	r.timer.Stop()
+}
+
+// Empty reports whether the registry holds no context, active or retained.
+func (r *Registry) Empty() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byID) == 0
+}
+
+// Counts returns the number of active and retained contexts.
+func (r *Registry) Counts() (active, retained int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.active, len(r.retained)
+}
+
+// Query selects contexts for gateway/contexts.
+type Query struct {
+	State string // active, concluded or all
+	ID    string
+	Type  string
+	Limit int
+}
+
+// Info is one context as gateway/contexts reports it.
+type Info struct {
+	ID           string   `json:"id"`
+	Type         *string  `json:"type"`
+	Parent       *string  `json:"parent"`
+	Depth        int      `json:"depth"`
+	State        string   `json:"state"`
+	Reason       *string  `json:"reason"`
+	Creator      string   `json:"creator"`
+	Messages     int64    `json:"messages"`
+	Bytes        int64    `json:"bytes"`
+	Participants []string `json:"participants"`
+	Created      string   `json:"created"`
+	LastActivity string   `json:"last_activity"`
+	Concluded    *string  `json:"concluded"`
+}
+
+// Query answers q, oldest first.
+func (r *Registry) Query(q Query) []Info {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Info
+	for _, c := range r.byID {
+		if (q.State == StateActive || q.State == StateConcluded) && c.State != q.State {
+			continue
+		}
+		if (q.ID != "" && c.ID != q.ID) || (q.Type != "" && c.Type != q.Type) {
+			continue
+		}
+		out = append(out, c.Info())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Created != out[j].Created {
+			return out[i].Created < out[j].Created
+		}
+		return out[i].ID < out[j].ID
+	})
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out
+}
+
+// Info describes c; call it with the registry locked (inside commit or
+// onExpire) or through Query.
+func (c *Context) Info() Info {
+	i := Info{
+		ID: c.ID, Depth: c.Depth, State: c.State, Creator: c.Creator,
+		Messages: c.Messages, Bytes: c.Bytes, Participants: append([]string{}, c.Senders...),
+		Created: FormatTime(c.Created), LastActivity: FormatTime(c.LastActivity),
+	}
+	if c.Type != "" {
+		i.Type = &c.Type
+	}
+	if c.Parent != "" {
+		i.Parent = &c.Parent
+	}
+	if c.State == StateConcluded {
+		reason, at := c.Reason, FormatTime(c.Concluded)
+		i.Reason, i.Concluded = &reason, &at
+	}
+	return i
+}
+
+// FormatTime writes unix nanoseconds as the gateway's timestamps.
+func FormatTime(ns int64) string {
+	return time.Unix(0, ns).UTC().Format(envelope.TimeFormat)
+}
+
+// timeoutHeap orders active contexts by the time the registry next checks
+// them. A context's activity only moves its LastActivity; the heap is fixed
+// when the old deadline comes, so an envelope in an existing context costs
+// O(1).
+type timeoutHeap []*Context
+
+func (h timeoutHeap) Len() int           { return len(h) }
+func (h timeoutHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h timeoutHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *timeoutHeap) Push(x any) {
+	c := x.(*Context)
+	c.index = len(*h)
+	*h = append(*h, c)
+}
+func (h *timeoutHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	c.index = -1
+	*h = old[:len(old)-1]
+	return c
+}

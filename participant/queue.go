@@ -1,0 +1,93 @@
+package participant
+
+import "sync"
+
+// Queue is a bounded FIFO of messages waiting for the writer. Its ring grows
+// on demand up to its limit, so an idle connection holds almost nothing.
+type Queue struct {
+	mu     sync.Mutex
+	ring   [][]byte
+	head   int
+	n      int
+	limit  int
+	closed bool
+	// ready holds a token while the queue may be non-empty; the writer
+	// waits on it.
+	ready chan struct{}
+}
+
+func newQueue(limit int) *Queue {
+	return &Queue{limit: limit, ready: make(chan struct{}, 1)}
+}
+
+// Push appends b. It reports false when the queue is full or closed; the
+// caller then cuts the participant.
+func (q *Queue) Push(b []byte) bool {
+	q.mu.Lock()
+	if q.closed || q.n >= q.limit {
+		q.mu.Unlock()
+		return false
+	}
+	if q.n == len(q.ring) {
+		q.grow()
+	}
+	q.ring[(q.head+q.n)%len(q.ring)] = b
+	q.n++
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (q *Queue) grow() {
+	size := 2 * len(q.ring)
+	if size < 8 {
+		size = 8
+	}
+	if size > q.limit {
+		size = q.limit
+	}
+	ring := make([][]byte, size)
+	for i := 0; i < q.n; i++ {
+		ring[i] = q.ring[(q.head+i)%len(q.ring)]
+	}
+	q.ring, q.head = ring, 0
+}
+
+// PopUpTo moves at most max messages to dst, oldest first.
+func (q *Queue) PopUpTo(dst [][]byte, max int) [][]byte {
+	q.mu.Lock()
+	for q.n > 0 && max > 0 {
+		dst = append(dst, q.ring[q.head])
+		q.ring[q.head] = nil
+		q.head = (q.head + 1) % len(q.ring)
+		q.n--
+		max--
+	}
+	if q.n == 0 && len(q.ring) > 64 {
+		// Give a burst's memory back once it has been written.
+		q.ring, q.head = nil, 0
+	}
+	q.mu.Unlock()
+	return dst
+}
+
+// Len is the number of messages waiting.
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+// Close refuses further pushes; what is queued can still be popped.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
