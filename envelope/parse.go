@@ -40,10 +40,10 @@ func (e *Envelope) Parse(data []byte) *Error {
 	}
 
 	var (
-		bad          *Error
-		badProtocol  bool
-		seen         uint16
-		hasKind      bool
+		bad         *Error
+		badProtocol bool
+		seen        uint16
+		hasKind     bool
 	)
 	fail := func(format string, args ...any) {
 		if bad == nil {

@@ -150,14 +150,14 @@ func (m msg) contextID() string {
 
 // client is one participant's WebSocket connection.
 type client struct {
-	t       *testing.T
-	conn    *websocket.Conn
-	ID      string
-	Welcome msg
-	in      chan msg
-	raw     chan []byte // every text message as received
-	closed  chan struct{}
-	closeMu sync.Mutex
+	t        *testing.T
+	conn     *websocket.Conn
+	ID       string
+	Welcome  msg
+	in       chan msg
+	raw      chan []byte // every text message as received
+	closed   chan struct{}
+	closeMu  sync.Mutex
 	closeErr error
 }
 
