@@ -1,0 +1,92 @@
+package participant
+
+import "testing"
+
+func TestCapabilities(t *testing.T) {
+	cases := []struct {
+		caps  Capabilities
+		kind  string
+		allow bool
+	}{
+		{Capabilities{"*"}, "chat", true},
+		{Capabilities{"*"}, "system/welcome", false},
+		{Capabilities{"system/*"}, "system/error", false},
+		{Capabilities{"mcp/*"}, "mcp/request:tools/call", true},
+		{Capabilities{"mcp/*"}, "mcpx/request", false},
+		{Capabilities{"mcp/request:*"}, "mcp/request:tools/call", true},
+		{Capabilities{"mcp/request:*"}, "mcp/response:tools/call", false},
+		{Capabilities{"mcp/request:tools/*"}, "mcp/request:tools/list", true},
+		{Capabilities{"chat"}, "chat", true},
+		{Capabilities{"chat"}, "chat/x", false},
+		{Capabilities{"chat"}, "cha", false},
+		{Capabilities{}, "chat", false},
+		{nil, "chat", false},
+		{Capabilities{"mcp/proposal:*", "chat"}, "chat", true},
+		{Capabilities{"mcp/proposal:*", "chat"}, "mcp/proposal:tools/call", true},
+		{Capabilities{"mcp/proposal:*", "chat"}, "mcp/request:tools/call", false},
+	}
+	for _, c := range cases {
+		if got := c.caps.Allows(c.kind); got != c.allow {
+			t.Errorf("%v.Allows(%q) = %v, want %v", c.caps, c.kind, got, c.allow)
+		}
+	}
+}
+
+func TestMatchAnyPods(t *testing.T) {
+	if !MatchAny([]string{"lab-*"}, "lab-1") || MatchAny([]string{"lab-*"}, "lab") || !MatchAny([]string{"lab"}, "lab") || !MatchAny([]string{"*"}, "x") {
+		t.Fatal("pod patterns do not match like capabilities")
+	}
+}
+
+func TestCapabilityAllowsDoesNotAllocate(t *testing.T) {
+	caps := Capabilities{"mcp/proposal:*", "chat", "mcp/request:tools/*"}
+	if n := testing.AllocsPerRun(1000, func() { caps.Allows("mcp/request:tools/call") }); n != 0 {
+		t.Fatalf("Allows allocates %v times", n)
+	}
+}
+
+func BenchmarkCapabilityAllows(b *testing.B) {
+	caps := Capabilities{"mcp/proposal:*", "chat", "mcp/request:tools/*"}
+	b.ReportAllocs()
+	for b.Loop() {
+		caps.Allows("mcp/request:tools/call")
+	}
+}
+
+func FuzzMatch(f *testing.F) {
+	f.Add("mcp/*", "mcp/request")
+	f.Add("*", "")
+	f.Add("chat", "chat")
+	f.Fuzz(func(t *testing.T, pattern, kind string) {
+		got := Match(pattern, kind)
+		if pattern == kind && got != true {
+			t.Fatalf("Match(%q, %q) is false for an exact pattern", pattern, kind)
+		}
+		if pattern == "*" && !got {
+			t.Fatal("* does not match")
+		}
+		if got && len(pattern) > 0 && pattern[len(pattern)-1] != '*' && pattern != kind {
+			t.Fatalf("Match(%q, %q) is true", pattern, kind)
+		}
+	})
+}
+
+func TestQueueBounded(t *testing.T) {
+	q := newQueue(3)
+	for i := 0; i < 3; i++ {
+		if !q.Push([]byte{byte(i)}) {
+			t.Fatalf("push %d refused", i)
+		}
+	}
+	if q.Push([]byte{9}) {
+		t.Fatal("a full queue accepted more")
+	}
+	got := q.PopUpTo(nil, 10)
+	if len(got) != 3 || got[0][0] != 0 || got[2][0] != 2 {
+		t.Fatalf("popped %v", got)
+	}
+	q.Close()
+	if q.Push([]byte{1}) {
+		t.Fatal("a closed queue accepted more")
+	}
+}
