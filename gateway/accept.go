@@ -57,7 +57,8 @@ func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
 
 	token := q.Get("token")
 	if h := r.Header.Get("Authorization"); h != "" {
-		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+		// The scheme is case-insensitive (RFC 9110, section 11.1).
+		if scheme, t, ok := strings.Cut(strings.TrimSpace(h), " "); ok && strings.EqualFold(scheme, "Bearer") {
 			token = strings.TrimSpace(t)
 		}
 	}
@@ -109,11 +110,11 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
 		return
 	}
-	defer g.connCount.Add(-1)
 	var pod *Pod
 	for {
 		p, e := g.pod(a.pod)
 		if e != nil {
+			g.connCount.Add(-1)
 			g.refuse(w, http.StatusServiceUnavailable, e)
 			return
 		}
@@ -122,40 +123,46 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 			continue // removed as we looked it up; a new one will be made
 		}
 		if !ok {
+			g.connCount.Add(-1)
 			g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q has %d participants, the limit", a.pod, g.cfg.MaxParticipantsPerPod))
 			return
 		}
 		pod = p
 		break
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	hw := participant.SmallBuffers(w)
+	conn, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		OriginPatterns:  g.originPatterns,
 		CompressionMode: websocket.CompressionDisabled,
 	})
 	if err != nil {
 		pod.unreserve()
+		g.connCount.Add(-1)
 		return // Accept has answered the request
 	}
-	g.handlers.Add(1)
-	defer g.handlers.Done()
 	conn.SetReadLimit(g.cfg.readLimit())
 
-	p := participant.New(conn, a.id, a.pod, a.caps, a.protocol, a.filter, participant.Options{
+	p := participant.New(conn, hw.Conn(), a.id, a.pod, a.caps, a.protocol, a.filter, participant.Options{
 		SendQueue:      g.cfg.SendQueue,
 		WriteTimeout:   g.cfg.WriteTimeout,
-		PingInterval:   g.cfg.PingInterval,
 		OnSlowConsumer: func() { g.metrics.slowConsumers.Inc() },
 		OnWrite:        func(int) { g.metrics.writes.Inc() },
 	})
 	buckets := pod.Buckets.Acquire(a.id)
 	g.metrics.connections.Inc()
 	pod.join(p)
-	p.Start()
 
-	g.readLoop(pod, p, buckets)
-
-	p.Finish()
-	pod.leave(p)
-	pod.Buckets.Release(a.id, timeNow())
-	g.metrics.connections.Dec()
+	// The connection is read by a goroutine of its own, and the HTTP
+	// handler returns: the server's per-request state and its goroutine's
+	// grown stack are freed for the life of the connection.
+	g.handlers.Add(1)
+	go func() {
+		defer g.handlers.Done()
+		defer g.connCount.Add(-1)
+		g.readLoop(pod, p, buckets)
+		p.Finish()
+		pod.leave(p)
+		pod.Buckets.Release(a.id, timeNow())
+		g.metrics.connections.Dec()
+	}()
 }

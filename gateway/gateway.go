@@ -230,20 +230,40 @@ func (g *Gateway) activeContexts() float64 {
 	return float64(n)
 }
 
-// janitor periodically forgets idle pods and refilled buckets of departed
+// janitor runs the gateway's periodic work from one goroutine: every
+// second it watches each connection's writer (write timeouts, idle
+// writers), every --ping-interval it pings every connection, and every ten
+// seconds it forgets idle pods and refilled buckets of departed
 // participants.
 func (g *Gateway) janitor() {
 	defer close(g.janitorDone)
-	t := time.NewTicker(10 * time.Second)
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var lastPing, lastSweep time.Time
 	for {
 		select {
 		case <-g.janitorStop:
 			return
 		case now := <-t.C:
+			ping := g.cfg.PingInterval > 0 && now.Sub(lastPing) >= g.cfg.PingInterval
+			if ping {
+				lastPing = now
+			}
+			sweep := now.Sub(lastSweep) >= 10*time.Second
+			if sweep {
+				lastSweep = now
+			}
 			for _, p := range g.allPods() {
-				p.sweep(now)
-				g.maybeRemovePod(p)
+				for _, r := range p.Members() {
+					r.Watch(now)
+					if ping {
+						r.Ping()
+					}
+				}
+				if sweep {
+					p.sweep(now)
+					g.maybeRemovePod(p)
+				}
 			}
 		}
 	}

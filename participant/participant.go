@@ -21,7 +21,6 @@ const (
 type Options struct {
 	SendQueue    int           // messages waiting for the writer before the participant is cut
 	WriteTimeout time.Duration // one write (or one ping) may take this long
-	PingInterval time.Duration // 0 disables pings
 	// OnSlowConsumer is called once when the participant is cut for a full
 	// queue (for metrics).
 	OnSlowConsumer func()
@@ -46,6 +45,7 @@ type Participant struct {
 	Protocol string
 
 	conn   *websocket.Conn
+	cc     *CoalescingConn // nil when the connection was not hijacked by SmallBuffers
 	opts   Options
 	queue  *Queue
 	filter atomic.Pointer[filter.Filter]
@@ -56,7 +56,16 @@ type Participant struct {
 	closeOnce sync.Once
 	drain     atomic.Pointer[closeFrame] // set at shutdown: write what is queued, then close
 	done      chan struct{}
-	timer     *time.Timer // write watchdog
+
+	// The writer goroutine runs only while there is something to write and
+	// a little after: an idle connection holds no goroutine but its reader.
+	writerOn atomic.Bool
+	park     chan struct{}
+	writes   atomic.Uint64 // messages written, for Watch
+	seen     uint64        // writes at the previous Watch
+	// writeStart is when the write in progress began (unix ns), or 0.
+	writeStart atomic.Int64
+	pinging    atomic.Bool
 }
 
 type closeFrame struct {
@@ -64,16 +73,15 @@ type closeFrame struct {
 	reason string
 }
 
-// New wraps an accepted connection. Start must be called to run its writer.
-func New(conn *websocket.Conn, id, pod string, caps Capabilities, protocol string, f *filter.Filter, opts Options) *Participant {
+// New wraps an accepted connection; cc is the connection SmallBuffers
+// hijacked, or nil.
+func New(conn *websocket.Conn, cc *CoalescingConn, id, pod string, caps Capabilities, protocol string, f *filter.Filter, opts Options) *Participant {
 	p := &Participant{
 		ID: id, Pod: pod, Capabilities: caps, Protocol: protocol,
-		conn: conn, opts: opts, queue: newQueue(opts.SendQueue),
-		done: make(chan struct{}),
+		conn: conn, cc: cc, opts: opts, queue: newQueue(opts.SendQueue),
+		done: make(chan struct{}), park: make(chan struct{}, 1),
 	}
 	p.filter.Store(f)
-	p.timer = time.AfterFunc(time.Hour, func() { _ = conn.CloseNow() })
-	p.timer.Stop()
 	return p
 }
 
@@ -101,6 +109,7 @@ func (p *Participant) Deliver(b []byte) bool {
 		return false
 	}
 	if p.queue.Push(b) {
+		p.wakeWriter()
 		return true
 	}
 	if p.cut.Load() || p.drain.Load() != nil {
@@ -111,6 +120,12 @@ func (p *Participant) Deliver(b []byte) bool {
 	}
 	p.Close(StatusSlowConsumer, "slow consumer: send queue full")
 	return false
+}
+
+func (p *Participant) wakeWriter() {
+	if !p.writerOn.Load() && p.writerOn.CompareAndSwap(false, true) {
+		go p.writeLoop()
+	}
 }
 
 // Close ends the connection now with code, dropping what is queued. It
@@ -131,6 +146,7 @@ func (p *Participant) Close(code websocket.StatusCode, reason string) {
 func (p *Participant) CloseAfterDrain(code websocket.StatusCode, reason string) {
 	p.drain.CompareAndSwap(nil, &closeFrame{code, reason})
 	p.queue.Close()
+	p.wakeWriter()
 }
 
 // Kill closes the TCP connection without a closing handshake.
@@ -150,18 +166,52 @@ func (p *Participant) Finish() {
 }
 
 func (p *Participant) finish() {
-	p.closeOnce.Do(func() {
-		p.timer.Stop()
-		close(p.done)
-	})
+	p.closeOnce.Do(func() { close(p.done) })
 }
 
-// Start runs the writer and the pinger until the connection ends.
-func (p *Participant) Start() {
-	go p.writeLoop()
-	if p.opts.PingInterval > 0 {
-		go p.pingLoop()
+// Watch is called periodically (every second) by the gateway: it cuts a
+// connection whose write has taken longer than WriteTimeout, and lets an
+// idle writer goroutine go. One watcher for all connections replaces a
+// timer per write and a goroutine per connection.
+func (p *Participant) Watch(now time.Time) {
+	if start := p.writeStart.Load(); start != 0 && p.opts.WriteTimeout > 0 && now.UnixNano()-start > int64(p.opts.WriteTimeout) {
+		p.Kill()
+		return
 	}
+	if w := p.writes.Load(); w != p.seen {
+		p.seen = w
+		return
+	}
+	if p.writerOn.Load() {
+		select {
+		case p.park <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Ping sends a WebSocket ping in the background; a peer that does not
+// answer within WriteTimeout is dropped.
+func (p *Participant) Ping() {
+	if p.cut.Load() || !p.pinging.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer p.pinging.Store(false)
+		timeout := p.opts.WriteTimeout
+		if timeout <= 0 {
+			timeout = 30 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := p.conn.Ping(ctx); err != nil {
+			select {
+			case <-p.done:
+			default:
+				p.Kill()
+			}
+		}
+	}()
 }
 
 func (p *Participant) writeLoop() {
@@ -170,11 +220,6 @@ func (p *Participant) writeLoop() {
 		buf   []byte
 	)
 	for {
-		select {
-		case <-p.queue.ready:
-		case <-p.done:
-			return
-		}
 		for !p.cut.Load() {
 			batch := p.filter.Load().Batch
 			max := 1
@@ -213,39 +258,34 @@ func (p *Participant) writeLoop() {
 			p.finish()
 			return
 		}
-	}
-}
-
-// write sends one message. The context is Background so that the library
-// sets up no per-write timer; the participant's own watchdog closes the
-// connection when a write outlasts WriteTimeout.
-func (p *Participant) write(b []byte) error {
-	if p.opts.WriteTimeout > 0 {
-		p.timer.Reset(p.opts.WriteTimeout)
-		defer p.timer.Stop()
-	}
-	return p.conn.Write(context.Background(), websocket.MessageText, b)
-}
-
-func (p *Participant) pingLoop() {
-	t := time.NewTicker(p.opts.PingInterval)
-	defer t.Stop()
-	for {
 		select {
+		case <-p.queue.ready:
 		case <-p.done:
 			return
-		case <-t.C:
-			timeout := p.opts.WriteTimeout
-			if timeout <= 0 {
-				timeout = p.opts.PingInterval
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			err := p.conn.Ping(ctx)
-			cancel()
-			if err != nil {
-				p.Kill()
+		case <-p.park:
+			// Idle since the last Watch: let the goroutine go, unless
+			// something was queued meanwhile.
+			p.writerOn.Store(false)
+			if p.queue.Len() == 0 && p.drain.Load() == nil || !p.writerOn.CompareAndSwap(false, true) {
 				return
 			}
 		}
 	}
+}
+
+// write sends one message. The context is Background so that the library
+// sets up no per-write timer; Watch cuts a write that outlasts WriteTimeout.
+func (p *Participant) write(b []byte) error {
+	p.writeStart.Store(time.Now().UnixNano())
+	defer p.writeStart.Store(0)
+	p.writes.Add(1)
+	if p.cc == nil {
+		return p.conn.Write(context.Background(), websocket.MessageText, b)
+	}
+	p.cc.hold()
+	err := p.conn.Write(context.Background(), websocket.MessageText, b)
+	if rerr := p.cc.release(); err == nil {
+		err = rerr
+	}
+	return err
 }

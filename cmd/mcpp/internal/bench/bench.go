@@ -1,0 +1,322 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const usage = `Usage: mcpp bench [flags]
+
+Measures fan-out: P publishers send envelopes of --size bytes to N
+subscribers of one pod, flat out within --window envelopes in flight, or at
+--rate envelopes a second. Reports deliveries a second, end-to-end latency
+(p50/p99/p999) and, when bench starts the gateway itself (no --gateway), the
+gateway's CPU time per delivery.
+
+  mcpp bench --subscribers 100                       # the gateway, started by bench
+  mcpp bench --subscribers 100 --baseline --rounds 3 # alternated with the bare relay
+  mcpp bench --subscribers 100 --batch               # subscribers join with batch=1
+  mcpp bench --subscribers 100 --filters             # half contexts=none, half the envelopes in a context
+  mcpp bench --subscribers 100 --baseline --latency-at 0.25,0.5,0.75
+  mcpp bench --idle 10000 --baseline                 # RSS per idle connection
+  mcpp bench --gateway ws://HOST:PORT --subscribers 10   # a gateway that runs elsewhere
+
+Flags:
+`
+
+// Run is `mcpp bench`; it returns the process's exit code.
+func Run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mcpp bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		gw         = fs.String("gateway", "", "WebSocket URL of a running gateway (ws://HOST:PORT or …/ws); empty: start mcpp-gateway")
+		gwBin      = fs.String("gateway-bin", "", "mcpp-gateway binary to start (default: next to mcpp, or on PATH)")
+		token      = fs.String("token", os.Getenv("MCPP_TOKEN"), "token for --gateway")
+		pod        = fs.String("pod", "bench", "pod name")
+		subs       = fs.Int("subscribers", 100, "subscribers (N)")
+		pubs       = fs.Int("publishers", 1, "publishers (P)")
+		size       = fs.Int("size", 256, "envelope size in bytes")
+		duration   = fs.Duration("duration", 5*time.Second, "measured time of each run")
+		warmup     = fs.Duration("warmup", 2*time.Second, "time before measuring")
+		window     = fs.Int("window", 256, "envelopes in flight when flat out")
+		rate       = fs.Float64("rate", 0, "envelopes a second in all (0: flat out)")
+		filters    = fs.Bool("filters", false, "half the subscribers contexts=none, half the envelopes in a reasoning context")
+		batch      = fs.Bool("batch", false, "subscribers join with batch=1")
+		baseline   = fs.Bool("baseline", false, "alternate each run with the bare WebSocket relay and report gateway/baseline")
+		rounds     = fs.Int("rounds", 3, "rounds (gateway then baseline in each)")
+		latencyAt  = fs.String("latency-at", "", "after the flat-out rounds, measure latency at these fractions of each server's capacity (e.g. 0.25,0.5,0.75)")
+		idle       = fs.Int("idle", 0, "instead of traffic: open this many idle connections and report RSS per connection")
+		gatewayArg = fs.String("gateway-args", "", "extra flags for the started gateway (space-separated)")
+	)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 || *subs < 1 || *pubs < 1 || *size < 64 || *rounds < 1 || (*gw != "" && *baseline) {
+		fmt.Fprintln(stderr, "mcpp bench: bad arguments (--baseline needs bench to start the servers itself; --size at least 64)")
+		return 2
+	}
+	var fractions []float64
+	for _, f := range strings.Split(*latencyAt, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 || v > 1 {
+			fmt.Fprintln(stderr, "mcpp bench: --latency-at takes fractions in (0, 1]")
+			return 2
+		}
+		fractions = append(fractions, v)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	b := &bencher{out: stdout, gwBin: *gwBin, gwArgs: strings.Fields(*gatewayArg)}
+	load := Load{Token: *token, Pod: *pod, Subscribers: *subs, Publishers: *pubs, Size: *size,
+		Warmup: *warmup, Duration: *duration, Window: *window, Rate: *rate, Filters: *filters, Batch: *batch}
+	var err error
+	switch {
+	case *idle > 0:
+		err = b.idle(ctx, *idle, *baseline)
+	case *gw != "":
+		load.URL = wsURL(*gw)
+		var r Result
+		if r, err = load.run(ctx); err == nil {
+			b.report("gateway", 1, load, r)
+		}
+	default:
+		err = b.rounds(ctx, load, *rounds, *baseline, fractions)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "mcpp bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// wsURL accepts ws://HOST:PORT or the full …/ws URL.
+func wsURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Path == "" || u.Path == "/" {
+		return strings.TrimSuffix(s, "/") + "/ws"
+	}
+	return s
+}
+
+type bencher struct {
+	out    io.Writer
+	gwBin  string
+	gwArgs []string
+}
+
+type kind int
+
+const (
+	kindGateway kind = iota
+	kindRelay
+)
+
+func (k kind) String() string { return [...]string{"gateway", "baseline"}[k] }
+
+func (b *bencher) start(k kind) (*server, error) {
+	if k == kindRelay {
+		return startRelayProcess()
+	}
+	bin, err := gatewayBinary(b.gwBin)
+	if err != nil {
+		return nil, err
+	}
+	return startGatewayProcess(bin, b.gwArgs)
+}
+
+// once starts a fresh server, runs the load against it and stops it.
+func (b *bencher) once(ctx context.Context, k kind, load Load) (Result, error) {
+	s, err := b.start(k)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.stop()
+	load.URL, load.ServerPID = s.ws, s.pid()
+	return load.run(ctx)
+}
+
+func (b *bencher) rounds(ctx context.Context, load Load, rounds int, baseline bool, fractions []float64) error {
+	kinds := []kind{kindGateway}
+	if baseline {
+		kinds = append(kinds, kindRelay)
+	}
+	fmt.Fprintf(b.out, "# N=%d subscribers, P=%d publishers, %d B envelopes, %s per run, batch=%v, filters=%v, %s\n",
+		load.Subscribers, load.Publishers, load.Size, load.Duration, load.Batch, load.Filters, modeOf(load))
+	results := map[kind][]Result{}
+	for r := 1; r <= rounds; r++ {
+		for _, k := range kinds {
+			res, err := b.once(ctx, k, load)
+			if err != nil {
+				return fmt.Errorf("%s round %d: %w", k, r, err)
+			}
+			results[k] = append(results[k], res)
+			b.report(k.String(), r, load, res)
+		}
+	}
+	b.summary(results, baseline)
+	if len(fractions) == 0 {
+		return nil
+	}
+	for _, f := range fractions {
+		lat := map[kind][]Result{}
+		for r := 1; r <= rounds; r++ {
+			for _, k := range kinds {
+				l := load
+				l.Rate = f * median(results[k], Result.EnvelopesPerSec)
+				res, err := b.once(ctx, k, l)
+				if err != nil {
+					return fmt.Errorf("%s latency round %d: %w", k, r, err)
+				}
+				lat[k] = append(lat[k], res)
+				b.report(fmt.Sprintf("%s@%.0f%%", k, f*100), r, l, res)
+			}
+		}
+		line := fmt.Sprintf("latency at %.0f%% of capacity: gateway p50 %s p99 %s p999 %s",
+			f*100, medianDur(lat[kindGateway], 0.5), medianDur(lat[kindGateway], 0.99), medianDur(lat[kindGateway], 0.999))
+		if baseline {
+			g99, b99 := medianDur(lat[kindGateway], 0.99), medianDur(lat[kindRelay], 0.99)
+			line += fmt.Sprintf("; baseline p50 %s p99 %s p999 %s; p99 gateway/baseline %.2f",
+				medianDur(lat[kindRelay], 0.5), b99, medianDur(lat[kindRelay], 0.999), float64(g99)/float64(b99))
+		}
+		fmt.Fprintln(b.out, line)
+	}
+	return nil
+}
+
+func modeOf(l Load) string {
+	if l.Rate > 0 {
+		return fmt.Sprintf("rate %.0f/s", l.Rate)
+	}
+	return fmt.Sprintf("flat out, window %d", l.Window)
+}
+
+func (b *bencher) report(name string, round int, l Load, r Result) {
+	perMsg := 0.0
+	if r.WSMessages > 0 {
+		perMsg = float64(r.Deliveries) / float64(r.WSMessages)
+	}
+	line := fmt.Sprintf("%-14s round %d: %10.0f deliveries/s %9.0f envelopes/s  p50 %-9s p99 %-9s p999 %-9s  %.1f envelopes/ws-message",
+		name, round, r.DeliveriesPerSec(), r.EnvelopesPerSec(),
+		r.Latency.quantile(0.5), r.Latency.quantile(0.99), r.Latency.quantile(0.999), perMsg)
+	if r.ServerCPU > 0 {
+		line += fmt.Sprintf("  server CPU %.2f µs/delivery, %.0f deliveries/CPU-s",
+			float64(r.CPUPerDelivery().Nanoseconds())/1000, float64(r.Deliveries)/r.ServerCPU.Seconds())
+	}
+	fmt.Fprintln(b.out, line)
+}
+
+func (b *bencher) summary(results map[kind][]Result, baseline bool) {
+	g := results[kindGateway]
+	line := fmt.Sprintf("median: gateway %.0f deliveries/s, %.2f µs CPU/delivery, p99 %s",
+		median(g, Result.DeliveriesPerSec), median(g, cpuMicros), medianDur(g, 0.99))
+	if baseline {
+		r := results[kindRelay]
+		gm, bm := median(g, Result.DeliveriesPerSec), median(r, Result.DeliveriesPerSec)
+		line += fmt.Sprintf("; baseline %.0f deliveries/s, %.2f µs CPU/delivery, p99 %s; gateway/baseline %.2f",
+			bm, median(r, cpuMicros), medianDur(r, 0.99), gm/bm)
+	}
+	fmt.Fprintln(b.out, line)
+}
+
+func cpuMicros(r Result) float64 { return float64(r.CPUPerDelivery().Nanoseconds()) / 1000 }
+
+func median(rs []Result, f func(Result) float64) float64 {
+	if len(rs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func medianDur(rs []Result, q float64) time.Duration {
+	return time.Duration(median(rs, func(r Result) float64 { return float64(r.Latency.quantile(q)) }))
+}
+
+// idle opens n idle connections and reports the server's RSS growth per
+// connection.
+func (b *bencher) idle(ctx context.Context, n int, baseline bool) error {
+	kinds := []kind{kindGateway}
+	if baseline {
+		kinds = append(kinds, kindRelay)
+	}
+	per := map[kind]float64{}
+	for _, k := range kinds {
+		s, err := b.start(k)
+		if err != nil {
+			return err
+		}
+		v, err := idleRSS(ctx, s, n)
+		s.stop()
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		per[k] = v
+		fmt.Fprintf(b.out, "%-8s %d idle connections: %.1f KiB RSS per connection\n", k, n, v/1024)
+	}
+	if baseline {
+		fmt.Fprintf(b.out, "gateway/baseline RSS per idle connection: %.2f\n", per[kindGateway]/per[kindRelay])
+	}
+	return nil
+}
+
+func idleRSS(ctx context.Context, s *server, n int) (float64, error) {
+	time.Sleep(500 * time.Millisecond)
+	before, err := rss(s.pid())
+	if err != nil {
+		return 0, err
+	}
+	l := Load{URL: s.ws}
+	conns := make([]interface{ CloseNow() error }, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.CloseNow()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		q := url.Values{"pod": {fmt.Sprintf("idle-%d", i/1000)}, "participant": {fmt.Sprintf("idle-%d", i)}}
+		c, err := l.dial(ctx, q)
+		if err != nil {
+			return 0, fmt.Errorf("connection %d: %w", i, err)
+		}
+		conns = append(conns, c)
+		go func() {
+			for {
+				if _, _, err := c.Read(ctx); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	after, err := rss(s.pid())
+	if err != nil {
+		return 0, err
+	}
+	return float64(after-before) / float64(n), nil
+}

@@ -1,0 +1,355 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Load describes one measured run against one server.
+type Load struct {
+	URL         string // ws://host:port/ws
+	Token       string
+	Pod         string
+	Subscribers int
+	Publishers  int
+	Size        int
+	Warmup      time.Duration
+	Duration    time.Duration
+	Window      int     // envelopes in flight, flat out
+	Rate        float64 // envelopes a second in all; 0 is flat out
+	Filters     bool    // half the subscribers contexts=none, half the envelopes in a context
+	Batch       bool    // subscribers join with batch=1
+	ServerPID   int     // 0 when the server is not ours to watch
+}
+
+// Result is what one run measured.
+type Result struct {
+	Envelopes   int64 // received by the tracking subscriber, which sees all
+	Deliveries  int64 // received by all subscribers
+	Elapsed     time.Duration
+	Latency     *histogram
+	ServerCPU   time.Duration
+	WSMessages  int64
+	Subscribers int
+}
+
+// DeliveriesPerSec is the headline figure.
+func (r Result) DeliveriesPerSec() float64 { return float64(r.Deliveries) / r.Elapsed.Seconds() }
+
+// EnvelopesPerSec is how many envelopes went through the gateway a second.
+func (r Result) EnvelopesPerSec() float64 { return float64(r.Envelopes) / r.Elapsed.Seconds() }
+
+// CPUPerDelivery is the server's CPU time per delivery.
+func (r Result) CPUPerDelivery() time.Duration {
+	if r.Deliveries == 0 {
+		return 0
+	}
+	return r.ServerCPU / time.Duration(r.Deliveries)
+}
+
+type subscriber struct {
+	conn     *websocket.Conn
+	received atomic.Int64
+	messages atomic.Int64
+	all      bool // admits every envelope (the tracker does)
+	_        [32]byte
+}
+
+// run performs the load and returns its measurements.
+func (l Load) run(ctx context.Context) (Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		measuring atomic.Bool
+		hist      = newHistogram()
+		credits   = make(chan struct{}, max(l.Window, 1))
+		wg        sync.WaitGroup
+		subs      = make([]*subscriber, l.Subscribers)
+	)
+	for i := 0; i < cap(credits); i++ {
+		credits <- struct{}{}
+	}
+	defer func() {
+		for _, s := range subs {
+			if s != nil {
+				_ = s.conn.CloseNow()
+			}
+		}
+		wg.Wait()
+	}()
+	for i := range subs {
+		q := url.Values{"pod": {l.Pod}, "participant": {fmt.Sprintf("sub-%d", i)}}
+		all := true
+		if l.Filters && i%2 == 1 {
+			q.Set("contexts", "none")
+			all = false
+		}
+		if l.Batch {
+			q.Set("batch", "1")
+		}
+		c, err := l.dial(ctx, q)
+		if err != nil {
+			return Result{}, fmt.Errorf("subscriber %d: %w", i, err)
+		}
+		s := &subscriber{conn: c, all: all}
+		subs[i] = s
+		tracker := i == 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.read(ctx, &measuring, hist, tracker, credits)
+		}()
+	}
+	pubs := make([]*websocket.Conn, l.Publishers)
+	for i := range pubs {
+		c, err := l.dial(ctx, url.Values{"pod": {l.Pod}, "participant": {fmt.Sprintf("pub-%d", i)}})
+		if err != nil {
+			return Result{}, fmt.Errorf("publisher %d: %w", i, err)
+		}
+		pubs[i] = c
+		defer c.CloseNow()
+		// Publishers read too (welcome, presence, errors), or their queues
+		// at the gateway would fill.
+		go func() {
+			for {
+				if _, _, err := c.Read(ctx); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	// Let presence of the joins drain before sending.
+	time.Sleep(200*time.Millisecond + time.Duration(l.Subscribers)*time.Millisecond)
+
+	pubErr := make(chan error, len(pubs))
+	for i, c := range pubs {
+		go func() { pubErr <- l.publish(ctx, c, i, credits) }()
+	}
+	select {
+	case err := <-pubErr:
+		return Result{}, err
+	case <-time.After(l.Warmup):
+	}
+	sum := func() (env, del, msgs int64) {
+		for i, s := range subs {
+			n := s.received.Load()
+			if i == 0 {
+				env = n
+			}
+			del += n
+			msgs += s.messages.Load()
+		}
+		return
+	}
+	cpu0 := l.cpu()
+	env0, del0, msg0 := sum()
+	start := time.Now()
+	measuring.Store(true)
+	select {
+	case err := <-pubErr:
+		return Result{}, err
+	case <-time.After(l.Duration):
+	}
+	measuring.Store(false)
+	env1, del1, msg1 := sum()
+	elapsed := time.Since(start)
+	cpu1 := l.cpu()
+	cancel()
+	return Result{
+		Envelopes: env1 - env0, Deliveries: del1 - del0, Elapsed: elapsed, Latency: hist,
+		ServerCPU: cpu1 - cpu0, WSMessages: msg1 - msg0, Subscribers: l.Subscribers,
+	}, nil
+}
+
+func (l Load) cpu() time.Duration {
+	if l.ServerPID == 0 {
+		return 0
+	}
+	d, _ := cpuTime(l.ServerPID)
+	return d
+}
+
+func (l Load) dial(ctx context.Context, q url.Values) (*websocket.Conn, error) {
+	h := http.Header{}
+	if l.Token != "" {
+		h.Set("Authorization", "Bearer "+l.Token)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(dctx, l.URL+"?"+q.Encode(), &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(64 << 20)
+	return c, nil
+}
+
+var stampKey = []byte(`"t":`)
+
+// read counts the bench envelopes a subscriber receives and their latency.
+func (s *subscriber) read(ctx context.Context, measuring *atomic.Bool, h *histogram, tracker bool, credits chan struct{}) {
+	buf := make([]byte, 0, 64<<10)
+	for {
+		_, r, err := s.conn.Reader(ctx)
+		if err != nil {
+			return
+		}
+		buf = buf[:0]
+		for {
+			if len(buf) == cap(buf) {
+				buf = append(buf, 0)[:len(buf)]
+			}
+			n, err := r.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			if err != nil {
+				break
+			}
+		}
+		s.messages.Add(1)
+		now := time.Now().UnixNano()
+		var n int64
+		for line := buf; len(line) > 0; {
+			end := bytes.IndexByte(line, '\n')
+			cur := line
+			if end >= 0 {
+				cur, line = line[:end], line[end+1:]
+			} else {
+				line = nil
+			}
+			i := bytes.Index(cur, stampKey)
+			if i < 0 {
+				continue // welcome, presence
+			}
+			n++
+			if measuring.Load() {
+				if t, ok := parseStamp(cur[i+len(stampKey):]); ok {
+					h.record(now - t)
+				}
+			}
+		}
+		s.received.Add(n)
+		if tracker {
+			for ; n > 0; n-- {
+				select {
+				case credits <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+func parseStamp(b []byte) (int64, bool) {
+	var v int64
+	i := 0
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		v = v*10 + int64(b[i]-'0')
+	}
+	return v, i > 0
+}
+
+// publish sends envelopes of l.Size bytes, flat out within the window of
+// credits or at the publisher's share of l.Rate.
+func (l Load) publish(ctx context.Context, c *websocket.Conn, idx int, credits chan struct{}) error {
+	var (
+		buf      []byte
+		seq      int
+		interval time.Duration
+		next     = time.Now()
+	)
+	if l.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(l.Publishers) / l.Rate)
+	}
+	for {
+		if interval > 0 {
+			next = next.Add(interval)
+			if d := time.Until(next); d > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(d):
+				}
+			}
+		} else {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-credits:
+			}
+		}
+		buf = l.envelope(buf[:0], seq)
+		seq++
+		if err := c.Write(ctx, websocket.MessageText, buf); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("publisher %d: %w", idx, err)
+		}
+	}
+}
+
+// envelope writes one bench envelope of l.Size bytes (at least what the
+// fields need).
+func (l Load) envelope(dst []byte, seq int) []byte {
+	dst = append(dst, `{"kind":"bench",`...)
+	if l.Filters && seq%2 == 1 {
+		dst = append(dst, `"context":{"id":"bench-ctx","type":"reasoning"},`...)
+	}
+	dst = append(dst, `"payload":{"t":`...)
+	dst = strconv.AppendInt(dst, time.Now().UnixNano(), 10)
+	dst = append(dst, `,"s":`...)
+	dst = strconv.AppendInt(dst, int64(seq), 10)
+	dst = append(dst, `,"p":"`...)
+	for pad := l.Size - len(dst) - 3; pad > 0; pad-- {
+		dst = append(dst, 'x')
+	}
+	return append(dst, `"}}`...)
+}
+
+// histogram counts latencies in buckets 1/16 of an octave wide (about 4%).
+type histogram struct {
+	buckets [64 * 16]atomic.Int64
+}
+
+func newHistogram() *histogram { return &histogram{} }
+
+func (h *histogram) record(ns int64) {
+	if ns < 1 {
+		ns = 1
+	}
+	b := int(math.Log2(float64(ns)) * 16)
+	if b >= len(h.buckets) {
+		b = len(h.buckets) - 1
+	}
+	h.buckets[b].Add(1)
+}
+
+// quantile returns the latency below which q of the samples fall.
+func (h *histogram) quantile(q float64) time.Duration {
+	var total int64
+	for i := range h.buckets {
+		total += h.buckets[i].Load()
+	}
+	if total == 0 {
+		return 0
+	}
+	want := int64(math.Ceil(q * float64(total)))
+	var seen int64
+	for i := range h.buckets {
+		seen += h.buckets[i].Load()
+		if seen >= want {
+			return time.Duration(math.Exp2(float64(i+1) / 16))
+		}
+	}
+	return 0
+}

@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestShutdownSIGTERM runs the mcpp-gateway binary: on SIGTERM it stops
+// answering /healthz with 200, delivers every envelope it accepted before
+// (also to a participant that was not reading at the time), closes every
+// connection with 1001 and exits 0.
+func TestShutdownSIGTERM(t *testing.T) {
+	t.Parallel()
+	bin := buildCommand(t, "mcpp-gateway")
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	stderr := &syncBuffer{}
+	cmd := exec.Command(bin, "--listen", addr,
+		"--rate", "100000", "--burst", "100000",
+		"--send-queue", "4096", "--write-timeout", "1m", "--shutdown-timeout", "30s")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MCPP_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	ended := make(chan struct{})
+	go func() { exited <- cmd.Wait(); close(ended) }()
+	t.Cleanup(func() {
+		select {
+		case <-ended:
+		default:
+			_ = cmd.Process.Kill()
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Errorf("gateway process did not end after SIGKILL")
+			}
+		}
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", stderr.String())
+		}
+	})
+
+	g := &testGateway{URL: "http://" + addr, WS: "ws://" + addr + "/ws"}
+	eventually(t, 30*time.Second, "/healthz 200", func() bool {
+		status, _, err := httpGet(g.URL + "/healthz")
+		return err == nil && status == http.StatusOK
+	})
+
+	const pod = "shutdown"
+	const n = 1000
+	alice := g.dial(t, pod, "alice", "")
+	carol := g.dial(t, pod, "carol", "")
+	// bob reads nothing until the shutdown has begun, so that much of
+	// what he is owed is still queued in the gateway then.
+	bconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"bob"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presenceOf(t, alice.expect(), "join", "carol")
+	presenceOf(t, alice.expect(), "join", "bob")
+	presenceOf(t, carol.expect(), "join", "bob")
+
+	filler := pad(4096)
+	for i := 0; i < n; i++ {
+		alice.send(map[string]any{"id": fmt.Sprintf("sd-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
+	}
+	// Every envelope has been accepted (not necessarily delivered).
+	eventually(t, 20*time.Second, "all envelopes accepted", func() bool {
+		return metric(t, g.URL, "mcpp_envelopes_in_total") == n
+	})
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "/healthz no longer 200", func() bool {
+		status, _, err := httpGet(g.URL + "/healthz")
+		return err != nil || status != http.StatusOK
+	})
+	if c, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"late"}}, nil); err == nil {
+		_ = c.CloseNow()
+		t.Fatal("a participant joined after SIGTERM")
+	}
+
+	bob := startClient(t, bconn, true)
+	for _, c := range []*client{carol, bob} {
+		for i := 0; i < n; i++ {
+			m := c.nextOf()
+			if seqOf(m) != i {
+				t.Fatalf("%s: envelope %d is %v (seq %d)", c.ID, i, m.str("id"), seqOf(m))
+			}
+		}
+	}
+	for _, c := range []*client{alice, carol, bob} {
+		if code := c.waitClosed(30 * time.Second); code != websocket.StatusGoingAway {
+			t.Fatalf("%s closed with %d, want 1001", c.ID, code)
+		}
+		// Nothing but presence may follow the last envelope.
+		for len(c.in) > 0 {
+			if m := <-c.in; m.kind() != "system/presence" {
+				t.Fatalf("%s: unexpected %v after the envelopes", c.ID, m)
+			}
+		}
+	}
+
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("gateway exited with %v, want status 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway still running 30s after SIGTERM")
+	}
+	if log := stderr.String(); strings.Contains(log, "timed out") || strings.Contains(log, "dropped") {
+		t.Fatalf("shutdown dropped connections:\n%s", log)
+	}
+}

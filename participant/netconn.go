@@ -1,0 +1,117 @@
+package participant
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// A WebSocket library keeps a 4 KiB bufio.Reader and a 4 KiB bufio.Writer
+// per connection for its whole life, which is half of what an idle
+// connection costs. SmallBuffers hands it 16-byte ones instead, over a
+// net.Conn that coalesces the writes of one message in a pooled buffer
+// while the participant's writer holds it (hold/release), so that one
+// message still costs one system call and an idle connection holds no
+// write buffer at all.
+//
+// Incoming messages pay one or two extra reads for their header; incoming
+// traffic is one read per envelope, while outgoing is one write per
+// recipient, so that is the side kept cheap.
+
+const smallBuffer = 16 // the least bufio accepts
+
+// SmallBuffers wraps w so that the WebSocket upgrade hijacks a connection
+// with small buffers. Conn returns that connection once the upgrade is done.
+func SmallBuffers(w http.ResponseWriter) *HijackWriter {
+	return &HijackWriter{ResponseWriter: w}
+}
+
+// HijackWriter is an http.ResponseWriter whose Hijack returns a
+// CoalescingConn.
+type HijackWriter struct {
+	http.ResponseWriter
+	conn *CoalescingConn
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (h *HijackWriter) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+// Hijack implements http.Hijacker.
+func (h *HijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, http.ErrNotSupported
+	}
+	nc, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Bytes the client sent after its request are already in the server's
+	// reader: keep them in front of the connection.
+	var r io.Reader = nc
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc)
+	}
+	h.conn = &CoalescingConn{Conn: nc}
+	return h.conn, bufio.NewReadWriter(bufio.NewReaderSize(r, smallBuffer), bufio.NewWriterSize(h.conn, smallBuffer)), nil
+}
+
+// Conn is the hijacked connection, or nil before the upgrade.
+func (h *HijackWriter) Conn() *CoalescingConn { return h.conn }
+
+// CoalescingConn is a net.Conn that, while held, gathers what is written in
+// a pooled buffer and writes it at once on release.
+type CoalescingConn struct {
+	net.Conn
+	mu      sync.Mutex
+	holding bool
+	buf     *[]byte
+}
+
+var writeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// maxPooledBuffer keeps a huge message's buffer out of the pool.
+const maxPooledBuffer = 256 << 10
+
+// Write implements net.Conn. Outside a hold (control frames written by the
+// library's reader: pongs, closes) it writes through.
+func (c *CoalescingConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.holding {
+		return c.Conn.Write(p)
+	}
+	if c.buf == nil {
+		c.buf = writeBuffers.Get().(*[]byte)
+	}
+	*c.buf = append(*c.buf, p...)
+	return len(p), nil
+}
+
+func (c *CoalescingConn) hold() {
+	c.mu.Lock()
+	c.holding = true
+	c.mu.Unlock()
+}
+
+// release writes what was gathered since hold, in one system call.
+func (c *CoalescingConn) release() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holding = false
+	if c.buf == nil {
+		return nil
+	}
+	b := c.buf
+	c.buf = nil
+	_, err := c.Conn.Write(*b)
+	if cap(*b) <= maxPooledBuffer {
+		*b = (*b)[:0]
+		writeBuffers.Put(b)
+	}
+	return err
+}
