@@ -22,6 +22,12 @@ const (
 	// every system/context event: SPEC section 4 admits the event exactly
 	// when it would admit a conclusion-kind envelope in that context.
 	FlagConclusion uint8 = 1 << 0
+	// FlagPath marks a context named by the ADR-p4m path form.
+	FlagPath uint8 = 1 << 1
+	// FlagReplace marks a join that replaces a connection of the same
+	// participant on another node: that node closes its connection with
+	// 4000, and nobody is told of a presence change.
+	FlagReplace uint8 = 1 << 2
 )
 
 const frameVersion = 1
@@ -42,6 +48,9 @@ type Meta struct {
 	// registered when the context was created, whatever this envelope says.
 	ContextID   string
 	ContextType string
+	// ContextParent is the parent the context was registered with, so
+	// that other nodes build the same registry from the stream.
+	ContextParent string
 	// Ancestors are the context's ancestor ids, parent first; subtree
 	// filters match against them.
 	Ancestors []string
@@ -55,6 +64,9 @@ func (m *Meta) Reset() {
 	to, anc := m.To[:0], m.Ancestors[:0]
 	*m = Meta{To: to, Ancestors: anc}
 }
+
+// Path reports whether FlagPath is set.
+func (m *Meta) Path() bool { return m.Flags&FlagPath != 0 }
 
 // Conclusion reports whether FlagConclusion is set.
 func (m *Meta) Conclusion() bool { return m.Flags&FlagConclusion != 0 }
@@ -70,6 +82,7 @@ func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
 	}
 	dst = appendString(dst, m.ContextID)
 	dst = appendString(dst, m.ContextType)
+	dst = appendString(dst, m.ContextParent)
 	dst = binary.AppendUvarint(dst, uint64(len(m.Ancestors)))
 	for _, a := range m.Ancestors {
 		dst = appendString(dst, a)
@@ -99,6 +112,7 @@ func DecodeFrame(data []byte, m *Meta) ([]byte, error) {
 	}
 	m.ContextID = d.string()
 	m.ContextType = d.string()
+	m.ContextParent = d.string()
 	for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 		m.Ancestors = append(m.Ancestors, d.string())
 	}

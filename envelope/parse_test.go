@@ -185,7 +185,7 @@ func TestParseContext(t *testing.T) {
 
 func TestFrameRoundTrip(t *testing.T) {
 	m := Meta{Kind: FrameEnvelope, Flags: FlagConclusion, Origin: "n1", From: "alice", To: []string{"bob", "carol"},
-		ContextID: "c", ContextType: "reasoning", Ancestors: []string{"p", "root"}, Protocol: Span{1, 12}}
+		ContextID: "c", ContextType: "reasoning", ContextParent: "p", Ancestors: []string{"p", "root"}, Protocol: Span{1, 12}}
 	body := []byte(`{"protocol":"mcpp/v0.1","kind":"x"}`)
 	frame := AppendFrame(nil, &m, body)
 	var got Meta
@@ -194,7 +194,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		t.Fatalf("DecodeFrame: %v %q", err, b)
 	}
 	if got.Kind != m.Kind || got.Flags != m.Flags || got.Origin != m.Origin || got.From != m.From ||
-		strings.Join(got.To, ",") != "bob,carol" || got.ContextID != "c" || got.ContextType != "reasoning" ||
+		strings.Join(got.To, ",") != "bob,carol" || got.ContextID != "c" || got.ContextType != "reasoning" || got.ContextParent != "p" ||
 		strings.Join(got.Ancestors, ",") != "p,root" || got.Protocol != m.Protocol {
 		t.Fatalf("round trip: %+v", got)
 	}

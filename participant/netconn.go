@@ -56,7 +56,10 @@ func (h *HijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		b, _ := brw.Reader.Peek(n)
 		r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc)
 	}
-	h.conn = &CoalescingConn{Conn: nc}
+	// The library reads through the connection it is given once its own
+	// reader has no bytes buffered, so the connection itself must read
+	// from r too.
+	h.conn = &CoalescingConn{Conn: nc, r: r}
 	return h.conn, bufio.NewReadWriter(bufio.NewReaderSize(r, smallBuffer), bufio.NewWriterSize(h.conn, smallBuffer)), nil
 }
 
@@ -67,6 +70,7 @@ func (h *HijackWriter) Conn() *CoalescingConn { return h.conn }
 // a pooled buffer and writes it at once on release.
 type CoalescingConn struct {
 	net.Conn
+	r       io.Reader // the bytes read before the hijack, then the connection
 	mu      sync.Mutex
 	holding bool
 	buf     *[]byte
@@ -76,6 +80,9 @@ var writeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); retur
 
 // maxPooledBuffer keeps a huge message's buffer out of the pool.
 const maxPooledBuffer = 256 << 10
+
+// Read implements net.Conn.
+func (c *CoalescingConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // Write implements net.Conn. Outside a hold (control frames written by the
 // library's reader: pongs, closes) it writes through.
