@@ -157,11 +157,11 @@ func TestValidNames(t *testing.T) {
 
 func TestParseContext(t *testing.T) {
 	good := map[string]Context{
-		`{"id":"r1"}`:                               {ID: "r1"},
+		`{"id":"r1"}`: {ID: "r1"},
 		`{"id":"r1","type":"reasoning","parent":"p"}`: {ID: "r1", Type: "reasoning", Parent: "p"},
-		`{"id":"r1","metadata":{"a":[1]}}`:          {ID: "r1"},
-		`"root"`:                                    {ID: "root", Path: true, Segments: 1},
-		`"root/child/leaf"`:                         {ID: "root/child/leaf", Parent: "root/child", Path: true, Segments: 3},
+		`{"id":"r1","metadata":{"a":[1]}}`:            {ID: "r1"},
+		`"root"`:                                      {ID: "root", Path: true, Segments: 1},
+		`"root/child/leaf"`:                           {ID: "root/child/leaf", Parent: "root/child", Path: true, Segments: 3},
 	}
 	for in, want := range good {
 		got, err := ParseContext([]byte(in), 4096)
