@@ -54,6 +54,9 @@ type Meta struct {
 	// Ancestors are the context's ancestor ids, parent first; subtree
 	// filters match against them.
 	Ancestors []string
+	// Seq numbers the frames of one kind that its origin wrote for the pod
+	// (presence, for now); 0 when unused.
+	Seq uint64
 	// Protocol is the span of the protocol string token in the body, which
 	// the fan-out rewrites once for participants that speak MCPx.
 	Protocol Span
@@ -87,6 +90,7 @@ func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
 	for _, a := range m.Ancestors {
 		dst = appendString(dst, a)
 	}
+	dst = binary.AppendUvarint(dst, m.Seq)
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.Start))
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.End))
 	return append(dst, body...)
@@ -116,6 +120,7 @@ func DecodeFrame(data []byte, m *Meta) ([]byte, error) {
 	for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 		m.Ancestors = append(m.Ancestors, d.string())
 	}
+	m.Seq = d.uvarint()
 	m.Protocol.Start = int(d.uvarint())
 	m.Protocol.End = int(d.uvarint())
 	if d.err != nil || m.Protocol.End > len(d.b) || m.Protocol.Start > m.Protocol.End {

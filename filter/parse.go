@@ -1,11 +1,12 @@
 package filter
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/envelope"
 )
@@ -68,32 +69,108 @@ func FromQuery(q url.Values) (*Filter, error) {
 }
 
 // Update returns the filter that a gateway/filter payload asks for: the
-// fields it names replace f's, the others keep their value.
+// fields it names replace f's, the others keep their value. The payload is
+// read strictly: one JSON object whose keys are exactly the field names of
+// SPEC section 4 (encoding/json alone would take "Main" for "main"), each
+// at most once and none null (leave a field out to keep its value).
 func (f *Filter) Update(payload []byte) (*Filter, error) {
-	var p patch
-	d := json.NewDecoder(bytes.NewReader(payload))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&p); err != nil {
-		return nil, errorf("the filter is not an object of the fields of SPEC section 4: %v", err)
+	if !json.Valid(payload) {
+		return nil, errorf("the filter is not one JSON object")
 	}
-	if d.More() {
-		return nil, errorf("trailing data after the filter object")
+	v := gjson.ParseBytes(payload)
+	if !v.IsObject() {
+		return nil, errorf("the filter must be a JSON object of the fields of SPEC section 4")
+	}
+	var (
+		p    patch
+		err  *Error
+		seen uint16
+	)
+	v.ForEach(func(k, val gjson.Result) bool {
+		i := fieldIndex(k.Str)
+		if i < 0 {
+			err = errorf("unknown filter field %q (known: %s)", k.Str, strings.Join(QueryParams, ", "))
+			return false
+		}
+		if seen&(1<<i) != 0 {
+			err = errorf("filter field %q appears twice", k.Str)
+			return false
+		}
+		seen |= 1 << i
+		if val.Type == gjson.Null {
+			err = errorf("%s is null; leave it out to keep its value", k.Str)
+			return false
+		}
+		if e := json.Unmarshal([]byte(val.Raw), p.field(i)); e != nil {
+			err = errorf("%s: %s", k.Str, typeMessage(k.Str))
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	return f.apply(&p)
 }
 
+func fieldIndex(name string) int {
+	for i, n := range QueryParams {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// field is where the value of QueryParams[i] is decoded.
+func (p *patch) field(i int) any {
+	switch QueryParams[i] {
+	case "main":
+		return &p.Main
+	case "contexts":
+		return &p.Contexts
+	case "types":
+		return &p.Types
+	case "exclude_types":
+		return &p.ExcludeTypes
+	case "ids":
+		return &p.IDs
+	case "subtree":
+		return &p.Subtree
+	case "conclusions":
+		return &p.Conclusions
+	case "routing":
+		return &p.Routing
+	case "echo":
+		return &p.Echo
+	case "batch":
+		return &p.Batch
+	}
+	panic("filter: no field " + QueryParams[i])
+}
+
+func typeMessage(name string) string {
+	switch name {
+	case "contexts", "routing":
+		return "must be a string"
+	case "types", "exclude_types", "ids":
+		return "must be an array of strings"
+	}
+	return "must be true or false"
+}
+
 // patch is a partial filter: nil fields are absent.
 type patch struct {
-	Main         *bool     `json:"main"`
-	Contexts     *string   `json:"contexts"`
-	Types        *[]string `json:"types"`
-	ExcludeTypes *[]string `json:"exclude_types"`
-	IDs          *[]string `json:"ids"`
-	Subtree      *bool     `json:"subtree"`
-	Conclusions  *bool     `json:"conclusions"`
-	Routing      *string   `json:"routing"`
-	Echo         *bool     `json:"echo"`
-	Batch        *bool     `json:"batch"`
+	Main         *bool
+	Contexts     *string
+	Types        *[]string
+	ExcludeTypes *[]string
+	IDs          *[]string
+	Subtree      *bool
+	Conclusions  *bool
+	Routing      *string
+	Echo         *bool
+	Batch        *bool
 }
 
 func (f *Filter) apply(p *patch) (*Filter, error) {

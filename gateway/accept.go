@@ -161,8 +161,10 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		defer g.connCount.Add(-1)
 		g.readLoop(pod, p, buckets)
 		p.Finish()
-		pod.leave(p)
+		// Release first: a drained bucket keeps the pod (and so the
+		// bucket) alive, so leaving and coming back never refills it.
 		pod.Buckets.Release(a.id, timeNow())
+		pod.leave(p)
 		g.metrics.connections.Dec()
 	}()
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -149,15 +150,27 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-depth must be at least 1")
 	case c.ContextTimeout <= 0 || c.ContextRetention < 0:
 		return fmt.Errorf("--context-timeout must be positive and --context-retention not negative")
+	case c.ContextTimeout > maxContextLifetime || c.ContextRetention > maxContextLifetime:
+		// The registry adds them to the time of day in int64 nanoseconds;
+		// longer ones overflow and wrap its deadlines around.
+		return fmt.Errorf("--context-timeout and --context-retention must be at most %v", maxContextLifetime)
 	case c.SendQueue < 1:
 		return fmt.Errorf("--send-queue must be at least 1")
-	case c.Rate <= 0 || c.Burst < 1 || c.ContextRate <= 0 || c.ContextBurst < 1 || c.ContextCreateRate <= 0 || c.ContextCreateBurst < 1:
-		return fmt.Errorf("rates must be positive and bursts at least 1")
+	case !positiveFinite(c.Rate) || c.Burst < 1 || !positiveFinite(c.ContextRate) || c.ContextBurst < 1 || !positiveFinite(c.ContextCreateRate) || c.ContextCreateBurst < 1:
+		// NaN and Inf parse as floats, but no bucket can use them and the
+		// welcome, which lists the limits in JSON, could not be written.
+		return fmt.Errorf("rates must be positive finite numbers and bursts at least 1")
 	case c.MaxConnections < 1 || c.MaxParticipantsPerPod < 1 || c.MaxPods < 1 || c.MaxContextsPerParticipant < 1 || c.MaxContextsPerPod < 1:
 		return fmt.Errorf("caps must be at least 1")
 	}
 	return nil
 }
+
+// maxContextLifetime bounds --context-timeout and --context-retention
+// (about 100 years).
+const maxContextLifetime = 100 * 365 * 24 * time.Hour
+
+func positiveFinite(f float64) bool { return f > 0 && !math.IsInf(f, 1) }
 
 // readLimit is the largest message read before the connection is closed
 // with 1009: twice the envelope limit, and at least the limit plus 64 KiB,

@@ -97,10 +97,10 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	case env.IsGatewayRequest():
 		if len(data) > g.cfg.MaxMessageBytes {
 			in.refuse(tooLarge(len(data), g.cfg.MaxMessageBytes), env.ID)
-		} else if rateErr != nil {
-			in.refuse(rateErr, env.ID)
 		} else {
-			in.request()
+			// A payload that does not fit the request comes before
+			// rate_limited in the table; handleRequest orders the rest.
+			in.handleRequest(rateErr)
 		}
 		return
 	case !p.Capabilities.Allows(env.Kind):

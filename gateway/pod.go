@@ -23,6 +23,10 @@ type Pod struct {
 	members map[string]*participant.Participant
 	pending int  // upgrades admitted but not yet joined
 	dead    bool // removed from the gateway; joiners must look again
+	// presenceSeq numbers this node's presence frames of the pod; a
+	// member skips those up to the number current at its join, which its
+	// welcome already reflects.
+	presenceSeq uint64
 	// snapshot is the members as a slice for the fan-out, rebuilt on every
 	// join and leave so that the fan-out takes no lock.
 	snapshot atomic.Pointer[[]*participant.Participant]
@@ -111,8 +115,12 @@ func (p *Pod) fanOut(msg *nats.Msg) {
 	members := *p.snapshot.Load()
 	switch m.Kind {
 	case envelope.FrameJoin, envelope.FrameLeave:
+		local := m.Origin == p.gw.nodeID
 		for _, r := range members {
-			if r.ID != m.From && r.Deliver(pick(r)) {
+			if r.ID == m.From || (local && m.Seq <= r.JoinSeq) {
+				continue
+			}
+			if r.Deliver(pick(r)) {
 				n++
 			}
 		}
@@ -163,6 +171,7 @@ func (p *Pod) join(r *participant.Participant) {
 		}
 	}
 	r.Deliver(p.gw.welcome(p, r, others))
+	r.JoinSeq = p.presenceSeq
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
 	if old != nil {
@@ -191,7 +200,8 @@ func (p *Pod) publishPresence(kind envelope.FrameKind, r *participant.Participan
 	if kind == envelope.FrameLeave {
 		event = "leave"
 	}
-	m := envelope.Meta{Kind: kind, Origin: p.gw.nodeID, From: r.ID, Protocol: protocolSpan}
+	p.presenceSeq++
+	m := envelope.Meta{Kind: kind, Origin: p.gw.nodeID, From: r.ID, Protocol: protocolSpan, Seq: p.presenceSeq}
 	p.gw.publish(p.subject, envelope.AppendFrame(nil, &m, presence(event, r)))
 }
 
@@ -208,7 +218,7 @@ func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
 
 // idle reports whether the pod holds nothing worth keeping.
 func (p *Pod) idle() bool {
-	return len(p.members) == 0 && p.pending == 0 && p.Registry.Empty()
+	return len(p.members) == 0 && p.pending == 0 && p.Registry.Empty() && p.Buckets.Len() == 0
 }
 
 func (p *Pod) close() {

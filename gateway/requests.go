@@ -10,23 +10,51 @@ import (
 	"github.com/mcpp/gateway/participant"
 )
 
-// request answers an envelope of a gateway/* kind (SPEC section 6).
-func (in *ingress) request() {
+// request answers an envelope of a gateway/* kind (SPEC section 6) from a
+// sender within its rate.
+func (in *ingress) request() { in.handleRequest(nil) }
+
+// handleRequest answers an envelope of a gateway/* kind (SPEC section 6).
+// rateErr is the sender's rate verdict (nil within its rate). The refusals
+// follow SPEC section 5's table: a payload that does not fit the request
+// (invalid_envelope) comes before rate_limited, and unknown_request and
+// invalid_filter after it.
+func (in *ingress) handleRequest(rateErr *envelope.Error) {
 	switch in.env.Kind {
 	case "gateway/filter":
+		if !isObject(in.env.Payload) {
+			in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "gateway/filter needs a filter object as payload"), in.env.ID)
+			return
+		}
+		if rateErr != nil {
+			in.refuse(rateErr, in.env.ID)
+			return
+		}
 		in.filterRequest()
 	case "gateway/contexts":
-		in.contextsRequest()
+		q, e := in.contextsQuery()
+		if e == nil {
+			e = rateErr
+		}
+		if e != nil {
+			in.refuse(e, in.env.ID)
+			return
+		}
+		list := in.pod.Registry.Query(q)
+		if list == nil {
+			list = []limits.Info{}
+		}
+		in.reply("system/contexts", map[string]any{"contexts": list})
 	default:
+		if rateErr != nil {
+			in.refuse(rateErr, in.env.ID)
+			return
+		}
 		in.refuse(envelope.Errorf(envelope.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts)", in.env.Kind), in.env.ID)
 	}
 }
 
 func (in *ingress) filterRequest() {
-	if !isObject(in.env.Payload) {
-		in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "gateway/filter needs a filter object as payload"), in.env.ID)
-		return
-	}
 	f, err := in.p.Filter().Update(in.env.Payload)
 	if err != nil {
 		in.refuse(envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message), in.env.ID)
@@ -45,44 +73,40 @@ type contextsQuery struct {
 
 const defaultContextsLimit = 1000
 
-func (in *ingress) contextsRequest() {
+// contextsQuery reads the payload of gateway/contexts.
+func (in *ingress) contextsQuery() (limits.Query, *envelope.Error) {
 	q := limits.Query{State: limits.StateActive, Limit: defaultContextsLimit}
-	if in.env.Payload != nil && !bytes.Equal(in.env.Payload, []byte("null")) {
-		var cq contextsQuery
-		d := json.NewDecoder(bytes.NewReader(in.env.Payload))
-		d.DisallowUnknownFields()
-		if !isObject(in.env.Payload) || d.Decode(&cq) != nil {
-			in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, `gateway/contexts takes {"state"?: "active"|"concluded"|"all", "id"?, "type"?, "limit"?}`), in.env.ID)
-			return
-		}
-		if cq.State != nil {
-			switch *cq.State {
-			case limits.StateActive, limits.StateConcluded, "all":
-				q.State = *cq.State
-			default:
-				in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, `state must be "active", "concluded" or "all"`), in.env.ID)
-				return
-			}
-		}
-		if cq.Limit != nil {
-			if *cq.Limit < 1 {
-				in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "limit must be at least 1"), in.env.ID)
-				return
-			}
-			q.Limit = min(*cq.Limit, in.g.cfg.MaxContextsPerPod)
-		}
-		if cq.ID != nil {
-			q.ID = *cq.ID
-		}
-		if cq.Type != nil {
-			q.Type = *cq.Type
+	if in.env.Payload == nil || bytes.Equal(in.env.Payload, []byte("null")) {
+		return q, nil
+	}
+	var cq contextsQuery
+	d := json.NewDecoder(bytes.NewReader(in.env.Payload))
+	d.DisallowUnknownFields()
+	if !isObject(in.env.Payload) || d.Decode(&cq) != nil {
+		return q, envelope.Errorf(envelope.CodeInvalidEnvelope, `gateway/contexts takes {"state"?: "active"|"concluded"|"all", "id"?, "type"?, "limit"?}`)
+	}
+	if cq.State != nil {
+		switch *cq.State {
+		case limits.StateActive, limits.StateConcluded, "all":
+			q.State = *cq.State
+		default:
+			return q, envelope.Errorf(envelope.CodeInvalidEnvelope, `state must be "active", "concluded" or "all"`)
 		}
 	}
-	list := in.pod.Registry.Query(q)
-	if list == nil {
-		list = []limits.Info{}
+	if cq.Limit != nil {
+		if *cq.Limit < 1 {
+			return q, envelope.Errorf(envelope.CodeInvalidEnvelope, "limit must be at least 1")
+		}
+		// Active and retained contexts are each bounded by the pod cap.
+		q.Limit = min(*cq.Limit, 2*in.g.cfg.MaxContextsPerPod)
 	}
-	in.reply("system/contexts", map[string]any{"contexts": list})
+	if cq.ID != nil {
+		q.ID = *cq.ID
+	}
+	if cq.Type != nil {
+		q.Type = *cq.Type
+	}
+	return q, nil
 }
 
 func isObject(raw []byte) bool {
@@ -123,6 +147,8 @@ func (g *Gateway) limitsPayload() map[string]any {
 		"max_contexts_per_participant": c.MaxContextsPerParticipant,
 		"max_contexts_per_pod":         c.MaxContextsPerPod,
 		"max_participants_per_pod":     c.MaxParticipantsPerPod,
+		"max_connections":              c.MaxConnections,
+		"max_pods":                     c.MaxPods,
 		"send_queue":                   c.SendQueue,
 	}
 }

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -18,21 +19,32 @@ type Rate struct {
 // NewLimiter builds a limiter that starts full.
 func (r Rate) NewLimiter() *rate.Limiter { return rate.NewLimiter(rate.Limit(r.Per), r.Burst) }
 
+// maxRetryAfter bounds the delays Take reports.
+const maxRetryAfter = 1000 * time.Hour
+
 // Take takes one token from l at now, or reports how long until one is
-// there. A refused take leaves the bucket as it was.
+// there. A refused take leaves the bucket as it was, even when other
+// goroutines use the same bucket at once: the check and the take are one
+// step under the limiter's lock (a reservation cancelled afterwards would
+// not be: a reservation made in between keeps the cancelled one's token).
 func Take(l *rate.Limiter, now time.Time) (ok bool, retryAfter time.Duration) {
-	res := l.ReserveN(now, 1)
-	if !res.OK() {
-		return false, time.Second // a zero burst never refills
+	if l.AllowN(now, 1) {
+		return true, 0
 	}
-	if d := res.DelayFrom(now); d > 0 {
-		res.CancelAt(now)
-		if d < time.Millisecond {
-			d = time.Millisecond
-		}
-		return false, d
+	per := float64(l.Limit())
+	if l.Burst() < 1 || per <= 0 || math.IsNaN(per) {
+		return false, time.Second // a bucket that never holds a token
 	}
-	return true, 0
+	missing := 1 - l.TokensAt(now)
+	wait := math.Ceil(missing / per * float64(time.Second))
+	if wait > float64(maxRetryAfter) {
+		return false, maxRetryAfter // a very slow rate: do not overflow
+	}
+	d := time.Duration(wait)
+	if d < time.Millisecond {
+		d = time.Millisecond // taken by someone else since, or rounding
+	}
+	return false, d
 }
 
 // RateError builds a rate refusal with its retry delay.
@@ -60,7 +72,14 @@ type BucketSet struct {
 	send   Rate
 	create Rate
 	byID   map[string]*Buckets
+	// peak is the most entries byID has held since it was made: a Go map
+	// keeps the room of its largest size, so the set makes a new one when
+	// it has shrunk well below it.
+	peak int
 }
+
+// shrinkBelow is the size under which a set is not worth rebuilding.
+const shrinkBelow = 64
 
 // NewBucketSet makes an empty set.
 func NewBucketSet(send, create Rate) *BucketSet {
@@ -75,6 +94,7 @@ func (s *BucketSet) Acquire(id string) *Buckets {
 	if b == nil {
 		b = &Buckets{Send: s.send.NewLimiter(), Create: s.create.NewLimiter()}
 		s.byID[id] = b
+		s.peak = max(s.peak, len(s.byID))
 	}
 	b.users++
 	return b
@@ -89,6 +109,7 @@ func (s *BucketSet) Release(id string, now time.Time) {
 		b.left = now
 		if b.users <= 0 && b.full(now) {
 			delete(s.byID, id)
+			s.shrink()
 		}
 	}
 }
@@ -102,6 +123,21 @@ func (s *BucketSet) Sweep(now time.Time) {
 			delete(s.byID, id)
 		}
 	}
+	s.shrink()
+}
+
+// shrink gives back the room of a map that has emptied out: it copies
+// byID once it holds a quarter of its peak, so the copies cost O(1) for
+// each entry that left.
+func (s *BucketSet) shrink() {
+	if s.peak < shrinkBelow || len(s.byID) > s.peak/4 {
+		return
+	}
+	m := make(map[string]*Buckets, len(s.byID))
+	for id, b := range s.byID {
+		m[id] = b
+	}
+	s.byID, s.peak = m, len(m)
 }
 
 // Len is the number of participants with buckets.

@@ -73,6 +73,10 @@ type Registry struct {
 	timerAt   int64
 	onExpire  func([]*Context)
 	closed    bool
+	// The most entries each map has held since it was last rebuilt: a Go
+	// map keeps the room of its largest size, so compact rebuilds one that
+	// has shrunk well below it.
+	peakByID, peakKids, peakCreators int
 }
 
 // NewRegistry makes an empty registry. onExpire is called, with the
@@ -173,7 +177,9 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 
 	cur.Messages++
 	cur.Bytes += int64(req.Size)
-	cur.LastActivity = now
+	// Senders take their time before the lock, so now may be a little
+	// older than what another sender already recorded.
+	cur.LastActivity = max(cur.LastActivity, now)
 	cur.addSender(req.Sender)
 	acc.Context = cur
 	acc.Ancestors = r.ancestors(cur, acc.Ancestors[:0], now)
@@ -183,6 +189,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 		if len(r.retained) > r.cfg.MaxPerPod {
 			r.forget(now)
 		}
+		r.compact()
 	}
 	commit(acc)
 	r.schedule()
@@ -208,8 +215,14 @@ func (r *Registry) depthOf(c *envelope.Context) int {
 }
 
 // inChain reports whether id is among from and its registered ancestors.
+// The chain is walked to its end, not only MaxDepth links: contexts whose
+// parents were unknown when they were created each count at depth 2, so a
+// registered chain can be longer than the depth limit (created from the
+// leaf up), and a cycle could close beyond it. The active contexts never
+// form a cycle (this check keeps it so), so the walk ends within r.active
+// links; the bound is only a guard.
 func (r *Registry) inChain(from, id string) bool {
-	for i := 0; from != "" && i <= r.cfg.MaxDepth+1; i++ {
+	for i := 0; from != "" && i <= r.active; i++ {
 		if from == id {
 			return true
 		}
@@ -232,22 +245,36 @@ func (r *Registry) activeCtx(id string) *Context {
 }
 
 // AncestorsLocked appends c's ancestor ids, parent first. Call it with the
-// registry locked (from onExpire or commit).
+// registry locked (from onExpire or commit). For a concluded c they are the
+// ancestors an envelope in c had just before it concluded: the contexts
+// that concluded with it (a cascade concludes the parent before its
+// children's events are written) still count, so that a subtree filter
+// admits the event exactly when it would admit a conclusion-kind envelope
+// in c (SPEC section 4).
 func (r *Registry) AncestorsLocked(c *Context, dst []string) []string {
-	return r.ancestors(c, dst, 0)
+	return r.walkAncestors(c, dst, 0, c.State == StateConcluded)
 }
 
 // ancestors appends c's ancestor ids, parent first, and keeps the
 // registered ones alive: activity in a child is activity in its parents.
 func (r *Registry) ancestors(c *Context, dst []string, now int64) []string {
+	return r.walkAncestors(c, dst, now, false)
+}
+
+func (r *Registry) walkAncestors(c *Context, dst []string, now int64, atConclusion bool) []string {
 	id := c.Parent
 	for i := 0; id != "" && i < r.cfg.MaxDepth; i++ {
 		dst = append(dst, id)
 		p := r.activeCtx(id)
+		if p == nil && atConclusion {
+			if q := r.byID[id]; q != nil && q.State == StateConcluded && q.Concluded == c.Concluded {
+				p = q // concluded with c, in the same cascade or sweep
+			}
+		}
 		switch {
 		case p != nil:
 			if now != 0 {
-				p.LastActivity = now
+				p.LastActivity = max(p.LastActivity, now)
 			}
 			id = p.Parent
 		case c.Path:
@@ -276,11 +303,14 @@ func (r *Registry) create(c *envelope.Context, creator string, depth int, now in
 		}
 	}
 	r.byID[n.ID] = n
+	r.peakByID = max(r.peakByID, len(r.byID))
 	if n.Parent != "" {
 		r.kids[n.Parent] = append(r.kids[n.Parent], n)
+		r.peakKids = max(r.peakKids, len(r.kids))
 	}
 	r.active++
 	r.byCreator[creator]++
+	r.peakCreators = max(r.peakCreators, len(r.byCreator))
 	heap.Push(&r.timeouts, n)
 	return n
 }
@@ -364,6 +394,7 @@ func (r *Registry) expire(now int64) {
 		r.onExpire(out)
 	}
 	r.forget(now)
+	r.compact()
 }
 
 // forget drops the retained contexts past the retention, and the oldest
@@ -384,10 +415,44 @@ func (r *Registry) forget(now int64) {
 	}
 	if n > 0 {
 		r.retained = r.retained[n:]
-		if len(r.retained) == 0 {
+		switch {
+		case len(r.retained) == 0:
 			r.retained = nil
+		case cap(r.retained) >= compactBelow && len(r.retained) <= cap(r.retained)/4:
+			// Slicing off the front never frees the array's start.
+			r.retained = append(make([]*Context, 0, 2*len(r.retained)), r.retained...)
 		}
 	}
+}
+
+// compactBelow is the size under which a map or slice is not worth
+// rebuilding.
+const compactBelow = 64
+
+// compact gives back the room of maps and of the timeout heap that have
+// emptied out: each is copied once it holds a quarter of its peak, so the
+// copies cost O(1) for each entry that left, and the registry's memory
+// follows the contexts it holds rather than the most it ever held.
+func (r *Registry) compact() {
+	r.byID = shrinkMap(r.byID, &r.peakByID)
+	r.kids = shrinkMap(r.kids, &r.peakKids)
+	r.byCreator = shrinkMap(r.byCreator, &r.peakCreators)
+	if h := r.timeouts; cap(h) >= compactBelow && len(h) <= cap(h)/4 {
+		// Positions do not change, so the contexts' heap indexes hold.
+		r.timeouts = append(make(timeoutHeap, 0, 2*len(h)), h...)
+	}
+}
+
+func shrinkMap[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	if *peak < compactBelow || len(m) > *peak/4 {
+		return m
+	}
+	n := make(map[K]V, len(m))
+	for k, v := range m {
+		n[k] = v
+	}
+	*peak = len(n)
+	return n
 }
 
 func (r *Registry) fire() {
@@ -473,28 +538,53 @@ type Info struct {
 	Concluded    *string  `json:"concluded"`
 }
 
-// Query answers q, oldest first.
+// Query answers q, oldest first. Concluded contexts are listed until the
+// retention passes, also those whose id an envelope has since reopened:
+// the new context does not hide the concluded one (SPEC section 3).
 func (r *Registry) Query(q Query) []Info {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []Info
-	for _, c := range r.byID {
-		if (q.State == StateActive || q.State == StateConcluded) && c.State != q.State {
-			continue
-		}
-		if (q.ID != "" && c.ID != q.ID) || (q.Type != "" && c.Type != q.Type) {
-			continue
-		}
-		out = append(out, c.Info())
+	var sel []*Context
+	match := func(c *Context) bool {
+		return (q.ID == "" || c.ID == q.ID) && (q.Type == "" || c.Type == q.Type)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Created != out[j].Created {
-			return out[i].Created < out[j].Created
+	if q.State != StateActive {
+		for _, c := range r.retained { // concluded, oldest first
+			if match(c) {
+				sel = append(sel, c)
+			}
 		}
-		return out[i].ID < out[j].ID
+	}
+	if q.State != StateConcluded {
+		if q.ID != "" {
+			if c := r.activeCtx(q.ID); c != nil && match(c) {
+				sel = append(sel, c)
+			}
+		} else {
+			for _, c := range r.timeouts { // every active context, once
+				if match(c) {
+					sel = append(sel, c)
+				}
+			}
+		}
+	}
+	// Stable: incarnations of one id created at the same instant stay in
+	// the order they lived.
+	sort.SliceStable(sel, func(i, j int) bool {
+		if sel[i].Created != sel[j].Created {
+			return sel[i].Created < sel[j].Created
+		}
+		return sel[i].ID < sel[j].ID
 	})
-	if q.Limit > 0 && len(out) > q.Limit {
-		out = out[:q.Limit]
+	if q.Limit > 0 && len(sel) > q.Limit {
+		sel = sel[:q.Limit]
+	}
+	if sel == nil {
+		return nil
+	}
+	out := make([]Info, len(sel))
+	for i, c := range sel {
+		out[i] = c.Info()
 	}
 	return out
 }

@@ -43,6 +43,9 @@ type Participant struct {
 	Capabilities Capabilities
 	// Protocol is what it speaks: envelope.ProtocolMCPP or ProtocolMCPX.
 	Protocol string
+	// JoinSeq is the pod's presence sequence when it joined (set by the
+	// pod before the participant is in its fan-out).
+	JoinSeq uint64
 
 	conn   *websocket.Conn
 	cc     *CoalescingConn // nil when the connection was not hijacked by SmallBuffers

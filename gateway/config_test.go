@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"flag"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigEnvironment(t *testing.T) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("mcpp-gateway", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--rate", "11", "--context-timeout=45s"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"MCPP_RATE":                     "7",   // the flag wins
+		"MCPP_CONTEXT_TIMEOUT":          "90s", // the flag wins
+		"MCPP_BURST":                    "9",
+		"MCPP_MAX_DEPTH":                "3",
+		"MCPP_MAX_CONTEXTS_PER_POD":     "77",
+		"MCPP_CONTEXT_CREATE_RATE":      "2.5",
+		"MCPP_MAX_PARTICIPANTS_PER_POD": "4",
+		"MCPP_CONCLUSION_KINDS":         "done",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if err := ApplyEnv(fs, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Rate != 11 || cfg.ContextTimeout != 45*time.Second {
+		t.Fatalf("the environment overrode flags: rate %v, context timeout %v", cfg.Rate, cfg.ContextTimeout)
+	}
+	if cfg.Burst != 9 || cfg.MaxDepth != 3 || cfg.MaxContextsPerPod != 77 || cfg.ContextCreateRate != 2.5 ||
+		cfg.MaxParticipantsPerPod != 4 || cfg.ConclusionKinds != "done" {
+		t.Fatalf("the environment was not applied: %+v", cfg)
+	}
+	if cfg.MaxConnections != 10000 || cfg.MaxPods != 1000 || cfg.ContextRate != 50 {
+		t.Fatalf("settings absent from the environment changed: %+v", cfg)
+	}
+	// Every flag has its variable.
+	fs.VisitAll(func(f *flag.Flag) {
+		if want := "MCPP_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")); EnvName(f.Name) != want {
+			t.Errorf("EnvName(%q) = %q, want %q", f.Name, EnvName(f.Name), want)
+		}
+	})
+
+	bad := map[string]string{"MCPP_MAX_PODS": "many"}
+	fs2 := flag.NewFlagSet("x", flag.ContinueOnError)
+	c2 := DefaultConfig()
+	c2.RegisterFlags(fs2)
+	err := ApplyEnv(fs2, func(k string) (string, bool) { v, ok := bad[k]; return v, ok })
+	if err == nil || !strings.Contains(err.Error(), "MCPP_MAX_PODS") {
+		t.Fatalf("a bad value: %v, want an error naming MCPP_MAX_PODS", err)
+	}
+}
+
+func TestConfigValidateRejectsUnusableLimits(t *testing.T) {
+	if err := func() error { c := DefaultConfig(); return c.Validate() }(); err != nil {
+		t.Fatalf("the defaults do not validate: %v", err)
+	}
+	for name, edit := range map[string]func(*Config){
+		"rate NaN":             func(c *Config) { c.Rate = math.NaN() },
+		"rate +Inf":            func(c *Config) { c.Rate = math.Inf(1) },
+		"context rate NaN":     func(c *Config) { c.ContextRate = math.NaN() },
+		"create rate +Inf":     func(c *Config) { c.ContextCreateRate = math.Inf(1) },
+		"rate 0":               func(c *Config) { c.Rate = 0 },
+		"burst 0":              func(c *Config) { c.Burst = 0 },
+		"context burst 0":      func(c *Config) { c.ContextBurst = 0 },
+		"max depth 0":          func(c *Config) { c.MaxDepth = 0 },
+		"max pods 0":           func(c *Config) { c.MaxPods = 0 },
+		"max connections 0":    func(c *Config) { c.MaxConnections = 0 },
+		"contexts per pod 0":   func(c *Config) { c.MaxContextsPerPod = 0 },
+		"timeout overflows":    func(c *Config) { c.ContextTimeout = 2_500_000 * time.Hour },
+		"retention overflows":  func(c *Config) { c.ContextRetention = 2_500_000 * time.Hour },
+		"negative retention":   func(c *Config) { c.ContextRetention = -time.Second },
+		"send queue 0":         func(c *Config) { c.SendQueue = 0 },
+		"participants per pod": func(c *Config) { c.MaxParticipantsPerPod = 0 },
+	} {
+		c := DefaultConfig()
+		edit(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	c := DefaultConfig()
+	c.ContextTimeout, c.ContextRetention = 24*365*time.Hour, 0
+	c.Rate = 1e-3
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a year's timeout, no retention and a slow rate are usable: %v", err)
+	}
+}
