@@ -130,6 +130,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		pod = p
 		break
 	}
+	pod.syncMembers()
 	hw := participant.SmallBuffers(w)
 	conn, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		OriginPatterns:  g.originPatterns,

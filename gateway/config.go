@@ -48,6 +48,12 @@ type Config struct {
 
 	NATSPort int
 
+	ClusterName      string
+	ClusterListen    string
+	Routes           string
+	NATSURL          string
+	ClusterHeartbeat time.Duration
+
 	// Logger receives the gateway's logs; nil means slog.Default().
 	Logger *slog.Logger `flag:"-"`
 }
@@ -79,6 +85,7 @@ func DefaultConfig() Config {
 		WriteTimeout:              10 * time.Second,
 		HandshakeTimeout:          10 * time.Second,
 		ShutdownTimeout:           10 * time.Second,
+		ClusterHeartbeat:          time.Second,
 	}
 }
 
@@ -112,6 +119,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "time to send the HTTP upgrade request")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGTERM, time to deliver what is queued before connections are dropped")
 	fs.IntVar(&c.NATSPort, "nats-port", c.NATSPort, "open the embedded NATS server's client port on 127.0.0.1 (0: no port)")
+	fs.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "join the embedded NATS server to a cluster of gateways of this name")
+	fs.StringVar(&c.ClusterListen, "cluster-listen", c.ClusterListen, "address the embedded NATS server takes cluster routes on (host:port)")
+	fs.StringVar(&c.Routes, "routes", c.Routes, "other gateways' cluster addresses (comma-separated nats-route://host:port)")
+	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "use this external NATS deployment instead of the embedded server (comma-separated nats:// URLs)")
+	fs.DurationVar(&c.ClusterHeartbeat, "cluster-heartbeat", c.ClusterHeartbeat, "with several gateways: how often each announces itself; one silent for 3 heartbeats is gone, and its participants with it")
 }
 
 // ApplyEnv sets every flag of fs that was not given on the command line
@@ -160,6 +172,14 @@ func (c *Config) Validate() error {
 		// NaN and Inf parse as floats, but no bucket can use them and the
 		// welcome, which lists the limits in JSON, could not be written.
 		return fmt.Errorf("rates must be positive finite numbers and bursts at least 1")
+	case (c.ClusterName != "" || c.ClusterListen != "" || c.Routes != "") && c.NATSURL != "":
+		return fmt.Errorf("--nats-url uses an external NATS; --cluster-name, --cluster-listen and --routes are for the embedded one")
+	case (c.ClusterListen != "" || c.Routes != "") && c.ClusterName == "":
+		return fmt.Errorf("--cluster-listen and --routes need --cluster-name")
+	case c.ClusterName != "" && c.ClusterListen == "":
+		return fmt.Errorf("--cluster-name needs --cluster-listen")
+	case c.ClusterHeartbeat < 10*time.Millisecond:
+		return fmt.Errorf("--cluster-heartbeat must be at least 10ms")
 	case c.MaxConnections < 1 || c.MaxParticipantsPerPod < 1 || c.MaxPods < 1 || c.MaxContextsPerParticipant < 1 || c.MaxContextsPerPod < 1:
 		return fmt.Errorf("caps must be at least 1")
 	}
@@ -171,6 +191,9 @@ func (c *Config) Validate() error {
 const maxContextLifetime = 100 * 365 * 24 * time.Hour
 
 func positiveFinite(f float64) bool { return f > 0 && !math.IsInf(f, 1) }
+
+// clustered reports whether other gateway nodes may share the pods.
+func (c *Config) clustered() bool { return c.ClusterName != "" || c.NATSURL != "" }
 
 // readLimit is the largest message read before the connection is closed
 // with 1009: twice the envelope limit, and at least the limit plus 64 KiB,

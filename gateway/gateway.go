@@ -42,8 +42,9 @@ type Gateway struct {
 	conclusionKinds map[string]bool
 	originPatterns  []string
 
-	ns      *server.Server
+	ns      *server.Server // nil with --nats-url
 	nc      *nats.Conn
+	cluster *cluster // nil when the gateway serves its pods alone
 	metrics *metrics
 
 	shards      [podShards]podShard
@@ -92,6 +93,17 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.ns, g.nc = ns, nc
+	if cfg.clustered() {
+		c, err := startCluster(g)
+		if err != nil {
+			nc.Close()
+			if ns != nil {
+				ns.Shutdown()
+			}
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		g.cluster = c
+	}
 	g.accepting.Store(true)
 	go g.janitor()
 	return g, nil
@@ -318,7 +330,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	for _, p := range g.allPods() {
 		p.close()
 	}
+	if g.cluster != nil {
+		g.cluster.close()
+	}
+	_ = g.nc.Flush()
 	g.nc.Close()
-	g.ns.Shutdown()
+	if g.ns != nil {
+		g.ns.Shutdown()
+	}
 	return ctx.Err()
 }

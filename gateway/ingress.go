@@ -141,7 +141,10 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	in.req = limits.Request{Context: c, Kind: env.Kind, Sender: p.ID, Size: len(out), Now: now,
 		SenderRate: rateErr, Create: in.buckets.Create}
 	if e := in.pod.Registry.Accept(&in.req, &in.acc, func(acc *limits.Accepted) {
-		m.ContextID, m.ContextType = acc.Context.ID, acc.Context.Type
+		m.ContextID, m.ContextType, m.ContextParent = acc.Context.ID, acc.Context.Type, acc.Context.Parent
+		if acc.Context.Path {
+			m.Flags |= envelope.FlagPath
+		}
 		m.Ancestors = append(m.Ancestors, acc.Ancestors...)
 		in.publish(out)
 		if len(acc.Concluded) > 0 {

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +21,21 @@ func PodSubject(pod string) string {
 	return subjectPrefix + strings.ReplaceAll(pod, ".", "~")
 }
 
-// startNATS starts the embedded NATS server and connects to it in process.
+// startNATS starts the embedded NATS server, joined to its cluster when
+// one is configured, and connects to it in process; with --nats-url it
+// connects to the external deployment instead and embeds nothing.
 func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
+	connectOpts := []nats.Option{
+		nats.Name("mcpp-gateway " + nodeID),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(64 << 20),
+	}
+	if cfg.NATSURL != "" {
+		nc, err := nats.Connect(cfg.NATSURL, connectOpts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("NATS %s: %w", cfg.NATSURL, err)
+		}
+		return nil, nc, nil
+	}
 	opts := &server.Options{
 		ServerName: "mcpp-" + nodeID,
 		Host:       "127.0.0.1",
@@ -38,6 +53,25 @@ func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
 		MaxPending:    1 << 30,
 		WriteDeadline: 30 * time.Second,
 	}
+	if cfg.ClusterName != "" {
+		host, port, err := net.SplitHostPort(cfg.ClusterListen)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--cluster-listen: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--cluster-listen: bad port %q", port)
+		}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: p, ConnectRetries: 10}
+		if opts.DontListen {
+			// The server's routing waits on its client listener: give it
+			// one on a random loopback port, which nobody is told of.
+			opts.DontListen, opts.Port = false, server.RANDOM_PORT
+		}
+		if cfg.Routes != "" {
+			opts.Routes = server.RoutesFromStr(cfg.Routes)
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("embedded NATS: %w", err)
@@ -47,8 +81,7 @@ func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
 		ns.Shutdown()
 		return nil, nil, fmt.Errorf("embedded NATS: not ready after 10s")
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("mcpp-gateway "+nodeID),
-		nats.MaxReconnects(-1), nats.ReconnectBufSize(64<<20))
+	nc, err := nats.Connect("", append(connectOpts, nats.InProcessServer(ns))...)
 	if err != nil {
 		ns.Shutdown()
 		return nil, nil, fmt.Errorf("embedded NATS: connect: %w", err)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,9 @@ type Pod struct {
 	// member skips those up to the number current at its join, which its
 	// welcome already reflects.
 	presenceSeq uint64
+	// remote are the members connected to other gateway nodes, by id.
+	remote map[string]remoteMember
+	synced sync.Once
 	// snapshot is the members as a slice for the fan-out, rebuilt on every
 	// join and leave so that the fan-out takes no lock.
 	snapshot atomic.Pointer[[]*participant.Participant]
@@ -45,6 +49,7 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 	p := &Pod{
 		Name: name, subject: PodSubject(name), gw: gw,
 		members: make(map[string]*participant.Participant),
+		remote:  make(map[string]remoteMember),
 		Buckets: limits.NewBucketSet(
 			limits.Rate{Per: gw.cfg.Rate, Burst: gw.cfg.Burst},
 			limits.Rate{Per: gw.cfg.ContextCreateRate, Burst: gw.cfg.ContextCreateBurst}),
@@ -101,6 +106,40 @@ func (p *Pod) fanOut(msg *nats.Msg) {
 		p.gw.log.Error("dropping a malformed frame", "pod", p.Name, "err", err)
 		return
 	}
+	local := m.Origin == p.gw.nodeID
+	if !local && p.gw.cluster != nil {
+		p.gw.cluster.seen(m.Origin)
+	}
+	switch m.Kind {
+	case envelope.FrameJoin:
+		tell := local || p.remoteJoin(m, body)
+		if !tell || m.Flags&envelope.FlagReplace != 0 {
+			return // a replacement: nobody is told
+		}
+	case envelope.FrameLeave:
+		if !local && !p.remoteLeave(m) {
+			return
+		}
+	case envelope.FrameContextEvent:
+		if !local {
+			return // every node announces its own conclusions to its own members
+		}
+	}
+	n := p.deliver(m, body, local)
+	if m.Kind == envelope.FrameEnvelope && !local && m.ContextID != "" {
+		c := envelope.Context{ID: m.ContextID, Type: m.ContextType, Parent: m.ContextParent, Path: m.Path()}
+		if c.Path {
+			c.Segments = strings.Count(c.ID, "/") + 1
+		}
+		p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, len(body), timeNow())
+	}
+	p.gw.metrics.deliveries.Add(float64(n))
+}
+
+// deliver hands body to the local members that take it and returns how
+// many did. Participants that speak MCPx get the body with its protocol
+// rewritten, made once and shared.
+func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
 	var mcpx []byte
 	pick := func(r *participant.Participant) []byte {
 		if r.Protocol != envelope.ProtocolMCPX {
@@ -115,7 +154,6 @@ func (p *Pod) fanOut(msg *nats.Msg) {
 	members := *p.snapshot.Load()
 	switch m.Kind {
 	case envelope.FrameJoin, envelope.FrameLeave:
-		local := m.Origin == p.gw.nodeID
 		for _, r := range members {
 			if r.ID == m.From || (local && m.Seq <= r.JoinSeq) {
 				continue
@@ -131,7 +169,86 @@ func (p *Pod) fanOut(msg *nats.Msg) {
 			}
 		}
 	}
-	p.gw.metrics.deliveries.Add(float64(n))
+	return n
+}
+
+// remoteMember is a participant connected to another node.
+type remoteMember struct {
+	identity
+	node string
+}
+
+// remoteJoin records a join on another node and reports whether the local
+// members are to be told. A join of an id already in the pod is a
+// replacement: a connection here is closed with 4000, and nobody is told.
+func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
+	id, ok := presenceIdentity(body)
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	old := p.members[id.ID]
+	_, wasRemote := p.remote[id.ID]
+	if old != nil {
+		delete(p.members, id.ID)
+		p.rebuildSnapshot()
+	}
+	p.remote[id.ID] = remoteMember{identity: id, node: strings.Clone(m.Origin)}
+	p.mu.Unlock()
+	if old != nil {
+		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant on another gateway node")
+	}
+	return old == nil && !wasRemote
+}
+
+// remoteLeave records a leave on another node and reports whether to tell
+// the local members: not when the participant has since joined elsewhere.
+func (p *Pod) remoteLeave(m *envelope.Meta) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.remote[m.From]; ok && r.node == m.Origin {
+		delete(p.remote, m.From)
+		return true
+	}
+	return false
+}
+
+// removeNode forgets the members of a node that is gone and tells the
+// local members they left.
+func (p *Pod) removeNode(node string) {
+	var gone []identity
+	p.mu.Lock()
+	for id, r := range p.remote {
+		if r.node == node {
+			gone = append(gone, r.identity)
+			delete(p.remote, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range gone {
+		m := envelope.Meta{Kind: envelope.FrameLeave, Origin: node, From: id.ID, Protocol: protocolSpan}
+		body := newSystemMessage(envelope.ProtocolMCPP, "system/presence", map[string]any{"event": "leave", "participant": id}).bytes()
+		p.gw.metrics.deliveries.Add(float64(p.deliver(&m, body, false)))
+	}
+}
+
+// syncMembers learns, once, the members other nodes have in the pod.
+func (p *Pod) syncMembers() {
+	if p.gw.cluster == nil {
+		return
+	}
+	p.synced.Do(func() {
+		replies := p.gw.cluster.members(p.Name)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, r := range replies {
+			for _, id := range r.Members {
+				if _, here := p.members[id.ID]; !here {
+					p.remote[id.ID] = remoteMember{identity: id, node: r.Node}
+				}
+			}
+		}
+	})
 }
 
 // reserve admits one upgrade for id before it happens, so that caps are
@@ -164,21 +281,30 @@ func (p *Pod) join(r *participant.Participant) {
 	defer p.mu.Unlock()
 	p.pending--
 	old := p.members[r.ID]
-	others := make([]identity, 0, len(p.members))
+	_, elsewhere := p.remote[r.ID]
+	delete(p.remote, r.ID)
+	others := make([]identity, 0, len(p.members)+len(p.remote))
 	for id, m := range p.members {
 		if id != r.ID {
 			others = append(others, identityOf(m))
 		}
 	}
+	for _, m := range p.remote {
+		others = append(others, m.identity)
+	}
 	r.Deliver(p.gw.welcome(p, r, others))
 	r.JoinSeq = p.presenceSeq
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
-	if old != nil {
+	switch {
+	case old != nil:
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")
-		return
+	case elsewhere:
+		// The other node closes its connection when it sees this join.
+		p.publishPresence(envelope.FrameJoin, r, envelope.FlagReplace)
+	default:
+		p.publishPresence(envelope.FrameJoin, r, 0)
 	}
-	p.publishPresence(envelope.FrameJoin, r)
 }
 
 // leave removes r unless a newer connection has replaced it.
@@ -190,18 +316,18 @@ func (p *Pod) leave(r *participant.Participant) {
 	}
 	delete(p.members, r.ID)
 	p.rebuildSnapshot()
-	p.publishPresence(envelope.FrameLeave, r)
+	p.publishPresence(envelope.FrameLeave, r, 0)
 	p.mu.Unlock()
 	p.gw.maybeRemovePod(p)
 }
 
-func (p *Pod) publishPresence(kind envelope.FrameKind, r *participant.Participant) {
+func (p *Pod) publishPresence(kind envelope.FrameKind, r *participant.Participant, flags uint8) {
 	event := "join"
 	if kind == envelope.FrameLeave {
 		event = "leave"
 	}
 	p.presenceSeq++
-	m := envelope.Meta{Kind: kind, Origin: p.gw.nodeID, From: r.ID, Protocol: protocolSpan, Seq: p.presenceSeq}
+	m := envelope.Meta{Kind: kind, Flags: flags, Origin: p.gw.nodeID, From: r.ID, Protocol: protocolSpan, Seq: p.presenceSeq}
 	p.gw.publish(p.subject, envelope.AppendFrame(nil, &m, presence(event, r)))
 }
 

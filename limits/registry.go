@@ -196,6 +196,43 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	return nil
 }
 
+// ApplyRemote records an envelope that another gateway node accepted, so
+// that every node builds the same registry from the pod's stream. It
+// refuses nothing (the origin decided); a remote envelope takes a token
+// from the context's bucket, so that its rate holds approximately across
+// nodes. Contexts it concludes are passed to onExpire like timeouts are.
+func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender string, size int, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := now.UnixNano()
+	cur := r.activeCtx(c.ID)
+	if cur == nil {
+		if c.Parent == c.ID || r.inChain(c.Parent, c.ID) {
+			return // cannot happen when nodes agree; never build a cycle
+		}
+		cur = r.create(c, strings.Clone(sender), r.depthOf(c), ns)
+	}
+	cur.limiter.AllowN(now, 1)
+	cur.Messages++
+	cur.Bytes += int64(size)
+	cur.LastActivity = max(cur.LastActivity, ns)
+	if !cur.hasSender(sender) {
+		cur.addSender(strings.Clone(sender))
+	}
+	r.ancestors(cur, nil, ns)
+	if conclusion {
+		out := r.conclude(cur, ReasonConclusion, ns, nil)
+		if len(r.retained) > r.cfg.MaxPerPod {
+			r.forget(ns)
+		}
+		r.compact()
+		if r.onExpire != nil {
+			r.onExpire(out)
+		}
+	}
+	r.schedule()
+}
+
 // depthOf computes the depth of a new context (SPEC section 3). A path
 // carries its ancestry; when its parent is registered deeper than the path
 // says, the registered depth counts, so that mixing the two forms cannot
@@ -316,12 +353,18 @@ func (r *Registry) create(c *envelope.Context, creator string, depth int, now in
 }
 
 func (c *Context) addSender(id string) {
+	if !c.hasSender(id) {
+		c.Senders = append(c.Senders, id)
+	}
+}
+
+func (c *Context) hasSender(id string) bool {
 	for _, s := range c.Senders {
 		if s == id {
-			return
+			return true
 		}
 	}
-	c.Senders = append(c.Senders, id)
+	return false
 }
 
 // conclude ends c and, depth first, its active children.
