@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -215,8 +216,8 @@ func (f *Filter) apply(p *patch) (*Filter, error) {
 			return nil, errorf("%s has %d entries, over the limit of %d", l.name, len(*l.src), MaxEntries)
 		}
 		for _, v := range *l.src {
-			if len(v) == 0 || len(v) > l.max || strings.ContainsFunc(v, isControl) {
-				return nil, errorf("%s entries must be 1 to %d bytes without control characters", l.name, l.max)
+			if len(v) == 0 || len(v) > l.max || strings.ContainsFunc(v, isControl) || !utf8.ValidString(v) {
+				return nil, errorf("%s entries must be 1 to %d bytes of UTF-8 without control characters", l.name, l.max)
 			}
 		}
 		*l.dst = append([]string{}, *l.src...)
