@@ -296,6 +296,7 @@ func (p *Pod) join(r *participant.Participant) {
 	r.JoinSeq = p.presenceSeq
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
+	r.Start()
 	switch {
 	case old != nil:
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")

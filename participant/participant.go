@@ -63,6 +63,7 @@ type Participant struct {
 	// The writer goroutine runs only while there is something to write and
 	// a little after: an idle connection holds no goroutine but its reader.
 	writerOn atomic.Bool
+	started  atomic.Bool // no writer runs before Start
 	park     chan struct{}
 	writes   atomic.Uint64 // messages written, for Watch
 	seen     uint64        // writes at the previous Watch
@@ -126,9 +127,18 @@ func (p *Participant) Deliver(b []byte) bool {
 }
 
 func (p *Participant) wakeWriter() {
-	if !p.writerOn.Load() && p.writerOn.CompareAndSwap(false, true) {
+	if p.started.Load() && !p.writerOn.Load() && p.writerOn.CompareAndSwap(false, true) {
 		go p.writeLoop()
 	}
+}
+
+// Start lets the writer send what is queued and what comes. Until then
+// deliveries only queue: the pod queues the welcome, makes the participant
+// a member, and only then starts it, so that nothing accepted after the
+// participant has read its welcome can miss it.
+func (p *Participant) Start() {
+	p.started.Store(true)
+	p.wakeWriter()
 }
 
 // Close ends the connection now with code, dropping what is queued. It
