@@ -191,11 +191,11 @@ func (b *bencher) rounds(ctx context.Context, load Load, rounds int, baseline bo
 			}
 		}
 		line := fmt.Sprintf("latency at %.0f%% of capacity: gateway p50 %s p99 %s p999 %s",
-			f*100, medianDur(lat[kindGateway], 0.5), medianDur(lat[kindGateway], 0.99), medianDur(lat[kindGateway], 0.999))
+			f*100, short(medianDur(lat[kindGateway], 0.5)), short(medianDur(lat[kindGateway], 0.99)), short(medianDur(lat[kindGateway], 0.999)))
 		if baseline {
 			g99, b99 := medianDur(lat[kindGateway], 0.99), medianDur(lat[kindRelay], 0.99)
 			line += fmt.Sprintf("; baseline p50 %s p99 %s p999 %s; p99 gateway/baseline %.2f",
-				medianDur(lat[kindRelay], 0.5), b99, medianDur(lat[kindRelay], 0.999), float64(g99)/float64(b99))
+				short(medianDur(lat[kindRelay], 0.5)), short(b99), short(medianDur(lat[kindRelay], 0.999)), float64(g99)/float64(b99))
 		}
 		fmt.Fprintln(b.out, line)
 	}
@@ -216,7 +216,7 @@ func (b *bencher) report(name string, round int, l Load, r Result) {
 	}
 	line := fmt.Sprintf("%-14s round %d: %10.0f deliveries/s %9.0f envelopes/s  p50 %-9s p99 %-9s p999 %-9s  %.1f envelopes/ws-message",
 		name, round, r.DeliveriesPerSec(), r.EnvelopesPerSec(),
-		r.Latency.quantile(0.5), r.Latency.quantile(0.99), r.Latency.quantile(0.999), perMsg)
+		short(r.Latency.quantile(0.5)), short(r.Latency.quantile(0.99)), short(r.Latency.quantile(0.999)), perMsg)
 	if r.ServerCPU > 0 {
 		line += fmt.Sprintf("  server CPU %.2f µs/delivery, %.0f deliveries/CPU-s",
 			float64(r.CPUPerDelivery().Nanoseconds())/1000, float64(r.Deliveries)/r.ServerCPU.Seconds())
@@ -227,14 +227,24 @@ func (b *bencher) report(name string, round int, l Load, r Result) {
 func (b *bencher) summary(results map[kind][]Result, baseline bool) {
 	g := results[kindGateway]
 	line := fmt.Sprintf("median: gateway %.0f deliveries/s, %.2f µs CPU/delivery, p99 %s",
-		median(g, Result.DeliveriesPerSec), median(g, cpuMicros), medianDur(g, 0.99))
+		median(g, Result.DeliveriesPerSec), median(g, cpuMicros), short(medianDur(g, 0.99)))
 	if baseline {
 		r := results[kindRelay]
 		gm, bm := median(g, Result.DeliveriesPerSec), median(r, Result.DeliveriesPerSec)
 		line += fmt.Sprintf("; baseline %.0f deliveries/s, %.2f µs CPU/delivery, p99 %s; gateway/baseline %.2f",
-			bm, median(r, cpuMicros), medianDur(r, 0.99), gm/bm)
+			bm, median(r, cpuMicros), short(medianDur(r, 0.99)), gm/bm)
 	}
 	fmt.Fprintln(b.out, line)
+}
+
+// short rounds d to three significant digits.
+func short(d time.Duration) time.Duration {
+	for r := time.Duration(1); r < time.Hour; r *= 10 {
+		if d < 1000*r {
+			return d.Round(r)
+		}
+	}
+	return d
 }
 
 func cpuMicros(r Result) float64 { return float64(r.CPUPerDelivery().Nanoseconds()) / 1000 }
