@@ -161,6 +161,10 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		defer g.handlers.Done()
 		defer g.connCount.Add(-1)
 		g.readLoop(pod, p, buckets)
+		// The library leaves a connection whose peer went away without a
+		// closing handshake open, and an open one is never collected (it
+		// refers to itself and has a finalizer): close it in every case.
+		_ = conn.CloseNow()
 		p.Finish()
 		// Release first: a drained bucket keeps the pod (and so the
 		// bucket) alive, so leaving and coming back never refills it.

@@ -81,7 +81,7 @@ func TestQueueBounded(t *testing.T) {
 	if q.Push([]byte{9}) {
 		t.Fatal("a full queue accepted more")
 	}
-	got := q.PopUpTo(nil, 10)
+	got := q.PopUpTo(nil, 10, 1<<20)
 	if len(got) != 3 || got[0][0] != 0 || got[2][0] != 2 {
 		t.Fatalf("popped %v", got)
 	}

@@ -99,6 +99,21 @@ func (c *CoalescingConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Close writes what is gathered, then closes. The library writes its
+// closing frame and closes the connection from its reader goroutine; when
+// the participant's writer holds the connection at that moment the frame
+// is in the buffer, and must still go out.
+func (c *CoalescingConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.buf != nil {
+		_, _ = c.Conn.Write(*c.buf)
+		c.buf = nil
+	}
+	c.holding = false
+	return c.Conn.Close()
+}
+
 func (c *CoalescingConn) hold() {
 	c.mu.Lock()
 	c.holding = true

@@ -230,21 +230,17 @@ func (p *Participant) Ping() {
 func (p *Participant) writeLoop() {
 	var (
 		items = make([][]byte, 0, 16)
+		one   = make([][]byte, 1)
 		buf   []byte
 	)
 	for {
 		for !p.cut.Load() {
-			batch := p.filter.Load().Batch
-			max := 1
-			if batch {
-				max = maxBatchItems
-			}
-			items = p.queue.PopUpTo(items[:0], max)
+			items = p.queue.PopUpTo(items[:0], maxBatchItems, maxBatchBytes)
 			if len(items) == 0 {
 				break
 			}
-			msg := items[0]
-			if len(items) > 1 {
+			msgs := items
+			if len(items) > 1 && p.filter.Load().Batch {
 				buf = buf[:0]
 				for i, it := range items {
 					if i > 0 {
@@ -252,16 +248,18 @@ func (p *Participant) writeLoop() {
 					}
 					buf = append(buf, it...)
 				}
-				msg = buf
+				one[0] = buf
+				msgs = one
 			}
-			if err := p.write(msg); err != nil {
+			if err := p.write(msgs); err != nil {
 				p.Kill()
 				return
 			}
 			if p.opts.OnWrite != nil {
-				p.opts.OnWrite(len(items))
+				p.opts.OnWrite(len(msgs))
 			}
 			clear(items)
+			one[0] = nil
 			if cap(buf) > maxBatchBytes*4 {
 				buf = nil
 			}
@@ -286,19 +284,28 @@ func (p *Participant) writeLoop() {
 	}
 }
 
-// write sends one message. The context is Background so that the library
-// sets up no per-write timer; Watch cuts a write that outlasts WriteTimeout.
-func (p *Participant) write(b []byte) error {
+// write sends messages, each its own WebSocket message, in one system
+// call: what queued up while the previous write was on its way goes out
+// together, with no timer and so no added latency. The context is
+// Background so that the library sets up no per-write timer; Watch cuts a
+// write that outlasts WriteTimeout.
+func (p *Participant) write(msgs [][]byte) error {
 	p.writeStart.Store(time.Now().UnixNano())
 	defer p.writeStart.Store(0)
 	p.writes.Add(1)
-	if p.cc == nil {
-		return p.conn.Write(context.Background(), websocket.MessageText, b)
+	if p.cc != nil {
+		p.cc.hold()
 	}
-	p.cc.hold()
-	err := p.conn.Write(context.Background(), websocket.MessageText, b)
-	if rerr := p.cc.release(); err == nil {
-		err = rerr
+	var err error
+	for _, m := range msgs {
+		if err = p.conn.Write(context.Background(), websocket.MessageText, m); err != nil {
+			break
+		}
+	}
+	if p.cc != nil {
+		if rerr := p.cc.release(); err == nil {
+			err = rerr
+		}
 	}
 	return err
 }

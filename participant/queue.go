@@ -56,11 +56,18 @@ func (q *Queue) grow() {
 	q.ring, q.head = ring, 0
 }
 
-// PopUpTo moves at most max messages to dst, oldest first.
-func (q *Queue) PopUpTo(dst [][]byte, max int) [][]byte {
+// PopUpTo moves at most max messages to dst, oldest first, and stops
+// before the one that would bring their size over maxBytes (it always moves
+// one when there is one).
+func (q *Queue) PopUpTo(dst [][]byte, max, maxBytes int) [][]byte {
 	q.mu.Lock()
+	size := 0
 	for q.n > 0 && max > 0 {
-		dst = append(dst, q.ring[q.head])
+		b := q.ring[q.head]
+		if size += len(b); size > maxBytes && len(dst) > 0 {
+			break
+		}
+		dst = append(dst, b)
 		q.ring[q.head] = nil
 		q.head = (q.head + 1) % len(q.ring)
 		q.n--
