@@ -31,6 +31,7 @@ gateway's CPU time per delivery.
   mcpp bench --subscribers 100 --baseline --latency-at 0.25,0.5,0.75
   mcpp bench --idle 10000 --baseline                 # RSS per idle connection
   mcpp bench --gateway ws://HOST:PORT --subscribers 10   # a gateway that runs elsewhere
+  mcpp bench --gateway ws://A:8081,ws://B:8082           # a cluster: subscribers spread over the nodes
 
 Flags:
 `
@@ -40,7 +41,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mcpp bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		gw         = fs.String("gateway", "", "WebSocket URL of a running gateway (ws://HOST:PORT or …/ws); empty: start mcpp-gateway")
+		gw         = fs.String("gateway", "", "WebSocket URL of a running gateway (ws://HOST:PORT or …/ws), or several nodes of one cluster, comma-separated: publishers use the first, subscribers are spread over all; empty: start mcpp-gateway")
 		gwBin      = fs.String("gateway-bin", "", "mcpp-gateway binary to start (default: next to mcpp, or on PATH)")
 		token      = fs.String("token", os.Getenv("MCPP_TOKEN"), "token for --gateway")
 		pod        = fs.String("pod", "bench", "pod name")
@@ -93,7 +94,10 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	case *idle > 0:
 		err = b.idle(ctx, *idle, *baseline)
 	case *gw != "":
-		load.URL = wsURL(*gw)
+		for _, u := range strings.Split(*gw, ",") {
+			load.SubscriberURLs = append(load.SubscriberURLs, wsURL(strings.TrimSpace(u)))
+		}
+		load.URL = load.SubscriberURLs[0]
 		var r Result
 		if r, err = load.run(ctx); err == nil {
 			b.report("gateway", 1, load, r)

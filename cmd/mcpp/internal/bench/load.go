@@ -18,6 +18,9 @@ import (
 // Load describes one measured run against one server.
 type Load struct {
 	URL         string // ws://host:port/ws
+	// SubscriberURLs, when set, spread the subscribers over several
+	// gateway nodes, round robin; publishers use URL.
+	SubscriberURLs []string
 	Token       string
 	Pod         string
 	Subscribers int
@@ -97,7 +100,11 @@ func (l Load) run(ctx context.Context) (Result, error) {
 		if l.Batch {
 			q.Set("batch", "1")
 		}
-		c, err := l.dial(ctx, q)
+		u := l.URL
+		if len(l.SubscriberURLs) > 0 {
+			u = l.SubscriberURLs[i%len(l.SubscriberURLs)]
+		}
+		c, err := l.dialURL(ctx, u, q)
 		if err != nil {
 			return Result{}, fmt.Errorf("subscriber %d: %w", i, err)
 		}
@@ -180,13 +187,17 @@ func (l Load) cpu() time.Duration {
 }
 
 func (l Load) dial(ctx context.Context, q url.Values) (*websocket.Conn, error) {
+	return l.dialURL(ctx, l.URL, q)
+}
+
+func (l Load) dialURL(ctx context.Context, u string, q url.Values) (*websocket.Conn, error) {
 	h := http.Header{}
 	if l.Token != "" {
 		h.Set("Authorization", "Bearer "+l.Token)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(dctx, l.URL+"?"+q.Encode(), &websocket.DialOptions{HTTPHeader: h})
+	c, _, err := websocket.Dial(dctx, u+"?"+q.Encode(), &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
 		return nil, err
 	}
