@@ -17,22 +17,22 @@ import (
 
 // Load describes one measured run against one server.
 type Load struct {
-	URL         string // ws://host:port/ws
+	URL string // ws://host:port/ws
 	// SubscriberURLs, when set, spread the subscribers over several
 	// gateway nodes, round robin; publishers use URL.
 	SubscriberURLs []string
-	Token       string
-	Pod         string
-	Subscribers int
-	Publishers  int
-	Size        int
-	Warmup      time.Duration
-	Duration    time.Duration
-	Window      int     // envelopes in flight, flat out
-	Rate        float64 // envelopes a second in all; 0 is flat out
-	Filters     bool    // half the subscribers contexts=none, half the envelopes in a context
-	Batch       bool    // subscribers join with batch=1
-	ServerPID   int     // 0 when the server is not ours to watch
+	Token          string
+	Pod            string
+	Subscribers    int
+	Publishers     int
+	Size           int
+	Warmup         time.Duration
+	Duration       time.Duration
+	Window         int     // envelopes in flight, flat out
+	Rate           float64 // envelopes a second in all; 0 is flat out
+	Filters        bool    // half the subscribers contexts=none, half the envelopes in a context
+	Batch          bool    // subscribers join with batch=1
+	ServerPID      int     // 0 when the server is not ours to watch
 }
 
 // Result is what one run measured.
