@@ -87,6 +87,9 @@ func run(ctx context.Context, e *env, args []string) int {
 	switch name {
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 {
+			if args[1] == "bench" {
+				return bench.Run([]string{"-h"}, e.stdout, e.stdout)
+			}
 			if c, ok := commands[args[1]]; ok {
 				printCommandUsage(e.stdout, args[1], c)
 				return exitOK
