@@ -28,6 +28,11 @@ var QueryParams = []string{"main", "contexts", "types", "exclude_types", "ids", 
 // Parameters that are absent keep their defaults; other parameters (pod,
 // token, …) are not its business.
 func FromQuery(q url.Values) (*Filter, error) {
+	if !hasFilterParams(q) {
+		// Filters are immutable, so every participant that asks for
+		// nothing shares one.
+		return sharedDefault, nil
+	}
 	f := Default()
 	var p patch
 	for _, name := range QueryParams {
@@ -158,6 +163,17 @@ func typeMessage(name string) string {
 		return "must be an array of strings"
 	}
 	return "must be true or false"
+}
+
+var sharedDefault = Default()
+
+func hasFilterParams(q url.Values) bool {
+	for _, name := range QueryParams {
+		if _, ok := q[name]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // patch is a partial filter: nil fields are absent.
