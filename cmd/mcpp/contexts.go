@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/mcpp/gateway/limits"
 )
 
 var contextsCommand = command{
@@ -30,22 +32,9 @@ Flags:
 	run: runContexts,
 }
 
-// contextInfo is one entry of system/contexts (SPEC section 6).
-type contextInfo struct {
-	ID           string   `json:"id"`
-	Type         *string  `json:"type"`
-	Parent       *string  `json:"parent"`
-	Depth        int      `json:"depth"`
-	State        string   `json:"state"`
-	Reason       *string  `json:"reason"`
-	Creator      string   `json:"creator"`
-	Messages     int64    `json:"messages"`
-	Bytes        int64    `json:"bytes"`
-	Participants []string `json:"participants"`
-	Created      string   `json:"created"`
-	LastActivity string   `json:"last_activity"`
-	Concluded    *string  `json:"concluded"`
-}
+// contextInfo is one entry of system/contexts (SPEC section 6), as the
+// gateway's registry writes it.
+type contextInfo = limits.Info
 
 func runContexts(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("contexts")
