@@ -251,7 +251,7 @@ func (g *Gateway) janitor() {
 	defer close(g.janitorDone)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	var lastPing, lastSweep time.Time
+	lastPing, lastSweep := time.Now(), time.Now()
 	for {
 		select {
 		case <-g.janitorStop:

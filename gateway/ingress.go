@@ -21,7 +21,8 @@ var timeNow = time.Now
 // its envelope is handled, and an idle connection holds none.
 var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// ingress is one connection's reader state, reused for every message.
+// ingress is the state of handling one message. It is pooled rather than
+// kept per connection, so that an idle connection holds none of it.
 type ingress struct {
 	g       *Gateway
 	pod     *Pod
@@ -34,9 +35,25 @@ type ingress struct {
 	frame   []byte
 }
 
+var ingresses = sync.Pool{New: func() any { return new(ingress) }}
+
+// release returns in to the pool, dropping what it points to.
+func (in *ingress) release() {
+	in.g, in.pod, in.p, in.buckets = nil, nil, nil, nil
+	in.env.Reset()
+	in.meta.Reset()
+	in.req = limits.Request{}
+	clear(in.acc.Ancestors)
+	clear(in.acc.Concluded)
+	in.acc = limits.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
+	if cap(in.frame) > 64<<10 {
+		in.frame = nil
+	}
+	ingresses.Put(in)
+}
+
 // readLoop reads the participant's messages until its connection ends.
 func (g *Gateway) readLoop(pod *Pod, p *participant.Participant, buckets *limits.Buckets) {
-	in := &ingress{g: g, pod: pod, p: p, buckets: buckets}
 	ctx := context.Background()
 	conn := p.Conn()
 	for {
@@ -48,7 +65,10 @@ func (g *Gateway) readLoop(pod *Pod, p *participant.Participant, buckets *limits
 		buf.Reset()
 		_, err = buf.ReadFrom(r)
 		if err == nil {
+			in := ingresses.Get().(*ingress)
+			in.g, in.pod, in.p, in.buckets = g, pod, p, buckets
 			in.handle(typ, buf.Bytes())
+			in.release()
 		}
 		if buf.Cap() <= 64<<10 {
 			readBuffers.Put(buf)
@@ -163,9 +183,6 @@ func (in *ingress) publish(body []byte) {
 	in.frame = envelope.AppendFrame(in.frame[:0], &in.meta, body)
 	in.g.publish(in.pod.subject, in.frame)
 	in.g.metrics.envelopesIn.Inc()
-	if cap(in.frame) > 64<<10 {
-		in.frame = nil // do not keep a large envelope's buffer per connection
-	}
 }
 
 // refuse answers the sender with system/error, through its send queue.

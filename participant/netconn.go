@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // A WebSocket library keeps a 4 KiB bufio.Reader and a 4 KiB bufio.Writer
@@ -85,32 +86,37 @@ const maxPooledBuffer = 256 << 10
 func (c *CoalescingConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // Write implements net.Conn. Outside a hold (control frames written by the
-// library's reader: pongs, closes) it writes through.
+// library's reader: pongs, closes) it writes through. The lock is never
+// held across a write to the socket, so closing never waits on a peer that
+// stopped reading; net.Conn keeps concurrent writes whole.
 func (c *CoalescingConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.holding {
+		c.mu.Unlock()
 		return c.Conn.Write(p)
 	}
 	if c.buf == nil {
 		c.buf = writeBuffers.Get().(*[]byte)
 	}
 	*c.buf = append(*c.buf, p...)
+	c.mu.Unlock()
 	return len(p), nil
 }
+
+// closeFlushTimeout bounds the last write of what was gathered when the
+// connection closes: a peer that does not read does not get it.
+const closeFlushTimeout = time.Second
 
 // Close writes what is gathered, then closes. The library writes its
 // closing frame and closes the connection from its reader goroutine; when
 // the participant's writer holds the connection at that moment the frame
 // is in the buffer, and must still go out.
 func (c *CoalescingConn) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.buf != nil {
-		_, _ = c.Conn.Write(*c.buf)
-		c.buf = nil
+	if b := c.take(); b != nil {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
+		_, _ = c.Conn.Write(*b)
+		putWriteBuffer(b)
 	}
-	c.holding = false
 	return c.Conn.Close()
 }
 
@@ -120,20 +126,30 @@ func (c *CoalescingConn) hold() {
 	c.mu.Unlock()
 }
 
-// release writes what was gathered since hold, in one system call.
-func (c *CoalescingConn) release() error {
+// take ends the hold and returns what was gathered, or nil.
+func (c *CoalescingConn) take() *[]byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.holding = false
-	if c.buf == nil {
-		return nil
-	}
 	b := c.buf
 	c.buf = nil
+	return b
+}
+
+// release writes what was gathered since hold, in one system call.
+func (c *CoalescingConn) release() error {
+	b := c.take()
+	if b == nil {
+		return nil
+	}
 	_, err := c.Conn.Write(*b)
+	putWriteBuffer(b)
+	return err
+}
+
+func putWriteBuffer(b *[]byte) {
 	if cap(*b) <= maxPooledBuffer {
 		*b = (*b)[:0]
 		writeBuffers.Put(b)
 	}
-	return err
 }

@@ -204,9 +204,13 @@ func (p *Participant) Watch(now time.Time) {
 }
 
 // Ping sends a WebSocket ping in the background; a peer that does not
-// answer within WriteTimeout is dropped.
+// answer within WriteTimeout is dropped. A connection being written to is
+// not pinged: its writes show whether it is alive (Watch cuts one that
+// stalls), and the library gives a control frame only 5 seconds, so a ping
+// stuck behind a slow reader's backlog would cut a reader that is still
+// making progress.
 func (p *Participant) Ping() {
-	if p.cut.Load() || !p.pinging.CompareAndSwap(false, true) {
+	if p.cut.Load() || p.writerOn.Load() || p.queue.Len() > 0 || !p.pinging.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
@@ -276,6 +280,7 @@ func (p *Participant) writeLoop() {
 		case <-p.park:
 			// Idle since the last Watch: let the goroutine go, unless
 			// something was queued meanwhile.
+			p.queue.compact()
 			p.writerOn.Store(false)
 			if p.queue.Len() == 0 && p.drain.Load() == nil || !p.writerOn.CompareAndSwap(false, true) {
 				return

@@ -81,6 +81,16 @@ func (q *Queue) PopUpTo(dst [][]byte, max, maxBytes int) [][]byte {
 	return dst
 }
 
+// compact gives the ring back when the queue is empty; the writer calls it
+// when it goes idle.
+func (q *Queue) compact() {
+	q.mu.Lock()
+	if q.n == 0 {
+		q.ring, q.head = nil, 0
+	}
+	q.mu.Unlock()
+}
+
 // Len is the number of messages waiting.
 func (q *Queue) Len() int {
 	q.mu.Lock()

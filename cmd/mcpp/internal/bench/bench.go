@@ -327,7 +327,9 @@ func idleRSS(ctx context.Context, s *server, n int) (float64, error) {
 			}
 		}()
 	}
-	time.Sleep(2 * time.Second)
+	// Long enough for the writers to go idle once the presence of the
+	// last joins is out (the gateway lets an idle writer go after 1-2 s).
+	time.Sleep(4 * time.Second)
 	after, err := rss(s.pid())
 	if err != nil {
 		return 0, err
