@@ -147,7 +147,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		SendQueue:      g.cfg.SendQueue,
 		WriteTimeout:   g.cfg.WriteTimeout,
 		OnSlowConsumer: func() { g.metrics.slowConsumers.Inc() },
-		OnWrite:        func(int) { g.metrics.writes.Inc() },
+		OnWrite:        func(n int) { g.metrics.writes.Add(float64(n)) },
 	})
 	buckets := pod.Buckets.Acquire(a.id)
 	g.metrics.connections.Inc()
