@@ -1,9 +1,6 @@
 package envelope
 
-import (
-	"unicode/utf8"
-	"unsafe"
-)
+import "unsafe"
 
 // The protocols a participant may speak (SPEC section 2).
 const (
@@ -115,5 +112,3 @@ func bytesString(b []byte) string {
 	}
 	return unsafe.String(&b[0], len(b))
 }
-
-var _ = utf8.RuneError
