@@ -3,6 +3,8 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 
 	"github.com/coder/websocket"
@@ -36,6 +38,10 @@ type admission struct {
 // admit runs every check that can refuse an upgrade with an HTTP answer,
 // before anything is allocated for the participant.
 func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
+	if !g.originAllowed(r) {
+		return nil, http.StatusForbidden, envelope.Errorf(envelope.CodeForbidden,
+			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin"))
+	}
 	q := r.URL.Query()
 	a := &admission{protocol: envelope.ProtocolMCPP}
 	a.pod = q.Get("pod")
@@ -95,6 +101,35 @@ func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
 	return a, 0, nil
 }
 
+// originAllowed applies the WebSocket library's origin rule before the
+// upgrade, so that a refusal is the SPEC's JSON answer and is counted: no
+// Origin (an agent, not a browser) or the gateway's own host is allowed,
+// and so is a host (or scheme://host) matching an --allowed-origins
+// pattern.
+func (g *Gateway) originAllowed(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, pattern := range g.originPatterns {
+		target := u.Host
+		if strings.Contains(pattern, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, _ := path.Match(strings.ToLower(pattern), strings.ToLower(target)); ok {
+			return true
+		}
+	}
+	return false
+}
+
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !g.accepting.Load() {
 		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the gateway is shutting down"))
@@ -133,8 +168,8 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	pod.syncMembers()
 	hw := participant.SmallBuffers(w)
 	conn, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
-		OriginPatterns:  g.originPatterns,
-		CompressionMode: websocket.CompressionDisabled,
+		InsecureSkipVerify: true, // admit checked the origin, answering in JSON
+		CompressionMode:    websocket.CompressionDisabled,
 	})
 	if err != nil {
 		pod.unreserve()

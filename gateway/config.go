@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path"
 	"strings"
 	"time"
 )
@@ -178,6 +179,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cluster-listen and --routes need --cluster-name")
 	case c.ClusterName != "" && c.ClusterListen == "":
 		return fmt.Errorf("--cluster-name needs --cluster-listen")
+	case !validPatterns(c.AllowedOrigins):
+		return fmt.Errorf("--allowed-origins: a pattern is malformed (path.Match syntax)")
 	case c.ClusterHeartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--cluster-heartbeat must be at least 10ms")
 	case c.MaxConnections < 1 || c.MaxParticipantsPerPod < 1 || c.MaxPods < 1 || c.MaxContextsPerParticipant < 1 || c.MaxContextsPerPod < 1:
@@ -191,6 +194,15 @@ func (c *Config) Validate() error {
 const maxContextLifetime = 100 * 365 * 24 * time.Hour
 
 func positiveFinite(f float64) bool { return f > 0 && !math.IsInf(f, 1) }
+
+func validPatterns(list string) bool {
+	for _, p := range splitComma(list) {
+		if _, err := path.Match(p, ""); err != nil {
+			return false
+		}
+	}
+	return true
+}
 
 // clustered reports whether other gateway nodes may share the pods.
 func (c *Config) clustered() bool { return c.ClusterName != "" || c.NATSURL != "" }

@@ -57,6 +57,7 @@ type Gateway struct {
 	janitorStop chan struct{}
 
 	httpServer *http.Server
+	listenerMu sync.Mutex
 	listener   net.Listener
 }
 
@@ -104,6 +105,14 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		g.cluster = c
 	}
+	// Built here, not in Serve, so that a Shutdown that comes before or
+	// during Serve stops it (Serve then returns at once).
+	g.httpServer = &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: g.cfg.HandshakeTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
 	g.accepting.Store(true)
 	go g.janitor()
 	return g, nil
@@ -130,13 +139,9 @@ func (g *Gateway) ListenAndServe() error {
 
 // Serve accepts connections on ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
+	g.listenerMu.Lock()
 	g.listener = ln
-	g.httpServer = &http.Server{
-		Handler:           g.Handler(),
-		ReadHeaderTimeout: g.cfg.HandshakeTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-	}
+	g.listenerMu.Unlock()
 	err := g.httpServer.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -146,6 +151,8 @@ func (g *Gateway) Serve(ln net.Listener) error {
 
 // Addr is the address Serve listens on.
 func (g *Gateway) Addr() net.Addr {
+	g.listenerMu.Lock()
+	defer g.listenerMu.Unlock()
 	if g.listener == nil {
 		return nil
 	}
@@ -288,9 +295,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if !g.accepting.Swap(false) {
 		return nil
 	}
-	if g.httpServer != nil {
-		_ = g.httpServer.Shutdown(ctx)
-	}
+	_ = g.httpServer.Shutdown(ctx)
 	g.draining.Store(true)
 	// Everything accepted so far is published; let NATS hand it to the
 	// pods' fan-out before the queues are drained.

@@ -77,10 +77,12 @@ type CoalescingConn struct {
 	buf     *[]byte
 }
 
-var writeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+var writeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
 
-// maxPooledBuffer keeps a huge message's buffer out of the pool.
-const maxPooledBuffer = 256 << 10
+// maxPooledBuffer keeps a huge message's buffer out of the pool; a write
+// of up to maxBatchBytes (plus frame headers, which append may double)
+// always fits.
+const maxPooledBuffer = 4 * maxBatchBytes
 
 // Read implements net.Conn.
 func (c *CoalescingConn) Read(p []byte) (int, error) { return c.r.Read(p) }
