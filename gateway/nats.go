@@ -21,6 +21,11 @@ func PodSubject(pod string) string {
 	return subjectPrefix + strings.ReplaceAll(pod, ".", "~")
 }
 
+// maxFrameBytes bounds a frame: an accepted envelope (with the fields the
+// gateway fills) and its header, which can hold a "to" list as long as the
+// envelope, and the context's ancestry.
+func maxFrameBytes(cfg *Config) int { return 2*cfg.MaxMessageBytes + 64<<10 }
+
 // startNATS starts the embedded NATS server, joined to its cluster when
 // one is configured, and connects to it in process; with --nats-url it
 // connects to the external deployment instead and embeds nothing.
@@ -34,6 +39,13 @@ func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("NATS %s: %w", cfg.NATSURL, err)
 		}
+		// An accepted envelope must never fail to publish: refuse to start
+		// rather than lose envelopes the deployment cannot carry.
+		if need := maxFrameBytes(cfg); nc.MaxPayload() < int64(need) {
+			nc.Close()
+			return nil, nil, fmt.Errorf("NATS %s carries messages of at most %d bytes; --max-message-bytes %d needs %d (twice the limit plus 64 KiB): raise max_payload in the NATS server or lower --max-message-bytes",
+				cfg.NATSURL, nc.MaxPayload(), cfg.MaxMessageBytes, need)
+		}
 		return nil, nc, nil
 	}
 	opts := &server.Options{
@@ -43,10 +55,7 @@ func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
 		DontListen: cfg.NATSPort == 0,
 		NoSigs:     true,
 		NoLog:      true,
-		// A frame is the envelope (up to the read limit, with the fields
-		// the gateway fills) and its header, which can hold a "to" list
-		// as long as the envelope.
-		MaxPayload: int32(2*cfg.readLimit() + 64<<10),
+		MaxPayload: int32(maxFrameBytes(cfg)),
 		// The gateway's own client reads as fast as the server writes:
 		// its subscriptions have no pending limit and their callbacks
 		// never block, so the server must not cut it as slow.

@@ -276,8 +276,13 @@ func TestClusterExternalNATS(t *testing.T) {
 		return err == nil
 	})
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	a := limStart(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url, "--cluster-heartbeat", "200ms")
-	b := limStart(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url, "--cluster-heartbeat", "200ms")
+	// A nats-server carries 1 MB messages by default: a gateway whose
+	// envelopes could make larger frames refuses to start.
+	if code, out := limRunFails(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url); code == 0 || !strings.Contains(out, "max_payload") {
+		t.Fatalf("a gateway with 1 MiB envelopes on a 1 MB NATS started (exit %d):\n%s", code, out)
+	}
+	a := limStart(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url, "--cluster-heartbeat", "200ms", "--max-message-bytes", "262144")
+	b := limStart(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url, "--cluster-heartbeat", "200ms", "--max-message-bytes", "262144")
 	waitConnected(t, []*limProcess{a, b})
 
 	alice := a.gw.dial(t, "ext", "alice", "")
