@@ -39,8 +39,8 @@ type Pod struct {
 	Buckets  *limits.BucketSet
 
 	sub *nats.Subscription
-	// meta and acc are reused by the fan-out (one goroutine) and under the
-	// registry's lock respectively.
+	// meta is reused by the fan-out (one goroutine per subscription) and
+	// eventBuf under the registry's lock.
 	meta     envelope.Meta
 	eventBuf []byte
 }
