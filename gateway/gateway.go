@@ -118,12 +118,13 @@ func New(cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// Handler serves /ws, /healthz and /metrics.
+// Handler serves /ws, /healthz, /metrics and the pod viewer at /.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ws", g.serveWS)
 	mux.HandleFunc("/healthz", g.serveHealth)
 	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/", viewerHandler())
 	return mux
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
@@ -30,8 +31,8 @@ type ingress struct {
 	buckets *limits.Buckets
 	env     envelope.Envelope
 	meta    envelope.Meta
-	req     limits.Request
-	acc     limits.Accepted
+	req     contexts.Request
+	acc     contexts.Accepted
 	frame   []byte
 }
 
@@ -42,10 +43,10 @@ func (in *ingress) release() {
 	in.g, in.pod, in.p, in.buckets = nil, nil, nil, nil
 	in.env.Reset()
 	in.meta.Reset()
-	in.req = limits.Request{}
+	in.req = contexts.Request{}
 	clear(in.acc.Ancestors)
 	clear(in.acc.Concluded)
-	in.acc = limits.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
+	in.acc = contexts.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
 	if cap(in.frame) > 64<<10 {
 		in.frame = nil
 	}
@@ -158,9 +159,9 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	sentID := env.ID // Fill may generate one the sender never saw
 	out, proto := env.Fill(p.ID, now)
 	m.Protocol = proto
-	in.req = limits.Request{Context: c, Kind: env.Kind, Sender: p.ID, Size: len(out), Now: now,
+	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: p.ID, Size: len(out), Now: now,
 		SenderRate: rateErr, Create: in.buckets.Create}
-	if e := in.pod.Registry.Accept(&in.req, &in.acc, func(acc *limits.Accepted) {
+	if e := in.pod.Registry.Accept(&in.req, &in.acc, func(acc *contexts.Accepted) {
 		m.ContextID, m.ContextType, m.ContextParent = acc.Context.ID, acc.Context.Type, acc.Context.Parent
 		if acc.Context.Path {
 			m.Flags |= envelope.FlagPath

@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
-	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
 )
 
@@ -91,14 +91,14 @@ type contextStats struct {
 }
 
 // contextEvent is the system/context event of a concluded context, in MCPP.
-func contextEvent(c *limits.Context) []byte {
+func contextEvent(c *contexts.Context) []byte {
 	m := newSystemMessage(envelope.ProtocolMCPP, "system/context", map[string]any{
 		"event":  "concluded",
 		"reason": c.Reason,
 		"stats": contextStats{
 			Messages: c.Messages, Bytes: c.Bytes, Participants: append([]string{}, c.Senders...),
-			Depth: c.Depth, Created: limits.FormatTime(c.Created),
-			LastActivity: limits.FormatTime(c.LastActivity), Concluded: limits.FormatTime(c.Concluded),
+			Depth: c.Depth, Created: contexts.FormatTime(c.Created),
+			LastActivity: contexts.FormatTime(c.LastActivity), Concluded: contexts.FormatTime(c.Concluded),
 		},
 	})
 	m.Context = contextRef{ID: c.ID, Type: c.Type, Parent: c.Parent}

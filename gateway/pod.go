@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
@@ -35,7 +36,7 @@ type Pod struct {
 	// join and leave so that the fan-out takes no lock.
 	snapshot atomic.Pointer[[]*participant.Participant]
 
-	Registry *limits.Registry
+	Registry *contexts.Registry
 	Buckets  *limits.BucketSet
 
 	sub *nats.Subscription
@@ -56,7 +57,7 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 	}
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)
-	p.Registry = limits.NewRegistry(limits.RegistryConfig{
+	p.Registry = contexts.NewRegistry(contexts.Config{
 		MaxDepth:          gw.cfg.MaxDepth,
 		Timeout:           gw.cfg.ContextTimeout,
 		Retention:         gw.cfg.ContextRetention,
@@ -81,7 +82,7 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 // publishConclusions sends the system/context events of concluded
 // contexts. It runs with the registry locked, so events follow the envelope
 // that caused them on the pod's subject.
-func (p *Pod) publishConclusions(concluded []*limits.Context) {
+func (p *Pod) publishConclusions(concluded []*contexts.Context) {
 	for _, c := range concluded {
 		m := envelope.Meta{
 			Kind: envelope.FrameContextEvent, Flags: envelope.FlagConclusion,

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
-	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
 )
 
@@ -42,7 +42,7 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 		}
 		list := in.pod.Registry.Query(q)
 		if list == nil {
-			list = []limits.Info{}
+			list = []contexts.Info{}
 		}
 		in.reply("system/contexts", map[string]any{"contexts": list})
 	default:
@@ -74,8 +74,8 @@ type contextsQuery struct {
 const defaultContextsLimit = 1000
 
 // contextsQuery reads the payload of gateway/contexts.
-func (in *ingress) contextsQuery() (limits.Query, *envelope.Error) {
-	q := limits.Query{State: limits.StateActive, Limit: defaultContextsLimit}
+func (in *ingress) contextsQuery() (contexts.Query, *envelope.Error) {
+	q := contexts.Query{State: contexts.StateActive, Limit: defaultContextsLimit}
 	if in.env.Payload == nil || bytes.Equal(in.env.Payload, []byte("null")) {
 		return q, nil
 	}
@@ -87,7 +87,7 @@ func (in *ingress) contextsQuery() (limits.Query, *envelope.Error) {
 	}
 	if cq.State != nil {
 		switch *cq.State {
-		case limits.StateActive, limits.StateConcluded, "all":
+		case contexts.StateActive, contexts.StateConcluded, "all":
 			q.State = *cq.State
 		default:
 			return q, envelope.Errorf(envelope.CodeInvalidEnvelope, `state must be "active", "concluded" or "all"`)

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/contexts"
 )
 
 var contextsCommand = command{
@@ -34,7 +34,7 @@ Flags:
 
 // contextInfo is one entry of system/contexts (SPEC section 6), as the
 // gateway's registry writes it.
-type contextInfo = limits.Info
+type contextInfo = contexts.Info
 
 func runContexts(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("contexts")

@@ -1,4 +1,4 @@
-package limits
+package contexts
 
 import (
 	"container/heap"
@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/limits"
 )
 
 // Reasons a context concludes (SPEC section 3).
@@ -25,14 +26,14 @@ const (
 	StateConcluded = "concluded"
 )
 
-// RegistryConfig holds the rules of a pod's contexts.
-type RegistryConfig struct {
+// Config holds the rules of a pod's contexts.
+type Config struct {
 	MaxDepth          int
 	Timeout           time.Duration // idle time after which a context concludes
 	Retention         time.Duration // how long a concluded context stays queryable
 	MaxPerParticipant int           // active contexts one participant created
 	MaxPerPod         int           // active contexts in the pod; also bounds the retained ones
-	ContextRate       Rate          // envelopes in one context, whoever sends them
+	ContextRate       limits.Rate   // envelopes in one context, whoever sends them
 	ConclusionKinds   map[string]bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -62,7 +63,7 @@ type Context struct {
 // Registry is the context registry of one pod.
 type Registry struct {
 	mu        sync.Mutex
-	cfg       RegistryConfig
+	cfg       Config
 	byID      map[string]*Context // the latest incarnation of each id, active or retained
 	kids      map[string][]*Context
 	active    int
@@ -82,7 +83,7 @@ type Registry struct {
 // NewRegistry makes an empty registry. onExpire is called, with the
 // registry locked, with the contexts that concluded by timeout (and their
 // children), in the order their events must be sent.
-func NewRegistry(cfg RegistryConfig, onExpire func([]*Context)) *Registry {
+func NewRegistry(cfg Config, onExpire func([]*Context)) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -162,13 +163,13 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 		return req.SenderRate
 	}
 	if cur != nil {
-		if ok, d := Take(cur.limiter, req.Now); !ok {
-			return RateError(envelope.CodeContextRateLimited, d, "context %q is over its rate of %g envelopes a second", c.ID, r.cfg.ContextRate.Per)
+		if ok, d := limits.Take(cur.limiter, req.Now); !ok {
+			return limits.RateError(envelope.CodeContextRateLimited, d, "context %q is over its rate of %g envelopes a second", c.ID, r.cfg.ContextRate.Per)
 		}
 	} else {
 		if req.Create != nil {
-			if ok, d := Take(req.Create, req.Now); !ok {
-				return RateError(envelope.CodeContextRateLimited, d, "you open contexts faster than your rate allows")
+			if ok, d := limits.Take(req.Create, req.Now); !ok {
+				return limits.RateError(envelope.CodeContextRateLimited, d, "you open contexts faster than your rate allows")
 			}
 		}
 		cur = r.create(c, req.Sender, depth, now)

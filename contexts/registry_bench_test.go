@@ -1,4 +1,4 @@
-package limits
+package contexts
 
 import (
 	"runtime"
@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/limits"
 )
 
 // benchRegistry is a registry whose caps and rates stay out of the way.
 func benchRegistry(n int) *Registry {
-	return NewRegistry(RegistryConfig{
+	return NewRegistry(Config{
 		MaxDepth: 5, Timeout: time.Hour, Retention: time.Hour,
 		MaxPerParticipant: n, MaxPerPod: n,
-		ContextRate:     Rate{Per: 1e9, Burst: 1 << 30},
+		ContextRate:     limits.Rate{Per: 1e9, Burst: 1 << 30},
 		ConclusionKinds: map[string]bool{"conclusion": true},
 	}, nil)
 }

@@ -1,4 +1,4 @@
-package limits
+package contexts
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/limits"
 )
 
 // regStart is where every registry test's clock starts.
@@ -28,13 +29,13 @@ type regHarness struct {
 	ancestors map[string][]string
 }
 
-func newRegHarness(t *testing.T, edit func(*RegistryConfig)) *regHarness {
+func newRegHarness(t *testing.T, edit func(*Config)) *regHarness {
 	t.Helper()
 	h := &regHarness{t: t, now: regStart, ancestors: map[string][]string{}}
-	cfg := RegistryConfig{
+	cfg := Config{
 		MaxDepth: 5, Timeout: 10 * time.Second, Retention: time.Minute,
 		MaxPerParticipant: 256, MaxPerPod: 10000,
-		ContextRate:     Rate{Per: 1000, Burst: 1000},
+		ContextRate:     limits.Rate{Per: 1000, Burst: 1000},
 		ConclusionKinds: map[string]bool{"conclusion": true, "reasoning/end": true},
 		Now:             func() time.Time { return h.clock() },
 	}
@@ -328,14 +329,14 @@ func TestRegistryDepth(t *testing.T) {
 	}
 	h.refused(`"m/n/o"`, "x", "alice", envelope.CodeContextDepthExceeded)
 	// Depth exceeded is reported before the caps.
-	h2 := newRegHarness(t, func(c *RegistryConfig) { c.MaxDepth = 2; c.MaxPerPod = 1 })
+	h2 := newRegHarness(t, func(c *Config) { c.MaxDepth = 2; c.MaxPerPod = 1 })
 	h2.ok(`"p"`, "x", "alice")
 	h2.refused(`"p/q/r"`, "x", "alice", envelope.CodeContextDepthExceeded)
 	h2.refused(`"p/q"`, "x", "alice", envelope.CodeContextLimitExceeded)
 }
 
 func TestRegistryCaps(t *testing.T) {
-	h := newRegHarness(t, func(c *RegistryConfig) { c.MaxPerParticipant = 2; c.MaxPerPod = 3 })
+	h := newRegHarness(t, func(c *Config) { c.MaxPerParticipant = 2; c.MaxPerPod = 3 })
 	h.ok(`{"id":"a1"}`, "x", "alice")
 	h.ok(`{"id":"a2"}`, "x", "alice")
 	e := h.refused(`{"id":"a3"}`, "x", "alice", envelope.CodeContextLimitExceeded)
@@ -364,7 +365,7 @@ func TestRegistryCaps(t *testing.T) {
 }
 
 func TestRegistryRates(t *testing.T) {
-	h := newRegHarness(t, func(c *RegistryConfig) { c.ContextRate = Rate{Per: 1, Burst: 2} })
+	h := newRegHarness(t, func(c *Config) { c.ContextRate = limits.Rate{Per: 1, Burst: 2} })
 	h.ok(`{"id":"r"}`, "x", "alice")
 	h.ok(`{"id":"r"}`, "x", "bob")
 	e := h.refused(`{"id":"r"}`, "x", "carol", envelope.CodeContextRateLimited)
@@ -379,7 +380,7 @@ func TestRegistryRates(t *testing.T) {
 
 	// The sender's own rate comes after the context errors before it in
 	// SPEC section 5's table and before context_rate_limited.
-	senderRate := RateError(envelope.CodeRateLimited, time.Second, "slow down")
+	senderRate := limits.RateError(envelope.CodeRateLimited, time.Second, "slow down")
 	req := &Request{Context: h.parse(`{"id":"r","type":"other"}`), Kind: "x", Sender: "alice", Size: 1, Now: h.clock(), SenderRate: senderRate}
 	if res := h.sendReq(req); res.err == nil || res.err.Code != envelope.CodeContextConflict {
 		t.Fatalf("conflict with a sender over its rate: %v", res.err)
@@ -398,7 +399,7 @@ func TestRegistryRates(t *testing.T) {
 	}
 
 	// The creation bucket.
-	create := Rate{Per: 1, Burst: 1}.NewLimiter()
+	create := limits.Rate{Per: 1, Burst: 1}.NewLimiter()
 	req = &Request{Context: h.parse(`{"id":"c1"}`), Kind: "x", Sender: "dave", Size: 1, Now: h.clock(), Create: create}
 	if res := h.sendReq(req); res.err != nil {
 		t.Fatal(res.err)
@@ -526,9 +527,9 @@ func TestRegistryChildActivityKeepsParentsAlive(t *testing.T) {
 
 func TestRegistryRealTimer(t *testing.T) {
 	got := make(chan []string, 4)
-	r := NewRegistry(RegistryConfig{
+	r := NewRegistry(Config{
 		MaxDepth: 5, Timeout: 30 * time.Millisecond, Retention: 50 * time.Millisecond,
-		MaxPerParticipant: 10, MaxPerPod: 10, ContextRate: Rate{Per: 100, Burst: 100},
+		MaxPerParticipant: 10, MaxPerPod: 10, ContextRate: limits.Rate{Per: 100, Burst: 100},
 	}, func(cs []*Context) {
 		var ids []string
 		for _, c := range cs {
@@ -708,7 +709,7 @@ func TestRegistryRetention(t *testing.T) {
 	h.counts(0, 0)
 
 	// Retained contexts are bounded by MaxPerPod as well: the oldest go.
-	h2 := newRegHarness(t, func(c *RegistryConfig) { c.MaxPerPod = 3 })
+	h2 := newRegHarness(t, func(c *Config) { c.MaxPerPod = 3 })
 	for i := 0; i < 5; i++ {
 		h2.ok(fmt.Sprintf(`{"id":"r%d"}`, i), "conclusion", "alice")
 		h2.advance(time.Millisecond)
@@ -806,7 +807,7 @@ func TestRegistryQuery(t *testing.T) {
 }
 
 func TestRegistryCompacts(t *testing.T) {
-	h := newRegHarness(t, func(c *RegistryConfig) { c.MaxPerParticipant = 1 << 20; c.MaxPerPod = 1 << 20 })
+	h := newRegHarness(t, func(c *Config) { c.MaxPerParticipant = 1 << 20; c.MaxPerPod = 1 << 20 })
 	for i := 0; i < 5000; i++ {
 		h.ok(fmt.Sprintf(`{"id":"c%d","parent":"p%d"}`, i, i), "x", fmt.Sprintf("s%d", i))
 	}
