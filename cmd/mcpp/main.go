@@ -105,6 +105,8 @@ func run(ctx context.Context, e *env, args []string) int {
 		return bench.Run(args[1:], e.stdout, e.stderr)
 	case "_relay": // the baseline server that bench starts in its own process
 		return relay.Main(args[1:])
+	case "_nats": // the nats-server that bench --peer nats starts in its own process
+		return bench.NATSMain(args[1:])
 	}
 	c, ok := commands[name]
 	if !ok {

@@ -21,14 +21,15 @@ const usage = `Usage: mcpp bench [flags]
 Measures fan-out: P publishers send envelopes of --size bytes to N
 subscribers of one pod, flat out within --window envelopes in flight, or at
 --rate envelopes a second. Reports deliveries a second, end-to-end latency
-(p50/p99/p999) and, when bench starts the gateway itself (no --gateway), the
-gateway's CPU time per delivery.
+(p50/p99/p999), envelopes per WebSocket message and, when bench starts the
+servers itself (no --gateway), each server's CPU time per delivery.
 
   mcpp bench --subscribers 100                       # the gateway, started by bench
   mcpp bench --subscribers 100 --baseline --rounds 3 # alternated with the bare relay
   mcpp bench --subscribers 100 --batch               # subscribers join with batch=1
   mcpp bench --subscribers 100 --filters             # half contexts=none, half the envelopes in a context
   mcpp bench --subscribers 100 --baseline --latency-at 0.25,0.5,0.75
+  mcpp bench --subscribers 100 --baseline --peer nats # and nats-server over WebSocket, same load
   mcpp bench --idle 10000 --baseline                 # RSS per idle connection
   mcpp bench --gateway ws://HOST:PORT --subscribers 10   # a gateway that runs elsewhere
   mcpp bench --gateway ws://A:8081,ws://B:8082           # a cluster: subscribers spread over the nodes
@@ -55,7 +56,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		filters    = fs.Bool("filters", false, "half the subscribers contexts=none, half the envelopes in a reasoning context")
 		batch      = fs.Bool("batch", false, "subscribers join with batch=1")
 		baseline   = fs.Bool("baseline", false, "alternate each run with the bare WebSocket relay and report gateway/baseline")
-		rounds     = fs.Int("rounds", 3, "rounds (gateway then baseline in each)")
+		rounds     = fs.Int("rounds", 3, "rounds (gateway, then baseline, then peer in each)")
+		peer       = fs.String("peer", "", "also measure another server in each round, with the same load: nats (a nats-server over WebSocket, driven with nats.go), and report gateway/peer")
 		latencyAt  = fs.String("latency-at", "", "after the flat-out rounds, measure latency at these fractions of each server's capacity (e.g. 0.25,0.5,0.75)")
 		idle       = fs.Int("idle", 0, "instead of traffic: open this many idle connections and report RSS per connection")
 		gatewayArg = fs.String("gateway-args", "", "extra flags for the started gateway (space-separated)")
@@ -69,6 +71,10 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 || *subs < 1 || *pubs < 1 || *size < 64 || *rounds < 1 || (*gw != "" && *baseline) {
 		fmt.Fprintln(stderr, "mcpp bench: bad arguments (--baseline needs bench to start the servers itself; --size at least 64)")
+		return 2
+	}
+	if msg := checkPeer(*peer, *gw != "", *filters, *idle > 0); msg != "" {
+		fmt.Fprintln(stderr, "mcpp bench:", msg)
 		return 2
 	}
 	var fractions []float64
@@ -103,13 +109,38 @@ func Run(args []string, stdout, stderr io.Writer) int {
 			b.report("gateway", 1, load, r)
 		}
 	default:
-		err = b.rounds(ctx, load, *rounds, *baseline, fractions)
+		kinds := []kind{kindGateway}
+		if *baseline {
+			kinds = append(kinds, kindRelay)
+		}
+		if *peer == "nats" {
+			kinds = append(kinds, kindNATS)
+		}
+		err = b.rounds(ctx, load, *rounds, kinds, fractions)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "mcpp bench:", err)
 		return 1
 	}
 	return 0
+}
+
+// checkPeer says what is wrong with --peer in this command line, or "".
+func checkPeer(peer string, remoteGateway, filters, idle bool) string {
+	switch {
+	case peer == "":
+		return ""
+	case peer != "nats":
+		return fmt.Sprintf("--peer %q: the only peer is nats", peer)
+	case remoteGateway:
+		return "--peer needs bench to start the servers itself (no --gateway)"
+	case filters:
+		// NATS has no per-subscriber filter to compare with.
+		return "--peer nats does not take --filters"
+	case idle:
+		return "--peer nats measures traffic, not idle connections"
+	}
+	return ""
 }
 
 // wsURL accepts ws://HOST:PORT or the full …/ws URL.
@@ -132,13 +163,17 @@ type kind int
 const (
 	kindGateway kind = iota
 	kindRelay
+	kindNATS // --peer nats
 )
 
-func (k kind) String() string { return [...]string{"gateway", "baseline"}[k] }
+func (k kind) String() string { return [...]string{"gateway", "baseline", "nats"}[k] }
 
 func (b *bencher) start(k kind) (*server, error) {
-	if k == kindRelay {
+	switch k {
+	case kindRelay:
 		return startRelayProcess()
+	case kindNATS:
+		return startNATSProcess()
 	}
 	bin, err := gatewayBinary(b.gwBin)
 	if err != nil {
@@ -155,16 +190,23 @@ func (b *bencher) once(ctx context.Context, k kind, load Load) (Result, error) {
 	}
 	defer s.stop()
 	load.URL, load.ServerPID = s.ws, s.pid()
+	if k == kindNATS {
+		return load.runNATS(ctx)
+	}
 	return load.run(ctx)
 }
 
-func (b *bencher) rounds(ctx context.Context, load Load, rounds int, baseline bool, fractions []float64) error {
-	kinds := []kind{kindGateway}
-	if baseline {
-		kinds = append(kinds, kindRelay)
+// rounds alternates the servers of kinds (the gateway first) in every
+// round, so that whatever else loads the machine hits them alike and each
+// ratio compares figures of one run; then it measures latency at fractions
+// of each one's own capacity.
+func (b *bencher) rounds(ctx context.Context, load Load, rounds int, kinds []kind, fractions []float64) error {
+	batch := fmt.Sprint(load.Batch)
+	if load.Batch && len(kinds) > 1 {
+		batch += " (gateway subscribers only: the baseline sends one envelope per message, NATS coalesces by itself)"
 	}
-	fmt.Fprintf(b.out, "# N=%d subscribers, P=%d publishers, %d B envelopes, %s per run, batch=%v, filters=%v, %s\n",
-		load.Subscribers, load.Publishers, load.Size, load.Duration, load.Batch, load.Filters, modeOf(load))
+	fmt.Fprintf(b.out, "# N=%d subscribers, P=%d publishers, %d B envelopes, %s per run, batch=%s, filters=%v, %s\n",
+		load.Subscribers, load.Publishers, load.Size, load.Duration, batch, load.Filters, modeOf(load))
 	results := map[kind][]Result{}
 	for r := 1; r <= rounds; r++ {
 		for _, k := range kinds {
@@ -176,7 +218,8 @@ func (b *bencher) rounds(ctx context.Context, load Load, rounds int, baseline bo
 			b.report(k.String(), r, load, res)
 		}
 	}
-	b.summary(results, baseline)
+	b.summary(results, kinds)
+	b.table("medians", results, kinds)
 	if len(fractions) == 0 {
 		return nil
 	}
@@ -196,12 +239,14 @@ func (b *bencher) rounds(ctx context.Context, load Load, rounds int, baseline bo
 		}
 		line := fmt.Sprintf("latency at %.0f%% of capacity: gateway p50 %s p99 %s p999 %s",
 			f*100, short(medianDur(lat[kindGateway], 0.5)), short(medianDur(lat[kindGateway], 0.99)), short(medianDur(lat[kindGateway], 0.999)))
-		if baseline {
-			g99, b99 := medianDur(lat[kindGateway], 0.99), medianDur(lat[kindRelay], 0.99)
-			line += fmt.Sprintf("; baseline p50 %s p99 %s p999 %s; p99 gateway/baseline %.2f",
-				short(medianDur(lat[kindRelay], 0.5)), short(b99), short(medianDur(lat[kindRelay], 0.999)), float64(g99)/float64(b99))
+		g99 := medianDur(lat[kindGateway], 0.99)
+		for _, k := range kinds[1:] {
+			line += fmt.Sprintf("; %s p50 %s p99 %s p999 %s; p99 gateway/%s %.2f",
+				k, short(medianDur(lat[k], 0.5)), short(medianDur(lat[k], 0.99)), short(medianDur(lat[k], 0.999)),
+				k, ratio(float64(g99), float64(medianDur(lat[k], 0.99))))
 		}
 		fmt.Fprintln(b.out, line)
+		b.table(fmt.Sprintf("medians @%.0f%%", f*100), lat, kinds)
 	}
 	return nil
 }
@@ -214,31 +259,76 @@ func modeOf(l Load) string {
 }
 
 func (b *bencher) report(name string, round int, l Load, r Result) {
-	perMsg := 0.0
-	if r.WSMessages > 0 {
-		perMsg = float64(r.Deliveries) / float64(r.WSMessages)
-	}
 	line := fmt.Sprintf("%-14s round %d: %10.0f deliveries/s %9.0f envelopes/s  p50 %-9s p99 %-9s p999 %-9s  %.1f envelopes/ws-message",
 		name, round, r.DeliveriesPerSec(), r.EnvelopesPerSec(),
-		short(r.Latency.quantile(0.5)), short(r.Latency.quantile(0.99)), short(r.Latency.quantile(0.999)), perMsg)
+		short(r.Latency.quantile(0.5)), short(r.Latency.quantile(0.99)), short(r.Latency.quantile(0.999)), r.EnvelopesPerMessage())
 	if r.ServerCPU > 0 {
 		line += fmt.Sprintf("  server CPU %.2f µs/delivery, %.0f deliveries/CPU-s",
-			float64(r.CPUPerDelivery().Nanoseconds())/1000, float64(r.Deliveries)/r.ServerCPU.Seconds())
+			float64(r.CPUPerDelivery().Nanoseconds())/1000, r.DeliveriesPerCPUSecond())
+	}
+	if r.Cut > 0 || r.Dropped > 0 {
+		line += fmt.Sprintf("  LOST: %d subscribers cut, %d messages dropped", r.Cut, r.Dropped)
 	}
 	fmt.Fprintln(b.out, line)
 }
 
-func (b *bencher) summary(results map[kind][]Result, baseline bool) {
+// summary is the one line of medians and gateway/other ratios.
+func (b *bencher) summary(results map[kind][]Result, kinds []kind) {
 	g := results[kindGateway]
+	gm := median(g, Result.DeliveriesPerSec)
 	line := fmt.Sprintf("median: gateway %.0f deliveries/s, %.2f µs CPU/delivery, p99 %s",
-		median(g, Result.DeliveriesPerSec), median(g, cpuMicros), short(medianDur(g, 0.99)))
-	if baseline {
-		r := results[kindRelay]
-		gm, bm := median(g, Result.DeliveriesPerSec), median(r, Result.DeliveriesPerSec)
-		line += fmt.Sprintf("; baseline %.0f deliveries/s, %.2f µs CPU/delivery, p99 %s; gateway/baseline %.2f",
-			bm, median(r, cpuMicros), short(medianDur(r, 0.99)), gm/bm)
+		gm, median(g, cpuMicros), short(medianDur(g, 0.99)))
+	for _, k := range kinds[1:] {
+		r := results[k]
+		m := median(r, Result.DeliveriesPerSec)
+		line += fmt.Sprintf("; %s %.0f deliveries/s, %.2f µs CPU/delivery, p99 %s; gateway/%s %.2f",
+			k, m, median(r, cpuMicros), short(medianDur(r, 0.99)), k, ratio(gm, m))
 	}
 	fmt.Fprintln(b.out, line)
+}
+
+// table prints the medians of every figure for each server, then
+// gateway/other for each: above 1 the gateway delivers more, delivers more
+// per CPU-second, packs more envelopes per message, or is slower (latency).
+func (b *bencher) table(title string, results map[kind][]Result, kinds []kind) {
+	if len(kinds) < 2 {
+		return
+	}
+	figures := []func(Result) float64{
+		Result.DeliveriesPerSec, Result.EnvelopesPerMessage, Result.DeliveriesPerCPUSecond,
+		latencyOf(0.5), latencyOf(0.99), latencyOf(0.999),
+	}
+	med := func(k kind) []float64 {
+		v := make([]float64, len(figures))
+		for i, f := range figures {
+			v[i] = median(results[k], f)
+		}
+		return v
+	}
+	fmt.Fprintf(b.out, "%-17s %13s %16s %16s %9s %9s %9s\n", "("+title+")", "deliveries/s", "envelopes/ws-msg", "deliveries/CPU-s", "p50", "p99", "p999")
+	for _, k := range kinds {
+		v := med(k)
+		fmt.Fprintf(b.out, "%-17s %13.0f %16.1f %16.0f %9s %9s %9s\n", k, v[0], v[1], v[2],
+			short(time.Duration(v[3])), short(time.Duration(v[4])), short(time.Duration(v[5])))
+	}
+	g := med(kindGateway)
+	for _, k := range kinds[1:] {
+		v := med(k)
+		fmt.Fprintf(b.out, "%-17s %13.2f %16.2f %16.2f %9.2f %9.2f %9.2f\n", "gateway/"+k.String(),
+			ratio(g[0], v[0]), ratio(g[1], v[1]), ratio(g[2], v[2]), ratio(g[3], v[3]), ratio(g[4], v[4]), ratio(g[5], v[5]))
+	}
+}
+
+func latencyOf(q float64) func(Result) float64 {
+	return func(r Result) float64 { return float64(r.Latency.quantile(q)) }
+}
+
+// ratio is a/b, or 0 when there is no b to divide by.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
 
 // short rounds d to three significant digits.
@@ -269,7 +359,7 @@ func median(rs []Result, f func(Result) float64) float64 {
 }
 
 func medianDur(rs []Result, q float64) time.Duration {
-	return time.Duration(median(rs, func(r Result) float64 { return float64(r.Latency.quantile(q)) }))
+	return time.Duration(median(rs, latencyOf(q)))
 }
 
 // idle opens n idle connections and reports the server's RSS growth per

@@ -1,6 +1,13 @@
 package bench
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +44,172 @@ func TestMedianAndEnvelope(t *testing.T) {
 	}
 	if wsURL("ws://h:1") != "ws://h:1/ws" || wsURL("ws://h:1/ws") != "ws://h:1/ws" {
 		t.Error("wsURL")
+	}
+}
+
+func TestCheckPeer(t *testing.T) {
+	for _, c := range []struct {
+		peer                  string
+		remote, filters, idle bool
+		ok                    bool
+	}{
+		{peer: "", remote: true, filters: true, idle: true, ok: true}, // no peer, nothing to check
+		{peer: "nats", ok: true},
+		{peer: "kafka"},
+		{peer: "NATS"},
+		{peer: "nats", remote: true},
+		{peer: "nats", filters: true},
+		{peer: "nats", idle: true},
+	} {
+		if msg := checkPeer(c.peer, c.remote, c.filters, c.idle); (msg == "") != c.ok {
+			t.Errorf("checkPeer(%+v) = %q", c, msg)
+		}
+	}
+	// A usage error, before any server is started.
+	for _, args := range [][]string{
+		{"--peer", "kafka"},
+		{"--peer", "nats", "--gateway", "ws://127.0.0.1:1"},
+		{"--peer", "nats", "--filters"},
+		{"--peer", "nats", "--idle", "10"},
+	} {
+		var stderr strings.Builder
+		if code := Run(args, io.Discard, &stderr); code != 2 || stderr.Len() == 0 {
+			t.Errorf("Run(%q) = %d (%q), want 2 and a message", args, code, stderr.String())
+		}
+	}
+}
+
+// wsFrame is a server's frame: unmasked unless key is given.
+func wsFrame(fin bool, opcode byte, payload []byte, key []byte) []byte {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	var mask byte
+	if key != nil {
+		mask = 0x80
+	}
+	f := []byte{b0}
+	switch n := len(payload); {
+	case n < 126:
+		f = append(f, mask|byte(n))
+	case n <= 0xffff:
+		f = append(f, mask|126)
+		f = binary.BigEndian.AppendUint16(f, uint16(n))
+	default:
+		f = append(f, mask|127)
+		f = binary.BigEndian.AppendUint64(f, uint64(n))
+	}
+	f = append(f, key...)
+	return append(f, payload...)
+}
+
+func TestFrameParserCountsDataMessages(t *testing.T) {
+	// The payloads hold what would confuse a sloppy parser (frame-like
+	// bytes, the HTTP answer's blank line), and the answer itself holds a
+	// near miss of its blank line.
+	tricky := bytes.Repeat([]byte("\r\n\r\n\x82\x7f"), 50)
+	var stream []byte
+	stream = append(stream, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\r\nConnection: Upgrade\r\n\r\n"...)
+	stream = append(stream, wsFrame(true, 2, []byte("INFO {}\r\n"), nil)...)      // 1
+	stream = append(stream, wsFrame(true, 9, []byte("ping"), nil)...)             // control: not counted
+	stream = append(stream, wsFrame(true, 1, tricky, nil)...)                     // 2: 16-bit length
+	stream = append(stream, wsFrame(false, 2, tricky[:7], nil)...)                // a fragment…
+	stream = append(stream, wsFrame(true, 0, tricky[7:], nil)...)                 // 3: …and its end
+	stream = append(stream, wsFrame(true, 2, bytes.Repeat(tricky, 300), nil)...)  // 4: 64-bit length
+	stream = append(stream, wsFrame(true, 2, nil, nil)...)                        // 5: empty
+	stream = append(stream, wsFrame(true, 2, tricky[:20], []byte{1, 2, 3, 4})...) // 6: masked
+	stream = append(stream, wsFrame(true, 8, []byte{3, 232}, nil)...)             // close: not counted
+	const want = 6
+	for _, chunk := range []int{len(stream), 1, 2, 3, 7, 13, 4096} {
+		var p frameParser
+		var got int64
+		for b := stream; len(b) > 0; {
+			n := min(chunk, len(b))
+			got += p.feed(b[:n])
+			b = b[n:]
+		}
+		if got != want || p.payload != 0 || p.hdrLen != 0 {
+			t.Errorf("read %d bytes at a time: %d messages (payload left %d, header %d), want %d", chunk, got, p.payload, p.hdrLen, want)
+		}
+	}
+}
+
+func TestPacerAndCredits(t *testing.T) {
+	l := Load{Window: 2}
+	credits := l.newCredits()
+	if len(credits) != 2 {
+		t.Fatalf("a window of 2 starts with %d credits", len(credits))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := l.newPacer(credits)
+	if !p.wait(ctx) || !p.wait(ctx) {
+		t.Fatal("flat out, the pacer refused a credit of the window")
+	}
+	cancel()
+	if p.wait(ctx) {
+		t.Fatal("the pacer went on past the window once cancelled")
+	}
+	giveBack(credits, 5) // more than the window: must not block
+	if len(credits) != 2 {
+		t.Errorf("%d credits after giving back 5, want the window (2)", len(credits))
+	}
+}
+
+func TestTableRatios(t *testing.T) {
+	res := func(deliveries, messages int64, cpu time.Duration, lat time.Duration) Result {
+		h := newHistogram()
+		h.record(int64(lat))
+		return Result{Deliveries: deliveries, WSMessages: messages, Elapsed: time.Second, ServerCPU: cpu, Latency: h}
+	}
+	results := map[kind][]Result{
+		kindGateway: {res(1000, 100, 500*time.Millisecond, time.Millisecond)},
+		kindRelay:   {res(500, 500, 500*time.Millisecond, time.Millisecond)},
+		kindNATS:    {res(4000, 100, time.Second, 4*time.Millisecond)},
+	}
+	var out strings.Builder
+	b := &bencher{out: &out}
+	b.table("medians", results, []kind{kindGateway, kindRelay, kindNATS})
+	for _, want := range []string{
+		// deliveries/s, envelopes per message, deliveries per CPU-second, latencies
+		"gateway/baseline           2.00            10.00             2.00      1.00      1.00      1.00",
+		"gateway/nats               0.25             0.25             0.50      0.25      0.25      0.25",
+		"nats                       4000             40.0             4000",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if (Result{}).EnvelopesPerMessage() != 0 || (Result{Deliveries: 1}).DeliveriesPerCPUSecond() != 0 || ratio(1, 0) != 0 {
+		t.Error("a figure with nothing to divide by is not 0")
+	}
+}
+
+// TestRunNATS drives an in-process nats-server as `--peer nats` drives its
+// own process: what matters here is that envelopes, WebSocket messages and
+// latencies are counted and nothing is lost, not how fast it went.
+func TestRunNATS(t *testing.T) {
+	addr, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	ns, err := startNATS(host, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	l := Load{URL: "ws://" + addr, Pod: "bench", Subscribers: 3, Publishers: 2, Size: 256,
+		Warmup: 100 * time.Millisecond, Duration: 300 * time.Millisecond, Window: 16}
+	r, err := l.runNATS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Envelopes == 0 || r.Deliveries < r.Envelopes || r.WSMessages == 0 || r.Latency.quantile(0.5) == 0 {
+		t.Errorf("nothing measured: %+v", r)
+	}
+	if r.Cut != 0 || r.Dropped != 0 {
+		t.Errorf("%d subscribers cut, %d messages dropped", r.Cut, r.Dropped)
 	}
 }

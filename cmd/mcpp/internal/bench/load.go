@@ -42,8 +42,13 @@ type Result struct {
 	Elapsed     time.Duration
 	Latency     *histogram
 	ServerCPU   time.Duration
-	WSMessages  int64
+	WSMessages  int64 // WebSocket data messages the subscribers received
 	Subscribers int
+	// What went missing on the way, said so that it cannot flatter a
+	// figure unnoticed (counted for NATS only): subscribers the server cut
+	// during the run (slow consumers), and messages the client dropped
+	// because its subscription's callback fell behind.
+	Cut, Dropped int64
 }
 
 // DeliveriesPerSec is the headline figure.
@@ -51,6 +56,24 @@ func (r Result) DeliveriesPerSec() float64 { return float64(r.Deliveries) / r.El
 
 // EnvelopesPerSec is how many envelopes went through the gateway a second.
 func (r Result) EnvelopesPerSec() float64 { return float64(r.Envelopes) / r.Elapsed.Seconds() }
+
+// EnvelopesPerMessage is how many envelopes a WebSocket message carried to
+// a subscriber, on average.
+func (r Result) EnvelopesPerMessage() float64 {
+	if r.WSMessages == 0 {
+		return 0
+	}
+	return float64(r.Deliveries) / float64(r.WSMessages)
+}
+
+// DeliveriesPerCPUSecond is what the server delivers for a second of CPU
+// time (0 when its CPU time was not measured).
+func (r Result) DeliveriesPerCPUSecond() float64 {
+	if r.ServerCPU <= 0 {
+		return 0
+	}
+	return float64(r.Deliveries) / r.ServerCPU.Seconds()
+}
 
 // CPUPerDelivery is the server's CPU time per delivery.
 func (r Result) CPUPerDelivery() time.Duration {
@@ -60,12 +83,17 @@ func (r Result) CPUPerDelivery() time.Duration {
 	return r.ServerCPU / time.Duration(r.Deliveries)
 }
 
+// counters is what one subscriber counts, whatever server it reads from.
+type counters struct {
+	received atomic.Int64 // bench envelopes
+	messages atomic.Int64 // WebSocket data messages that carried them
+	_        [32]byte     // keeps two subscribers' counters off one cache line
+}
+
 type subscriber struct {
-	conn     *websocket.Conn
-	received atomic.Int64
-	messages atomic.Int64
-	all      bool // admits every envelope (the tracker does)
-	_        [32]byte
+	counters
+	conn *websocket.Conn
+	all  bool // admits every envelope (the tracker does)
 }
 
 // run performs the load and returns its measurements.
@@ -75,13 +103,10 @@ func (l Load) run(ctx context.Context) (Result, error) {
 	var (
 		measuring atomic.Bool
 		hist      = newHistogram()
-		credits   = make(chan struct{}, max(l.Window, 1))
+		credits   = l.newCredits()
 		wg        sync.WaitGroup
 		subs      = make([]*subscriber, l.Subscribers)
 	)
-	for i := 0; i < cap(credits); i++ {
-		credits <- struct{}{}
-	}
 	defer func() {
 		for _, s := range subs {
 			if s != nil {
@@ -142,19 +167,57 @@ func (l Load) run(ctx context.Context) (Result, error) {
 	for i, c := range pubs {
 		go func() { pubErr <- l.publish(ctx, c, i, credits) }()
 	}
+	counts := make([]*counters, len(subs))
+	for i, s := range subs {
+		counts[i] = &s.counters
+	}
+	r, err := l.measure(counts, &measuring, pubErr)
+	cancel()
+	r.Latency = hist
+	return r, err
+}
+
+// newCredits is the window: a publisher takes a credit for each envelope it
+// sends and the tracking subscriber (subscriber 0, which admits every
+// envelope) gives one back for each it receives, so at most l.Window
+// envelopes are sent and not yet received by it. Every load, whatever the
+// server, bounds its envelopes in flight this way.
+func (l Load) newCredits() chan struct{} {
+	credits := make(chan struct{}, max(l.Window, 1))
+	for i := 0; i < cap(credits); i++ {
+		credits <- struct{}{}
+	}
+	return credits
+}
+
+// giveBack returns n credits; it never blocks (at a fixed rate nobody takes
+// them).
+func giveBack(credits chan struct{}, n int64) {
+	for ; n > 0; n-- {
+		select {
+		case credits <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// measure waits out the warm-up while the publishers run, then measures
+// for l.Duration: what the subscribers counted (counts[0] is the tracker)
+// and the server's CPU time. A publisher's error ends the run.
+func (l Load) measure(counts []*counters, measuring *atomic.Bool, pubErr <-chan error) (Result, error) {
 	select {
 	case err := <-pubErr:
 		return Result{}, err
 	case <-time.After(l.Warmup):
 	}
 	sum := func() (env, del, msgs int64) {
-		for i, s := range subs {
-			n := s.received.Load()
+		for i, c := range counts {
+			n := c.received.Load()
 			if i == 0 {
 				env = n
 			}
 			del += n
-			msgs += s.messages.Load()
+			msgs += c.messages.Load()
 		}
 		return
 	}
@@ -171,9 +234,8 @@ func (l Load) run(ctx context.Context) (Result, error) {
 	env1, del1, msg1 := sum()
 	elapsed := time.Since(start)
 	cpu1 := l.cpu()
-	cancel()
 	return Result{
-		Envelopes: env1 - env0, Deliveries: del1 - del0, Elapsed: elapsed, Latency: hist,
+		Envelopes: env1 - env0, Deliveries: del1 - del0, Elapsed: elapsed,
 		ServerCPU: cpu1 - cpu0, WSMessages: msg1 - msg0, Subscribers: l.Subscribers,
 	}, nil
 }
@@ -237,27 +299,30 @@ func (s *subscriber) read(ctx context.Context, measuring *atomic.Bool, h *histog
 			} else {
 				line = nil
 			}
-			i := bytes.Index(cur, stampKey)
-			if i < 0 {
-				continue // welcome, presence
-			}
-			n++
-			if measuring.Load() {
-				if t, ok := parseStamp(cur[i+len(stampKey):]); ok {
-					h.record(now - t)
-				}
+			if stamped(cur, now, measuring, h) {
+				n++
 			}
 		}
 		s.received.Add(n)
 		if tracker {
-			for ; n > 0; n-- {
-				select {
-				case credits <- struct{}{}:
-				default:
-				}
-			}
+			giveBack(credits, n)
 		}
 	}
+}
+
+// stamped reports whether b is a bench envelope (it carries a send time),
+// and records its latency while measuring.
+func stamped(b []byte, now int64, measuring *atomic.Bool, h *histogram) bool {
+	i := bytes.Index(b, stampKey)
+	if i < 0 {
+		return false // welcome, presence
+	}
+	if measuring.Load() {
+		if t, ok := parseStamp(b[i+len(stampKey):]); ok {
+			h.record(now - t)
+		}
+	}
+	return true
 }
 
 func parseStamp(b []byte) (int64, bool) {
@@ -272,34 +337,10 @@ func parseStamp(b []byte) (int64, bool) {
 // publish sends envelopes of l.Size bytes, flat out within the window of
 // credits or at the publisher's share of l.Rate.
 func (l Load) publish(ctx context.Context, c *websocket.Conn, idx int, credits chan struct{}) error {
-	var (
-		buf      []byte
-		seq      int
-		interval time.Duration
-		next     = time.Now()
-	)
-	if l.Rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(l.Publishers) / l.Rate)
-	}
-	for {
-		if interval > 0 {
-			next = next.Add(interval)
-			if d := time.Until(next); d > 0 {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(d):
-				}
-			}
-		} else {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-credits:
-			}
-		}
+	var buf []byte
+	p := l.newPacer(credits)
+	for seq := 0; p.wait(ctx); seq++ {
 		buf = l.envelope(buf[:0], seq)
-		seq++
 		if err := c.Write(ctx, websocket.MessageText, buf); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -307,6 +348,44 @@ func (l Load) publish(ctx context.Context, c *websocket.Conn, idx int, credits c
 			return fmt.Errorf("publisher %d: %w", idx, err)
 		}
 	}
+	return nil
+}
+
+// pacer decides when a publisher sends its next envelope: as soon as it
+// holds a credit of the window (flat out), or at its share of l.Rate.
+type pacer struct {
+	credits  chan struct{}
+	interval time.Duration // 0: flat out
+	next     time.Time
+}
+
+func (l Load) newPacer(credits chan struct{}) *pacer {
+	p := &pacer{credits: credits, next: time.Now()}
+	if l.Rate > 0 {
+		p.interval = time.Duration(float64(time.Second) * float64(l.Publishers) / l.Rate)
+	}
+	return p
+}
+
+// wait blocks until the next envelope is due; false once ctx is done.
+func (p *pacer) wait(ctx context.Context) bool {
+	if p.interval == 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.credits:
+			return true
+		}
+	}
+	p.next = p.next.Add(p.interval)
+	if d := time.Until(p.next); d > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // envelope writes one bench envelope of l.Size bytes (at least what the

@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// server is a process bench started: the gateway or the relay.
+// server is a process bench started: the gateway, the relay or nats-server.
 type server struct {
 	name string
 	cmd  *exec.Cmd
@@ -78,6 +78,20 @@ func startRelayProcess() (*server, error) {
 		return nil, err
 	}
 	return startProcess("relay", self, []string{"_relay", "--listen", addr, "--queue", "65536"}, addr, "ws://"+addr+"/ws")
+}
+
+// startNATSProcess runs this executable's hidden nats-server command, its
+// WebSocket listener on a free loopback port.
+func startNATSProcess() (*server, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	return startProcess("nats", self, []string{"_nats", "--listen", addr}, addr, "ws://"+addr)
 }
 
 func startProcess(name, bin string, args []string, addr, ws string) (*server, error) {
