@@ -1,0 +1,120 @@
+package wire
+
+import "fmt"
+
+// Code is an error code. It is the error field of a system/error payload
+// (ErrorPayload, docs/protocol.md section 5), of the JSON body of a refused
+// upgrade (Refusal, section 1) and of a refused entry of a publish answer
+// (PublishResult, section 6).
+type Code string
+
+// The codes of system/error, in the order of the table of
+// docs/protocol.md section 5: when an envelope breaks several rules, the
+// first of them in this order is the one reported.
+const (
+	CodeInvalidJSON          Code = "invalid_json"           // the message is not one JSON object (or is binary)
+	CodeInvalidEnvelope      Code = "invalid_envelope"       // a field breaks section 2, or a request's payload does not fit it
+	CodeUnsupportedProtocol  Code = "unsupported_protocol"   // protocol is neither mcpp/v0.1 nor mcpx/v0.1
+	CodeAuthViolation        Code = "auth_violation"         // from is not the sender
+	CodeReservedKind         Code = "reserved_kind"          // a system/* kind
+	CodeCapabilityViolation  Code = "capability_violation"   // no capability matches the kind; see AttemptedKind
+	CodeMessageTooLarge      Code = "message_too_large"      // over the max_message_bytes limit
+	CodeInvalidContext       Code = "invalid_context"        // the context field breaks section 3
+	CodeContextConflict      Code = "context_conflict"       // another type or parent than the context was created with
+	CodeContextCycle         Code = "context_cycle"          // the context's parent chain contains its own id
+	CodeContextDepthExceeded Code = "context_depth_exceeded" // deeper than max_depth
+	CodeDuplicateID          Code = "duplicate_id"           // the pod's history already holds this id; the first one stands
+	CodeContextLimitExceeded Code = "context_limit_exceeded" // too many active contexts (retryable)
+	CodeRateLimited          Code = "rate_limited"           // over the sender's rate (retryable, with retry_after_ms)
+	CodeContextRateLimited   Code = "context_rate_limited"   // over a context's rate or the context creation rate (retryable, with retry_after_ms)
+	CodeUnknownRequest       Code = "unknown_request"        // a gateway/* kind the gateway does not know
+	CodeInvalidFilter        Code = "invalid_filter"         // a filter that does not parse (also an upgrade refusal, 400)
+	CodeShuttingDown         Code = "shutting_down"          // the gateway is draining; the envelope was not accepted (retryable)
+)
+
+// The codes of a refused upgrade (docs/protocol.md section 1), besides
+// CodeInvalidFilter and CodeUnsupportedProtocol, which refuse an upgrade
+// too (with 400).
+const (
+	CodeInvalidPod         Code = "invalid_pod"         // 400: the pod name is not 1 to 64 of [A-Za-z0-9._-]
+	CodeInvalidParticipant Code = "invalid_participant" // 400: the participant id is malformed (or missing, for publishing in open mode)
+	CodeUnauthorized       Code = "unauthorized"        // 401: no token, or an unknown one
+	CodeForbidden          Code = "forbidden"           // 403: the token may not join this pod (or the browser origin is not allowed)
+	CodeOverCapacity       Code = "over_capacity"       // 503: a connection, participant or pod cap is reached, or the gateway is shutting down
+)
+
+// EnvelopeCodes are the codes of system/error in the order of the table
+// of docs/protocol.md section 5.
+var EnvelopeCodes = []Code{
+	CodeInvalidJSON, CodeInvalidEnvelope, CodeUnsupportedProtocol, CodeAuthViolation,
+	CodeReservedKind, CodeCapabilityViolation, CodeMessageTooLarge, CodeInvalidContext,
+	CodeContextConflict, CodeContextCycle, CodeContextDepthExceeded, CodeDuplicateID,
+	CodeContextLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeUnknownRequest,
+	CodeInvalidFilter, CodeShuttingDown,
+}
+
+// UpgradeCodes are the codes a refused upgrade may carry
+// (docs/protocol.md section 1).
+var UpgradeCodes = []Code{
+	CodeInvalidPod, CodeInvalidParticipant, CodeUnauthorized, CodeForbidden,
+	CodeOverCapacity, CodeInvalidFilter, CodeUnsupportedProtocol,
+}
+
+// Retryable reports whether the same envelope (or upgrade) may succeed if
+// sent again later, as the retryable column of docs/protocol.md section 5
+// says: the caps and rates, and shutting_down. over_capacity, the 503 of an
+// upgrade, is retryable too: the caps it names free up as others leave.
+func (c Code) Retryable() bool {
+	switch c {
+	case CodeContextLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeShuttingDown, CodeOverCapacity:
+		return true
+	}
+	return false
+}
+
+// HTTPStatus is the HTTP status that comes with the code when it refuses
+// an upgrade or a publish request (docs/protocol.md sections 1 and 6), or
+// 0 for a code that is only ever sent in a system/error.
+func (c Code) HTTPStatus() int {
+	switch c {
+	case CodeInvalidPod, CodeInvalidParticipant, CodeInvalidFilter, CodeUnsupportedProtocol, CodeInvalidJSON:
+		return 400
+	case CodeUnauthorized:
+		return 401
+	case CodeForbidden:
+		return 403
+	case CodeOverCapacity:
+		return 503
+	}
+	return 0
+}
+
+// CloseCode is the status code of the WebSocket close frame with which the
+// gateway ends a connection (docs/protocol.md section 5).
+type CloseCode int
+
+// The close codes the gateway sends.
+const (
+	CloseNormal        CloseCode = 1000 // the other side closed politely
+	CloseGoingAway     CloseCode = 1001 // the gateway is shutting down
+	CloseMessageTooBig CloseCode = 1009 // a message over twice max_message_bytes
+	CloseReplaced      CloseCode = 4000 // another connection joined the pod with the same participant id
+	CloseSlowConsumer  CloseCode = 4008 // this connection did not read fast enough: its send queue filled
+)
+
+// String says what the close code means.
+func (c CloseCode) String() string {
+	switch c {
+	case CloseNormal:
+		return "1000 normal closure"
+	case CloseGoingAway:
+		return "1001 going away: the gateway is shutting down"
+	case CloseMessageTooBig:
+		return "1009 message too big"
+	case CloseReplaced:
+		return "4000 replaced: another connection joined with the same participant id"
+	case CloseSlowConsumer:
+		return "4008 slow consumer: the connection read too slowly and its send queue filled"
+	}
+	return fmt.Sprintf("%d", int(c))
+}

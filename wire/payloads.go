@@ -1,0 +1,318 @@
+package wire
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+)
+
+// Identity is a participant as the gateway shows it to others: in the
+// welcome (you, participants) and in presence events (docs/protocol.md
+// section 5).
+//
+//	{"id": "alice", "capabilities": ["mcp/*", "chat"]}
+type Identity struct {
+	ID           string   `json:"id"`
+	Capabilities []string `json:"capabilities"`
+}
+
+// Welcome is the payload of system/welcome, the first message of every
+// connection, addressed to the joiner alone (docs/protocol.md sections 5
+// and 8).
+//
+//	{"you": {"id": "alice", "capabilities": ["*"]}, "participants": [],
+//	 "pod": "lab", "filter": {"main": true, "contexts": "all", …},
+//	 "limits": {"max_message_bytes": 1048576, …},
+//	 "history": {"replayed": 3, "folded": 12, "collapsed": 1}}
+type Welcome struct {
+	// You is the joiner: the id the gateway knows it by (named by its
+	// token, or by ?participant=, or made up) and its capabilities.
+	You Identity `json:"you"`
+	// Participants are the others in the pod, on every gateway node.
+	Participants []Identity `json:"participants"`
+	Pod          string     `json:"pod"`
+	// Filter is the joiner's effective filter, every field set.
+	Filter Filter `json:"filter"`
+	Limits Limits `json:"limits"`
+	// History says what follows the welcome when the joiner asked for
+	// history= or resume= (section 8); nil when it asked for neither.
+	History *HistoryInfo `json:"history,omitempty"`
+}
+
+// HistoryInfo is the welcome's history field (docs/protocol.md section
+// 8): what replay follows the welcome, before live envelopes.
+//
+//	{"replayed": 3, "folded": 12, "collapsed": 1}   after history=N
+//	{"resumed": true, "replayed": 7}                after resume=ID
+//	{"resumed": false, "replayed": 0}               after resume=ID, when ID is not in the history: there may be a gap
+type HistoryInfo struct {
+	// Resumed is set after resume=: true when the gateway found the id
+	// and replays everything after it (no gap, no duplicate), false when
+	// it did not (the participant may have missed envelopes).
+	Resumed *bool `json:"resumed,omitempty"`
+	// Replayed is how many envelopes are replayed after the welcome.
+	Replayed int `json:"replayed"`
+	// Folded is how many envelopes of concluded contexts folding left out.
+	Folded int `json:"folded,omitempty"`
+	// Collapsed is how many consumed transient envelopes are replayed
+	// collapsed (their payload a Collapsed).
+	Collapsed int `json:"collapsed,omitempty"`
+}
+
+// Limits are the gateway's limits, as the welcome announces them
+// (docs/protocol.md sections 3, 5, 7 and 8). Each is a flag of
+// mcpp-gateway of the same name (--max-message-bytes, …). A gateway
+// older than a field leaves it out, so it reads as zero.
+type Limits struct {
+	MaxMessageBytes           int      `json:"max_message_bytes"`            // largest envelope (message_too_large; over twice it, close 1009)
+	MaxContextBytes           int      `json:"max_context_bytes"`            // largest context field (invalid_context)
+	MaxDepth                  int      `json:"max_depth"`                    // deepest context nesting (context_depth_exceeded)
+	Rate                      float64  `json:"rate"`                         // envelopes a second per participant (rate_limited)
+	Burst                     int      `json:"burst"`                        // burst of Rate
+	ContextRate               float64  `json:"context_rate"`                 // envelopes a second in one context (context_rate_limited)
+	ContextBurst              int      `json:"context_burst"`                // burst of ContextRate
+	ContextCreateRate         float64  `json:"context_create_rate"`          // contexts a participant may open a second (context_rate_limited)
+	ContextCreateBurst        int      `json:"context_create_burst"`         // burst of ContextCreateRate
+	ContextTimeoutMS          int64    `json:"context_timeout_ms"`           // a context with no envelope for this long concludes
+	ContextRetentionMS        int64    `json:"context_retention_ms"`         // a concluded context stays queryable this long
+	ConclusionKinds           []string `json:"conclusion_kinds"`             // kinds that conclude their context
+	MaxContextsPerParticipant int      `json:"max_contexts_per_participant"` // active contexts one participant created (context_limit_exceeded)
+	MaxContextsPerPod         int      `json:"max_contexts_per_pod"`         // active contexts in a pod (context_limit_exceeded)
+	MaxParticipantsPerPod     int      `json:"max_participants_per_pod"`     // upgrade refused with over_capacity beyond it
+	MaxConnections            int      `json:"max_connections"`              // upgrade refused with over_capacity beyond it
+	MaxPods                   int      `json:"max_pods"`                     // upgrade refused with over_capacity beyond it
+	SendQueue                 int      `json:"send_queue"`                   // envelopes queued for one connection before it is closed with 4008
+	SendQueueBytes            int64    `json:"send_queue_bytes"`             // bytes queued for one connection before it is closed with 4008
+	History                   int      `json:"history"`                      // entries of history kept per pod; 0: history is off
+	HistoryAgeMS              int64    `json:"history_age_ms"`               // oldest history entry kept
+	HistoryBytes              int64    `json:"history_bytes"`                // history kept for all pods together
+}
+
+// Presence is the payload of system/presence, sent to the others when a
+// participant joins or leaves (docs/protocol.md section 5). A connection
+// that replaces another of the same id is no change: nobody is told.
+//
+//	{"event": "join", "participant": {"id": "bob", "capabilities": ["chat"]}}
+type Presence struct {
+	Event       string   `json:"event"` // PresenceJoin or PresenceLeave
+	Participant Identity `json:"participant"`
+}
+
+// The events of Presence.
+const (
+	PresenceJoin  = "join"
+	PresenceLeave = "leave"
+)
+
+// ContextEvent is the payload of system/context, sent when a context
+// concludes to every participant whose filter admits it (docs/protocol.md
+// section 3). The envelope's context field is the concluded context, in the
+// object form. The envelope that concludes a context is delivered before
+// the events it causes.
+//
+//	{"event": "concluded", "reason": "timeout",
+//	 "stats": {"messages": 12, "bytes": 5230, "participants": ["alice"],
+//	           "depth": 2, "created": "…", "last_activity": "…", "concluded": "…"}}
+type ContextEvent struct {
+	Event  string       `json:"event"`  // ContextConcluded
+	Reason string       `json:"reason"` // ReasonTimeout, ReasonConclusion or ReasonParentConcluded
+	Stats  ContextStats `json:"stats"`
+}
+
+// The event and reasons of ContextEvent.
+const (
+	ContextConcluded = "concluded"
+
+	ReasonTimeout         = "timeout"          // no envelope named it for context_timeout_ms
+	ReasonConclusion      = "conclusion"       // a conclusion-kind envelope was relayed in it
+	ReasonParentConcluded = "parent_concluded" // its parent concluded
+)
+
+// ContextStats are a concluded context's statistics, in ContextEvent
+// (docs/protocol.md section 3). Times are in TimeFormat.
+type ContextStats struct {
+	Messages     int64    `json:"messages"`     // envelopes relayed in the context
+	Bytes        int64    `json:"bytes"`        // their sizes, summed
+	Participants []string `json:"participants"` // their distinct senders
+	Depth        int      `json:"depth"`
+	Created      string   `json:"created"`
+	LastActivity string   `json:"last_activity"`
+	Concluded    string   `json:"concluded"`
+}
+
+// The states of a context, in ContextInfo and ContextsRequest.
+const (
+	StateActive    = "active"
+	StateConcluded = "concluded"
+	StateAll       = "all" // ContextsRequest only
+)
+
+// ContextInfo is one context as system/contexts describes it
+// (docs/protocol.md section 6). Fields the context does not have are null:
+// a context with no type or parent, the reason and time of conclusion of
+// an active one.
+//
+//	{"id": "reason-789", "type": "reasoning", "parent": "ctx-123", "depth": 2,
+//	 "state": "active", "reason": null, "creator": "alice", "messages": 3,
+//	 "bytes": 812, "participants": ["alice"], "created": "…",
+//	 "last_activity": "…", "concluded": null}
+type ContextInfo struct {
+	ID           string   `json:"id"`
+	Type         *string  `json:"type"`
+	Parent       *string  `json:"parent"`
+	Depth        int      `json:"depth"`
+	State        string   `json:"state"`  // StateActive or StateConcluded
+	Reason       *string  `json:"reason"` // as ContextEvent's, once concluded
+	Creator      string   `json:"creator"`
+	Messages     int64    `json:"messages"`
+	Bytes        int64    `json:"bytes"`
+	Participants []string `json:"participants"` // the distinct senders
+	Created      string   `json:"created"`
+	LastActivity string   `json:"last_activity"`
+	Concluded    *string  `json:"concluded"`
+}
+
+// ContextsRequest is the payload of gateway/contexts (docs/protocol.md
+// section 6). Empty fields are left out: the defaults are state active and
+// limit 1000.
+//
+//	{"state": "all", "type": "reasoning", "limit": 10}
+type ContextsRequest struct {
+	State string `json:"state,omitempty"` // StateActive, StateConcluded or StateAll
+	ID    string `json:"id,omitempty"`    // only this context
+	Type  string `json:"type,omitempty"`  // only contexts of this type
+	Limit int    `json:"limit,omitempty"`
+}
+
+// ContextsAnswer is the payload of system/contexts, the answer to
+// gateway/contexts (docs/protocol.md section 6).
+type ContextsAnswer struct {
+	Contexts []ContextInfo `json:"contexts"`
+}
+
+// HistoryRequest is the payload of gateway/history (docs/protocol.md
+// section 6): a page of the pod's history that the sender's filter admits,
+// oldest first. Without Before or After, the newest; at most one of the two.
+//
+//	{"before": "env-90", "context": "task-1", "limit": 50, "fold": false}
+type HistoryRequest struct {
+	Before  string `json:"before,omitempty"`  // envelopes older than this id (exclusive)
+	After   string `json:"after,omitempty"`   // envelopes newer than this id (exclusive)
+	Context string `json:"context,omitempty"` // this context and its descendants only
+	Limit   int    `json:"limit,omitempty"`   // 1 to 1000; default 100
+	Fold    *bool  `json:"fold,omitempty"`    // default true; false: unfolded and uncollapsed
+}
+
+// HistoryAnswer is the payload of system/history (docs/protocol.md
+// section 6). More is true when older (or, with After, newer) envelopes
+// were left out. With history off, Envelopes is empty and More false.
+type HistoryAnswer struct {
+	Envelopes []Envelope `json:"envelopes"`
+	More      bool       `json:"more"`
+}
+
+// Collapsed is the payload with which history replays a consumed
+// transient envelope (docs/protocol.md section 8); every other field of
+// the envelope is as relayed.
+//
+//	{"collapsed": true, "summary": "15 activity records", "consumed_by": "env-50"}
+type Collapsed struct {
+	Collapsed  bool   `json:"collapsed"`
+	Summary    string `json:"summary"`
+	ConsumedBy string `json:"consumed_by"` // the consuming envelope's id
+}
+
+// IsCollapsed reports whether payload is a Collapsed one, and returns it.
+func IsCollapsed(payload json.RawMessage) (Collapsed, bool) {
+	var c Collapsed
+	if json.Unmarshal(payload, &c) != nil || !c.Collapsed {
+		return Collapsed{}, false
+	}
+	return c, true
+}
+
+// Branch is the payload of a context/branch envelope, which opens a
+// sub-context (docs/protocol.md section 9): the first envelope in a new
+// context.
+type Branch struct {
+	Description string `json:"description"`
+}
+
+// Conclusion is the payload of a conclusion envelope, which concludes the
+// context it is sent in (docs/protocol.md sections 3 and 9).
+type Conclusion struct {
+	Summary string `json:"summary"`
+}
+
+// The values of Filter.Contexts and Filter.Routing.
+const (
+	ContextsAll  = "all"
+	ContextsNone = "none"
+
+	RoutingAll      = "all"
+	RoutingDirected = "directed"
+)
+
+// Filter is a participant's filter in its JSON form (docs/protocol.md
+// section 4): the welcome's and system/filter's payload, where every field
+// is set (the effective filter), and the payload of gateway/filter, where
+// absent fields keep their value. Hence the pointers: nil is "absent".
+// An empty non-nil list is written [] (it clears the list); a nil one is
+// left out.
+//
+//	{"main": true, "contexts": "all", "types": [], "exclude_types": [],
+//	 "ids": [], "subtree": false, "conclusions": false, "routing": "all",
+//	 "echo": false, "batch": false}
+type Filter struct {
+	Main         *bool    `json:"main,omitempty"`         // envelopes without a context (default true)
+	Contexts     string   `json:"contexts,omitempty"`     // ContextsAll (default) or ContextsNone: every envelope in a context
+	Types        []string `json:"types,omitzero"`         // also admit contexts of these types
+	ExcludeTypes []string `json:"exclude_types,omitzero"` // never admit contexts of these types
+	IDs          []string `json:"ids,omitzero"`           // also admit these context ids
+	Subtree      *bool    `json:"subtree,omitempty"`      // IDs also admit their descendants
+	Conclusions  *bool    `json:"conclusions,omitempty"`  // also admit conclusion-kind envelopes (and system/context) of any context
+	Routing      string   `json:"routing,omitempty"`      // RoutingAll (default) or RoutingDirected: drop envelopes addressed only to others
+	Echo         *bool    `json:"echo,omitempty"`         // receive your own envelopes
+	Batch        *bool    `json:"batch,omitempty"`        // several envelopes per WebSocket message, one per line
+}
+
+// Bool returns a pointer to b, for Filter's and HistoryRequest's fields.
+func Bool(b bool) *bool { return &b }
+
+// Query is the filter as query parameters of the upgrade
+// (docs/protocol.md section 4): only the fields that are set, booleans as
+// 0 or 1, lists comma-separated. An empty list is left out, as the
+// default is empty.
+func (f Filter) Query() url.Values {
+	q := url.Values{}
+	b := func(name string, v *bool) {
+		if v != nil {
+			if *v {
+				q.Set(name, "1")
+			} else {
+				q.Set(name, "0")
+			}
+		}
+	}
+	s := func(name, v string) {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	l := func(name string, v []string) {
+		if len(v) > 0 {
+			q.Set(name, strings.Join(v, ","))
+		}
+	}
+	b("main", f.Main)
+	s("contexts", f.Contexts)
+	l("types", f.Types)
+	l("exclude_types", f.ExcludeTypes)
+	l("ids", f.IDs)
+	b("subtree", f.Subtree)
+	b("conclusions", f.Conclusions)
+	s("routing", f.Routing)
+	b("echo", f.Echo)
+	b("batch", f.Batch)
+	return q
+}
