@@ -140,11 +140,11 @@ type PublishAnswer struct {
 	Results []PublishResult `json:"results"`
 }
 
-// PublishResult is one entry of PublishAnswer: {"id": ID} when the
-// envelope was relayed; {"id": ID, "answer": PAYLOAD} for a gateway/contexts
-// or gateway/history request (the payload of its system/* answer); or,
-// when it was refused, the system/error payload with the envelope's id
-// when it had one.
+// PublishResult is one entry of PublishAnswer (docs/protocol.md section
+// 6): {"id": ID} when the envelope was relayed; {"id": ID, "answer":
+// PAYLOAD} for a gateway/contexts or gateway/history request (the payload
+// of its system/* answer); or, when it was refused, the system/error
+// payload with the envelope's id when it had one.
 type PublishResult struct {
 	ID     string          `json:"id,omitempty"`
 	Answer json.RawMessage `json:"answer,omitempty"`

@@ -45,6 +45,8 @@ type Welcome struct {
 //	{"replayed": 3, "folded": 12, "collapsed": 1}   after history=N
 //	{"resumed": true, "replayed": 7}                after resume=ID
 //	{"resumed": false, "replayed": 0}               after resume=ID, when ID is not in the history: there may be a gap
+//	{"resumed": false, "replayed": 5, "folded": 0, "collapsed": 0}
+//	                                                after resume=ID&history=N, when ID is not in the history
 type HistoryInfo struct {
 	// Resumed is set after resume=: true when the gateway found the id
 	// and replays everything after it (no gap, no duplicate), false when
@@ -52,11 +54,13 @@ type HistoryInfo struct {
 	Resumed *bool `json:"resumed,omitempty"`
 	// Replayed is how many envelopes are replayed after the welcome.
 	Replayed int `json:"replayed"`
-	// Folded is how many envelopes of concluded contexts folding left out.
-	Folded int `json:"folded,omitempty"`
-	// Collapsed is how many consumed transient envelopes are replayed
-	// collapsed (their payload a Collapsed).
-	Collapsed int `json:"collapsed,omitempty"`
+	// Folded is how many envelopes of concluded contexts folding left
+	// out, and Collapsed how many consumed transient envelopes are
+	// replayed collapsed (their payload a Collapsed). Both are set
+	// (possibly to 0) when the folded history of history=N is replayed,
+	// and nil after a resume, which replays unfolded.
+	Folded    *int `json:"folded,omitempty"`
+	Collapsed *int `json:"collapsed,omitempty"`
 }
 
 // Limits are the gateway's limits, as the welcome announces them

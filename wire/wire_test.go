@@ -220,9 +220,14 @@ func TestHistoryInfo(t *testing.T) {
 		t.Fatalf("%+v", h)
 	}
 	h = roundTrip[HistoryInfo](t, `{"replayed": 3, "folded": 12, "collapsed": 1}`)
-	if h.Resumed != nil || h.Folded != 12 || h.Collapsed != 1 {
+	if h.Resumed != nil || *h.Folded != 12 || *h.Collapsed != 1 {
 		t.Fatalf("%+v", h)
 	}
+	h = roundTrip[HistoryInfo](t, `{"replayed": 3, "folded": 0, "collapsed": 0}`)
+	if h.Folded == nil || *h.Folded != 0 {
+		t.Fatalf("%+v", h)
+	}
+	roundTrip[HistoryInfo](t, `{"resumed": false, "replayed": 5, "folded": 0, "collapsed": 0}`)
 }
 
 // Section 5: presence.
