@@ -1,0 +1,243 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/wire"
+)
+
+// gatewayURL is where the examples find a gateway: TestMain starts one
+// for them.
+var gatewayURL = "ws://127.0.0.1:8080/ws"
+
+func TestMain(m *testing.M) {
+	cfg := gateway.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.PingInterval = 0
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	g, err := gateway.New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	go func() { _ = g.Serve(ln) }()
+	gatewayURL = "ws://" + ln.Addr().String() + "/ws"
+	code := m.Run()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = g.Shutdown(ctx)
+	cancel()
+	os.Exit(code)
+}
+
+// Two participants of one pod: alice sends, bob receives.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	alice, err := client.Dial(ctx, gatewayURL, client.Options{Pod: "example", Participant: "alice"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer alice.Close()
+	bob, err := client.Dial(ctx, gatewayURL, client.Options{Pod: "example", Participant: "bob"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bob.Close()
+
+	_, err = alice.Send(ctx, &wire.Envelope{Kind: "chat", Payload: json.RawMessage(`{"text":"hello"}`)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for {
+		ev, err := bob.Next(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		switch ev := ev.(type) {
+		case *client.Welcome:
+			fmt.Printf("bob joined pod %s, where %s is\n", ev.Pod, ev.Participants[0].ID)
+		case *client.Message:
+			fmt.Printf("%s sent %s: %s\n", ev.From, ev.Kind, ev.Payload)
+			return
+		}
+	}
+	// Output:
+	// bob joined pod example, where alice is
+	// alice sent chat: {"text":"hello"}
+}
+
+// A refused upgrade says why, with the HTTP status and the gateway's code.
+func ExampleRefusedError() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	_, err := client.Dial(ctx, gatewayURL, client.Options{Pod: "not a pod name!"})
+	var refused *client.RefusedError
+	if errors.As(err, &refused) {
+		fmt.Println(refused.StatusCode, refused.Code)
+	}
+	// Output:
+	// 400 invalid_pod
+}
+
+// Requests to the gateway return its answer; a refusal is an error
+// carrying the gateway's code.
+func ExampleClient_Request() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c, err := client.Dial(ctx, gatewayURL, client.Options{Pod: "example-requests", Participant: "carol"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	r, err := c.Branch(ctx, "reasoning", "", "which plan?")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The gateway handles one connection's envelopes in order, so the
+	// context exists by the time it answers.
+	list, err := c.Contexts(ctx, wire.ContextsRequest{ID: r.ID})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, info := range list {
+		fmt.Println(*info.Type, info.State, info.Creator, info.Messages)
+	}
+
+	_, err = c.Request(ctx, "gateway/unknown", nil)
+	fmt.Println(client.IsCode(err, wire.CodeUnknownRequest))
+	// Output:
+	// reasoning active carol 1
+	// true
+}
+
+// A sub-context: opened with Branch, concluded with Conclude; everyone
+// who sees the context then gets its statistics.
+func ExampleClient_Branch() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	alice, err := client.Dial(ctx, gatewayURL, client.Options{Pod: "example-contexts", Participant: "alice"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer alice.Close()
+	bob, err := client.Dial(ctx, gatewayURL, client.Options{Pod: "example-contexts", Participant: "bob"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bob.Close()
+
+	r, err := alice.Branch(ctx, "reasoning", "", "compare the two plans")
+	if err != nil {
+		log.Fatal(err)
+	}
+	step := json.RawMessage(`{"text":"plan B needs no new hardware"}`)
+	if _, err := alice.Send(ctx, &wire.Envelope{Kind: "reasoning/step", Context: r.JSON(), Payload: step}); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := alice.Conclude(ctx, r.ID, "plan B"); err != nil {
+		log.Fatal(err)
+	}
+
+	for ev := range bob.Events() {
+		switch ev := ev.(type) {
+		case *client.Message:
+			fmt.Println(ev.Kind)
+		case *client.ContextEvent:
+			fmt.Printf("%s (%s): %d envelopes from %v\n", ev.Event, ev.Reason, ev.Stats.Messages, ev.Stats.Participants)
+			return
+		}
+	}
+	// Output:
+	// context/branch
+	// reasoning/step
+	// conclusion
+	// concluded (conclusion): 3 envelopes from [alice]
+}
+
+// A participant that comes back picks up where it left off: it passes
+// the id of the last envelope it handled, and the gateway replays what it
+// missed. (Within one client this is automatic: see Reconnected.)
+func ExampleOptions_resume() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	alice, err := client.Dial(ctx, gatewayURL, client.Options{Pod: "example-resume", Participant: "alice"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer alice.Close()
+	say := func(text string) {
+		p, _ := json.Marshal(map[string]string{"text": text})
+		if _, err := alice.Send(ctx, &wire.Envelope{Kind: "chat", Payload: p}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	bob, err := client.Dial(ctx, gatewayURL, client.Options{Pod: "example-resume", Participant: "bob"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	say("before")
+	var last string // what a real agent would write to disk
+	for last == "" {
+		ev, err := bob.Next(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if m, ok := ev.(*client.Message); ok && m.InHistory() {
+			last = m.ID
+		}
+	}
+	bob.Close()
+
+	say("while bob was away")
+	say("still away")
+	if err := alice.Sync(ctx); err != nil { // the gateway has both
+		log.Fatal(err)
+	}
+
+	bob, err = client.Dial(ctx, gatewayURL, client.Options{Pod: "example-resume", Participant: "bob", Resume: last})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bob.Close()
+	for n := 0; n < 2; {
+		ev, err := bob.Next(ctx)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		switch ev := ev.(type) {
+		case *client.Welcome:
+			fmt.Println("resumed:", ev.History != nil && ev.History.Resumed != nil && *ev.History.Resumed)
+		case *client.Message:
+			fmt.Printf("%s\n", ev.Payload)
+			n++
+		}
+	}
+	// Output:
+	// resumed: true
+	// {"text":"while bob was away"}
+	// {"text":"still away"}
+}
