@@ -97,7 +97,7 @@ func TestBatch(t *testing.T) {
 	// out in batches (of at most 64 KiB) once he reads.
 	bob := dial(t, url, Options{Pod: "b", Participant: "bob", Filter: &wire.Filter{Batch: wire.Bool(true)}, EventBuffer: 1})
 	expect[*Welcome](t, bob)
-	const n = 2000
+	const n = 3000
 	pad := strings.Repeat("x", 1<<10)
 	for i := range n {
 		p := fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad)
@@ -625,7 +625,9 @@ func TestSlowConsumerResume(t *testing.T) {
 	// two hold, so the gateway's queue of 16 fills while bob does not read.
 	const n = 600
 	pad := strings.Repeat("x", 16<<10)
+	sentAll := make(chan struct{})
 	go func() {
+		defer close(sentAll)
 		for i := range n {
 			p := fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad)
 			if _, err := alice.Send(context.Background(), &wire.Envelope{Kind: "seq", Payload: json.RawMessage(p)}); err != nil {
@@ -634,9 +636,13 @@ func TestSlowConsumerResume(t *testing.T) {
 			}
 		}
 	}()
-	// Start reading well within the 5 s the gateway gives the closing
-	// handshake, so that the close code is read.
-	time.Sleep(500 * time.Millisecond)
+	// Read once alice is done (the queue overflowed long before), but
+	// well within the 5 s the gateway gives the closing handshake, so
+	// that the close code is read.
+	select {
+	case <-sentAll:
+	case <-time.After(3 * time.Second):
+	}
 	var got []int
 	var rec *Reconnected
 	for len(got) < n {
