@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -75,7 +76,8 @@ func installChromium(t *testing.T) error {
 }
 
 // browser is one headless Chromium with one tab, and what the tab did:
-// every request it made and every uncaught exception of the page.
+// every request it made, and every uncaught exception of the page or
+// violation of its Content-Security-Policy (each fails the test).
 type browser struct {
 	t   *testing.T
 	ctx context.Context // the tab, with the test's deadline
@@ -168,6 +170,11 @@ func (b *browser) event(ev any) {
 		b.requests = append(b.requests, e.URL)
 	case *runtime.EventExceptionThrown:
 		b.exceptions = append(b.exceptions, (&chromedp.ExceptionError{ExceptionDetails: e.ExceptionDetails}).Error())
+	case *cdplog.EventEntryAdded:
+		// The page's own Content-Security-Policy must never block it.
+		if e.Entry != nil && strings.Contains(e.Entry.Text, "Content Security Policy") {
+			b.exceptions = append(b.exceptions, e.Entry.Text)
+		}
 	}
 }
 

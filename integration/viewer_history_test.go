@@ -24,6 +24,17 @@ func (b *browser) recordStatuses() {
 	})()`))
 }
 
+// waitText reads envelopes until one whose payload text is text.
+func (c *client) waitText(text string) {
+	c.t.Helper()
+	for {
+		m := c.expect()
+		if s, _ := m.payload()["text"].(string); s == text {
+			return
+		}
+	}
+}
+
 // rowCount counts the envelope rows that contain text.
 func rowCount(b *browser, text string) int {
 	b.t.Helper()
@@ -111,6 +122,7 @@ func TestViewerHistoryReplay(t *testing.T) {
 	g := startGateway(t, nil)
 	b := newBrowser(t, browserOpts{})
 	const pod = "viewer-replay"
+	probe := g.dial(t, pod, "probe", "")
 	alice := g.dial(t, pod, "alice", "")
 	for i := range 3 {
 		alice.send(ctxEnv("chat", nil, fmt.Sprintf("early %d", i)))
@@ -129,8 +141,7 @@ func TestViewerHistoryReplay(t *testing.T) {
 	alice.send(ctxEnv("reasoning/step", live, "live step 1"))
 	alice.send(ctxEnv("chat", nil, "last before the viewer"))
 	// The viewer joins once all of that is in the pod's history.
-	probe := g.dial(t, pod, "probe", "history=all")
-	_ = probe
+	probe.waitText("last before the viewer")
 
 	b.open(viewerURL(g.URL, pod, "watcher"))
 	b.waitFor("the viewer to be live", jsLive, 20*time.Second)
@@ -163,6 +174,7 @@ func TestViewerLoadOlder(t *testing.T) {
 	})
 	b := newBrowser(t, browserOpts{})
 	const pod = "viewer-older"
+	probe := g.dial(t, pod, "probe", "")
 	alice := g.dial(t, pod, "alice", "")
 	for i := range 10 {
 		alice.send(ctxEnv("chat", nil, fmt.Sprintf("chat %d.", i)))
@@ -171,8 +183,7 @@ func TestViewerLoadOlder(t *testing.T) {
 	for i := range 300 {
 		alice.send(ctxEnv("reasoning/step", long, fmt.Sprintf("step %d.", i)))
 	}
-	probe := g.dial(t, pod, "probe", "")
-	_ = probe
+	probe.waitText("step 299.")
 
 	b.open(viewerURL(g.URL, pod, "watcher"))
 	b.waitFor("the viewer to be live", jsLive, 20*time.Second)

@@ -106,6 +106,7 @@ export class EnvelopeView {
     }
     this.pending = [];
     this.els.list.append(frag);
+    if (this.ctx === null) this.updateHeader(); // the main context's count
     if (this.follow) {
       this.trim(MAX_ROWS);
       this.scrollToEnd();

@@ -108,6 +108,12 @@ export class TreeView {
     setText(u.type, c.type ?? '');
     setText(u.state, st === 'implied' ? (c.path ? 'path prefix' : 'not seen')
       : st === 'concluded' ? `concluded: ${c.reason ?? '?'}` : 'active');
+    if (st === 'implied') {
+      u.state.title = c.path ? 'a prefix of a path context, not a context of its own'
+        : 'named only as the parent of another context: no envelope here opened it';
+    } else if (u.state.title) {
+      u.state.title = '';
+    }
     setText(u.depth, `depth ${c.depth ?? c.level()}`);
     setText(u.msgs, `${c.messages} msg`);
     setText(u.bytes, fmtBytes(c.bytes));
