@@ -196,6 +196,15 @@ export class EnvelopeView {
     this.updateOlder();
   }
 
+  // connectionLost forgets a history request the old connection will not
+  // answer.
+  connectionLost() {
+    if (this.req === null) return;
+    this.req = null;
+    setText(this.els.olderNote, 'the connection dropped before history answered: try again');
+    this.updateOlder();
+  }
+
   // oldestKeptId is where history is asked to go back from: the oldest
   // envelope of the pod that the viewer received and history keeps. Every
   // envelope received since is in memory, so whatever this view lacks is

@@ -13,8 +13,8 @@ const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = 'mcpp.viewer.token';
 const POD = /^[A-Za-z0-9._-]{1,64}$/;
 const PARTICIPANT = /^[A-Za-z0-9._:@-]{1,128}$/;
-// How long the page waits for the replayed history the welcome announced
-// before it treats what comes as live.
+// How long the replayed history the welcome announced may pause before
+// the page treats what comes as live.
 const REPLAY_WAIT_MS = 3000;
 
 let session = null;
@@ -91,6 +91,7 @@ class Session {
     this.frame = 0;
     this.replayLeft = 0;
     this.replayTimer = 0;
+    this.replayAt = 0;
     this.contextsReq = null;
     this.you = null;
     this.participants = new Map();
@@ -191,12 +192,24 @@ class Session {
 
     // Replayed history comes first; the contexts are asked for once it is
     // in, so that the registry's counts are not added to twice.
+    if (again) this.view.connectionLost();
     this.model.live = false;
     this.replayLeft = h && Number.isInteger(h.replayed) && h.replayed > 0 ? h.replayed : 0;
+    this.replayAt = Date.now();
     clearTimeout(this.replayTimer);
     if (this.replayLeft === 0) this.goLive();
-    else this.replayTimer = setTimeout(() => this.goLive(), REPLAY_WAIT_MS);
+    else this.replayTimer = setTimeout(() => this.replayStalled(), REPLAY_WAIT_MS);
     this.schedule();
+  }
+
+  // replayStalled goes live when the announced replay stops coming.
+  replayStalled() {
+    const idle = Date.now() - this.replayAt;
+    if (this.replayLeft > 0 && idle < REPLAY_WAIT_MS) {
+      this.replayTimer = setTimeout(() => this.replayStalled(), REPLAY_WAIT_MS - idle);
+      return;
+    }
+    if (this.replayLeft > 0) this.goLive();
   }
 
   goLive() {
@@ -229,10 +242,13 @@ class Session {
       return;
     }
     if (kind === 'system/welcome' || kind === 'system/filter' || kind === 'system/contexts' || kind === 'system/history') return;
-    if (this.replayLeft > 0 && --this.replayLeft === 0) {
-      this.model.add(env, bytes);
-      this.goLive();
-      return;
+    if (this.replayLeft > 0) {
+      this.replayAt = Date.now();
+      if (--this.replayLeft === 0) {
+        this.model.add(env, bytes);
+        this.goLive();
+        return;
+      }
     }
     this.model.add(env, bytes);
   }
