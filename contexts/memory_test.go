@@ -67,7 +67,7 @@ func TestRegistryMemorySpike(t *testing.T) {
 		ContextRate:     limits.Rate{Per: 50, Burst: 100},
 		ConclusionKinds: map[string]bool{"conclusion": true},
 		Now:             clock.Now,
-	}, func(cs []*Context) { events.Add(int64(len(cs))) })
+	}, func(cs []Concluded) { events.Add(int64(len(cs))) })
 	defer r.Close()
 	var acc Accepted
 	commit := func(*Accepted) {}

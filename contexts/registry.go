@@ -43,8 +43,11 @@ type Config struct {
 // for the counters and times, which change under the registry's lock.
 type Context struct {
 	ID, Type, Parent, Creator string
-	Depth                     int
-	Path                      bool
+	// Incarnation is the id of the envelope that created the context: every
+	// node of a cluster names this life of the id the same way.
+	Incarnation string
+	Depth       int
+	Path        bool
 
 	State        string
 	Reason       string
@@ -72,8 +75,9 @@ type Registry struct {
 	retained  []*Context // concluded, oldest first
 	timer     *time.Timer
 	timerAt   int64
-	onExpire  func([]*Context)
+	onExpire  func([]Concluded)
 	closed    bool
+	paused    bool
 	// The most entries each map has held since it was last rebuilt: a Go
 	// map keeps the room of its largest size, so compact rebuilds one that
 	// has shrunk well below it.
@@ -82,8 +86,9 @@ type Registry struct {
 
 // NewRegistry makes an empty registry. onExpire is called, with the
 // registry locked, with the contexts that concluded by timeout (and their
-// children), in the order their events must be sent.
-func NewRegistry(cfg Config, onExpire func([]*Context)) *Registry {
+// children), in the order their events must be sent; it must not call the
+// registry.
+func NewRegistry(cfg Config, onExpire func([]Concluded)) *Registry {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -101,11 +106,16 @@ type Request struct {
 	Context envelope.Context
 	Kind    string
 	Sender  string
-	Size    int
-	Now     time.Time
-	// SenderRate is the sender's own rate verdict, nil when within its
-	// rate. SPEC section 5 reports it after the context errors that come
-	// before it in the table and before context_rate_limited.
+	// EnvelopeID is the envelope's id (after the gateway filled it).
+	EnvelopeID string
+	Size       int
+	Now        time.Time
+	// Duplicate is the history's duplicate_id verdict, nil when the id is
+	// new, and SenderRate the sender's own rate verdict, nil when within
+	// its rate. SPEC section 5 reports them after the context errors that
+	// come before them in the table, and before the caps and
+	// context_rate_limited that come after.
+	Duplicate  *envelope.Error
 	SenderRate *envelope.Error
 	// Create is the sender's bucket for opening contexts.
 	Create *rate.Limiter
@@ -114,8 +124,28 @@ type Request struct {
 // Accepted is what the registry recorded for an accepted envelope.
 type Accepted struct {
 	Context   *Context
-	Ancestors []string   // parent first
-	Concluded []*Context // contexts the envelope concluded, in event order
+	Ancestors []string    // parent first
+	Concluded []Concluded // contexts the envelope concluded, in event order
+}
+
+// Concluded is a context that has just concluded, with everything its
+// system/context event needs (SPEC section 3), so that whoever writes the
+// event never reads the registry again.
+type Concluded struct {
+	ID, Type, Parent, Reason string
+	// Incarnation is the id of the envelope that created the context.
+	Incarnation  string
+	Depth        int
+	Messages     int64
+	Bytes        int64
+	Participants []string
+	Created      int64 // unix nanoseconds
+	LastActivity int64
+	At           int64 // when it concluded
+	// Ancestors are the ancestor ids an envelope in the context had just
+	// before it concluded, parent first: a subtree filter admits the event
+	// exactly when it would admit a conclusion-kind envelope in it.
+	Ancestors []string
 }
 
 // Accept checks req against the registry and, when it passes, records it and
@@ -148,6 +178,11 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 		if depth > r.cfg.MaxDepth {
 			return envelope.Errorf(envelope.CodeContextDepthExceeded, "context %q would have depth %d, over the limit of %d", c.ID, depth, r.cfg.MaxDepth)
 		}
+	}
+	if req.Duplicate != nil {
+		return req.Duplicate
+	}
+	if cur == nil {
 		if r.active >= r.cfg.MaxPerPod {
 			e := envelope.Errorf(envelope.CodeContextLimitExceeded, "the pod has %d active contexts, the limit", r.active)
 			e.Details = map[string]any{"limit": r.cfg.MaxPerPod, "scope": "pod"}
@@ -172,7 +207,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 				return limits.RateError(envelope.CodeContextRateLimited, d, "you open contexts faster than your rate allows")
 			}
 		}
-		cur = r.create(c, req.Sender, depth, now)
+		cur = r.create(c, req.Sender, req.EnvelopeID, depth, now)
 		cur.limiter.AllowN(req.Now, 1)
 	}
 
@@ -186,7 +221,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	acc.Ancestors = r.ancestors(cur, acc.Ancestors[:0], now)
 	acc.Concluded = acc.Concluded[:0]
 	if r.cfg.ConclusionKinds[req.Kind] {
-		acc.Concluded = r.conclude(cur, ReasonConclusion, now, acc.Concluded)
+		acc.Concluded = r.concludedEvents(r.conclude(cur, ReasonConclusion, now, nil), acc.Concluded)
 		if len(r.retained) > r.cfg.MaxPerPod {
 			r.forget(now)
 		}
@@ -197,21 +232,39 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	return nil
 }
 
-// ApplyRemote records an envelope that another gateway node accepted, so
-// that every node builds the same registry from the pod's stream. It
-// refuses nothing (the origin decided); a remote envelope takes a token
-// from the context's bucket, so that its rate holds approximately across
-// nodes. Contexts it concludes are passed to onExpire like timeouts are.
-func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender string, size int, now time.Time) {
+// concludedEvents appends what the events of the contexts in cs need.
+func (r *Registry) concludedEvents(cs []*Context, dst []Concluded) []Concluded {
+	for _, c := range cs {
+		e := Concluded{
+			ID: c.ID, Type: c.Type, Parent: c.Parent, Reason: c.Reason, Incarnation: c.Incarnation,
+			Depth: c.Depth, Messages: c.Messages, Bytes: c.Bytes, Participants: append([]string{}, c.Senders...),
+			Created: c.Created, LastActivity: c.LastActivity, At: c.Concluded,
+		}
+		if c.Parent != "" {
+			e.Ancestors = r.walkAncestors(c, nil, 0, true)
+		}
+		dst = append(dst, e)
+	}
+	return dst
+}
+
+// ApplyRemote records an envelope that another gateway node accepted, or
+// one of the pod's history when the registry is rebuilt from it, so that
+// every node builds the same registry from the pod's stream. It refuses
+// nothing (the origin decided); a remote envelope takes a token from the
+// context's bucket, so that its rate holds approximately across nodes. now
+// is when the stream stored it. It returns the contexts it concluded
+// (a conclusion-kind envelope), whose events the origin node publishes.
+func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender, envelopeID string, size int, now time.Time) []Concluded {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ns := now.UnixNano()
 	cur := r.activeCtx(c.ID)
 	if cur == nil {
 		if c.Parent == c.ID || r.inChain(c.Parent, c.ID) {
-			return // cannot happen when nodes agree; never build a cycle
+			return nil // cannot happen when nodes agree; never build a cycle
 		}
-		cur = r.create(c, strings.Clone(sender), r.depthOf(c), ns)
+		cur = r.create(c, strings.Clone(sender), strings.Clone(envelopeID), r.depthOf(c), ns)
 	}
 	cur.limiter.AllowN(now, 1)
 	cur.Messages++
@@ -221,16 +274,39 @@ func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender stri
 		cur.addSender(strings.Clone(sender))
 	}
 	r.ancestors(cur, nil, ns)
+	var out []Concluded
 	if conclusion {
-		out := r.conclude(cur, ReasonConclusion, ns, nil)
+		out = r.concludedEvents(r.conclude(cur, ReasonConclusion, ns, nil), nil)
 		if len(r.retained) > r.cfg.MaxPerPod {
 			r.forget(ns)
 		}
 		r.compact()
-		if r.onExpire != nil {
-			r.onExpire(out)
-		}
 	}
+	r.schedule()
+	return out
+}
+
+// ApplyEvent concludes the active context id for reason, as a
+// system/context event in the pod's stream says (another node concluded
+// it, or the history the registry is rebuilt from records it); its active
+// children conclude with it. When incarnation is not "", only the life of
+// the id that the envelope incarnation created concludes: another node's
+// event does not end a life this node has just begun. Rebuilding from the
+// history, the stream's order is the truth (the event follows the
+// envelopes of the life it ends) and incarnation is "".
+func (r *Registry) ApplyEvent(id, incarnation, reason string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.activeCtx(id)
+	if c == nil || (incarnation != "" && c.Incarnation != incarnation) {
+		return
+	}
+	ns := now.UnixNano()
+	r.conclude(c, reason, ns, nil)
+	if len(r.retained) > r.cfg.MaxPerPod {
+		r.forget(ns)
+	}
+	r.compact()
 	r.schedule()
 }
 
@@ -282,23 +358,18 @@ func (r *Registry) activeCtx(id string) *Context {
 	return nil
 }
 
-// AncestorsLocked appends c's ancestor ids, parent first. Call it with the
-// registry locked (from onExpire or commit). For a concluded c they are the
-// ancestors an envelope in c had just before it concluded: the contexts
-// that concluded with it (a cascade concludes the parent before its
-// children's events are written) still count, so that a subtree filter
-// admits the event exactly when it would admit a conclusion-kind envelope
-// in c (SPEC section 4).
-func (r *Registry) AncestorsLocked(c *Context, dst []string) []string {
-	return r.walkAncestors(c, dst, 0, c.State == StateConcluded)
-}
-
 // ancestors appends c's ancestor ids, parent first, and keeps the
 // registered ones alive: activity in a child is activity in its parents.
 func (r *Registry) ancestors(c *Context, dst []string, now int64) []string {
 	return r.walkAncestors(c, dst, now, false)
 }
 
+// walkAncestors appends c's ancestor ids, parent first. With atConclusion,
+// for a concluded c, they are the ancestors an envelope in c had just
+// before it concluded: the contexts that concluded with it (a cascade
+// concludes the parent before its children's events are written) still
+// count, so that a subtree filter admits the event exactly when it would
+// admit a conclusion-kind envelope in c (SPEC section 4).
 func (r *Registry) walkAncestors(c *Context, dst []string, now int64, atConclusion bool) []string {
 	id := c.Parent
 	for i := 0; id != "" && i < r.cfg.MaxDepth; i++ {
@@ -328,10 +399,10 @@ func (r *Registry) walkAncestors(c *Context, dst []string, now int64, atConclusi
 	return dst
 }
 
-func (r *Registry) create(c *envelope.Context, creator string, depth int, now int64) *Context {
+func (r *Registry) create(c *envelope.Context, creator, incarnation string, depth int, now int64) *Context {
 	n := &Context{
 		ID: strings.Clone(c.ID), Type: strings.Clone(c.Type), Parent: strings.Clone(c.Parent),
-		Creator: creator, Depth: depth, Path: c.Path, State: StateActive,
+		Creator: creator, Incarnation: incarnation, Depth: depth, Path: c.Path, State: StateActive,
 		Created: now, LastActivity: now, limiter: r.cfg.ContextRate.NewLimiter(),
 		deadline: now + int64(r.cfg.Timeout), index: -1,
 	}
@@ -435,7 +506,7 @@ func (r *Registry) expire(now int64) {
 		out = r.conclude(c, ReasonTimeout, now, out)
 	}
 	if len(out) > 0 && r.onExpire != nil {
-		r.onExpire(out)
+		r.onExpire(r.concludedEvents(out, nil))
 	}
 	r.forget(now)
 	r.compact()
@@ -503,7 +574,7 @@ func (r *Registry) fire() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.timerAt = 0
-	if r.closed {
+	if r.closed || r.paused {
 		return
 	}
 	r.expire(r.cfg.Now().UnixNano())
@@ -512,7 +583,7 @@ func (r *Registry) fire() {
 
 // schedule sets the timer for the next deadline or retention expiry.
 func (r *Registry) schedule() {
-	if r.closed {
+	if r.closed || r.paused {
 		return
 	}
 	var next int64
@@ -533,6 +604,21 @@ func (r *Registry) schedule() {
 		d = time.Millisecond
 	}
 	r.timer.Reset(d)
+}
+
+// Pause stops (true) or restarts (false) the registry's timer: while the
+// registry is rebuilt from the pod's history, nothing may conclude before
+// the history's later envelopes have been applied.
+func (r *Registry) Pause(paused bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = paused
+	if paused {
+		r.timer.Stop()
+		r.timerAt = 0
+		return
+	}
+	r.schedule()
 }
 
 // Close stops the registry's timer.

@@ -24,8 +24,8 @@ type regHarness struct {
 
 	mu      sync.Mutex
 	expired [][]string // each onExpire call: "id:reason" in event order
-	// ancestors are AncestorsLocked of each expired or concluded context,
-	// taken where the gateway takes them (with the registry locked).
+	// ancestors are the Ancestors of each expired or concluded context, as
+	// the registry reports them for its events.
 	ancestors map[string][]string
 }
 
@@ -42,11 +42,11 @@ func newRegHarness(t *testing.T, edit func(*Config)) *regHarness {
 	if edit != nil {
 		edit(&cfg)
 	}
-	h.r = NewRegistry(cfg, func(cs []*Context) {
+	h.r = NewRegistry(cfg, func(cs []Concluded) {
 		var ev []string
 		for _, c := range cs {
 			ev = append(ev, c.ID+":"+c.Reason)
-			h.ancestors[c.ID] = h.r.AncestorsLocked(c, nil)
+			h.ancestors[c.ID] = c.Ancestors
 		}
 		h.expired = append(h.expired, ev)
 	})
@@ -99,7 +99,7 @@ type regResult struct {
 	ctx        *Context
 	ancestors  []string
 	concluded  []string            // "id:reason", in event order
-	eventAnces map[string][]string // AncestorsLocked of each concluded context, in commit
+	eventAnces map[string][]string // the Ancestors of each concluded context, in commit
 }
 
 // send offers one envelope of kind from sender in the context field.
@@ -118,7 +118,7 @@ func (h *regHarness) sendReq(req *Request) regResult {
 		res.eventAnces = map[string][]string{}
 		for _, c := range a.Concluded {
 			res.concluded = append(res.concluded, c.ID+":"+c.Reason)
-			res.eventAnces[c.ID] = h.r.AncestorsLocked(c, nil)
+			res.eventAnces[c.ID] = c.Ancestors
 		}
 	})
 	if (res.err == nil) != res.committed {
@@ -530,7 +530,7 @@ func TestRegistryRealTimer(t *testing.T) {
 	r := NewRegistry(Config{
 		MaxDepth: 5, Timeout: 30 * time.Millisecond, Retention: 50 * time.Millisecond,
 		MaxPerParticipant: 10, MaxPerPod: 10, ContextRate: limits.Rate{Per: 100, Burst: 100},
-	}, func(cs []*Context) {
+	}, func(cs []Concluded) {
 		var ids []string
 		for _, c := range cs {
 			ids = append(ids, c.ID+":"+c.Reason)

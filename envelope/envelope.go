@@ -45,12 +45,16 @@ type Envelope struct {
 	Context []byte
 	// Payload is the raw JSON of the payload field, or nil.
 	Payload []byte
+	// Mode and Consumes are what the lifecycle field says (SPEC section
+	// 8); Consumes point into the message.
+	Mode     Mode
+	Consumes []string
 }
 
-// Reset clears e for reuse, keeping the capacity of its To slice.
+// Reset clears e for reuse, keeping the capacity of its slices.
 func (e *Envelope) Reset() {
-	to := e.To[:0]
-	*e = Envelope{To: to}
+	to, consumes := e.To[:0], e.Consumes[:0]
+	*e = Envelope{To: to, Consumes: consumes}
 }
 
 // IsGatewayRequest reports whether the kind is a request to the gateway.

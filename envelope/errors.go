@@ -23,11 +23,13 @@ const (
 	CodeContextConflict      Code = "context_conflict"
 	CodeContextCycle         Code = "context_cycle"
 	CodeContextDepthExceeded Code = "context_depth_exceeded"
+	CodeDuplicateID          Code = "duplicate_id"
 	CodeContextLimitExceeded Code = "context_limit_exceeded"
 	CodeRateLimited          Code = "rate_limited"
 	CodeContextRateLimited   Code = "context_rate_limited"
 	CodeUnknownRequest       Code = "unknown_request"
 	CodeInvalidFilter        Code = "invalid_filter"
+	CodeShuttingDown         Code = "shutting_down"
 )
 
 // Codes of refused WebSocket upgrades (SPEC section 1).
@@ -42,7 +44,7 @@ const (
 // Retryable reports whether the same envelope may succeed later.
 func (c Code) Retryable() bool {
 	switch c {
-	case CodeContextLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeOverCapacity:
+	case CodeContextLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeOverCapacity, CodeShuttingDown:
 		return true
 	}
 	return false

@@ -28,9 +28,20 @@ const (
 	// participant on another node: that node closes its connection with
 	// 4000, and nobody is told of a presence change.
 	FlagReplace uint8 = 1 << 2
+	// FlagTransient marks an envelope whose lifecycle mode is transient:
+	// history replays it collapsed once another envelope consumed it.
+	FlagTransient uint8 = 1 << 3
+	// FlagLive marks a frame that history must not keep (presence, and
+	// envelopes whose lifecycle mode is ephemeral). With history on, its
+	// body travels outside the pod's stream and the stream holds only a
+	// marker (FlagMarker) that gives it its place in the pod's order.
+	FlagLive uint8 = 1 << 4
+	// FlagMarker marks the stream's stand-in for a live frame: it carries
+	// no body, only the Origin and Key of the frame it stands for.
+	FlagMarker uint8 = 1 << 5
 )
 
-const frameVersion = 1
+const frameVersion = 2
 
 // Meta is the header of a frame: what ingress decided about an envelope, so
 // that the fan-out decides per recipient without parsing the envelope again.
@@ -57,6 +68,17 @@ type Meta struct {
 	// Seq numbers the frames of one kind that its origin wrote for the pod
 	// (presence, for now); 0 when unused.
 	Seq uint64
+	// ID is the envelope's id.
+	ID string
+	// Incarnation is, for a system/context event, the id of the envelope
+	// that created the context: it tells which incarnation of a context id
+	// concluded.
+	Incarnation string
+	// Consumes are the ids the envelope's lifecycle consumes.
+	Consumes []string
+	// Key numbers the live frames of one origin, so that the stream's
+	// marker finds its body (FlagLive, FlagMarker).
+	Key uint64
 	// Protocol is the span of the protocol string token in the body, which
 	// the fan-out rewrites once for participants that speak MCPx.
 	Protocol Span
@@ -64,9 +86,18 @@ type Meta struct {
 
 // Reset clears m, keeping the capacity of its slices.
 func (m *Meta) Reset() {
-	to, anc := m.To[:0], m.Ancestors[:0]
-	*m = Meta{To: to, Ancestors: anc}
+	to, anc, cons := m.To[:0], m.Ancestors[:0], m.Consumes[:0]
+	*m = Meta{To: to, Ancestors: anc, Consumes: cons}
 }
+
+// Live reports whether FlagLive is set.
+func (m *Meta) Live() bool { return m.Flags&FlagLive != 0 }
+
+// Marker reports whether FlagMarker is set.
+func (m *Meta) Marker() bool { return m.Flags&FlagMarker != 0 }
+
+// Transient reports whether FlagTransient is set.
+func (m *Meta) Transient() bool { return m.Flags&FlagTransient != 0 }
 
 // Path reports whether FlagPath is set.
 func (m *Meta) Path() bool { return m.Flags&FlagPath != 0 }
@@ -91,6 +122,13 @@ func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
 		dst = appendString(dst, a)
 	}
 	dst = binary.AppendUvarint(dst, m.Seq)
+	dst = appendString(dst, m.ID)
+	dst = appendString(dst, m.Incarnation)
+	dst = binary.AppendUvarint(dst, uint64(len(m.Consumes)))
+	for _, c := range m.Consumes {
+		dst = appendString(dst, c)
+	}
+	dst = binary.AppendUvarint(dst, m.Key)
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.Start))
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.End))
 	return append(dst, body...)
@@ -121,6 +159,12 @@ func DecodeFrame(data []byte, m *Meta) ([]byte, error) {
 		m.Ancestors = append(m.Ancestors, d.string())
 	}
 	m.Seq = d.uvarint()
+	m.ID = d.string()
+	m.Incarnation = d.string()
+	for n := d.uvarint(); n > 0 && d.err == nil; n-- {
+		m.Consumes = append(m.Consumes, d.string())
+	}
+	m.Key = d.uvarint()
 	m.Protocol.Start = int(d.uvarint())
 	m.Protocol.End = int(d.uvarint())
 	if d.err != nil || m.Protocol.End > len(d.b) || m.Protocol.Start > m.Protocol.End {

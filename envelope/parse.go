@@ -128,6 +128,10 @@ func (e *Envelope) Parse(data []byte) *Error {
 			e.Context = data[v.Index : v.Index+len(v.Raw)]
 		case "payload":
 			e.Payload = data[v.Index : v.Index+len(v.Raw)]
+		case "lifecycle":
+			if msg := e.parseLifecycle(v); msg != "" {
+				fail("%s", msg)
+			}
 		}
 		return true
 	})
@@ -146,6 +150,7 @@ func (e *Envelope) Parse(data []byte) *Error {
 var fieldBits = map[string]uint16{
 	"protocol": 1 << 0, "id": 1 << 1, "ts": 1 << 2, "from": 1 << 3, "to": 1 << 4,
 	"kind": 1 << 5, "correlation_id": 1 << 6, "context": 1 << 7, "payload": 1 << 8,
+	"lifecycle": 1 << 9,
 }
 
 func firstNonSpace(b []byte) int {

@@ -84,6 +84,18 @@ func (f *Filter) compile() {
 // context event described by m (SPEC section 4). Presence is not its
 // concern: the pod delivers presence to everyone but its subject.
 func (f *Filter) Admits(m *envelope.Meta, self string) bool {
+	return f.admits(m, self, f.Echo)
+}
+
+// AdmitsPast decides for an entry of the pod's history (a joiner's
+// replay, gateway/history): as Admits, except that the participant's own
+// envelopes are admitted as anyone's, whatever its echo, since a returning
+// agent needs what it said (SPEC section 8).
+func (f *Filter) AdmitsPast(m *envelope.Meta, self string) bool {
+	return f.admits(m, self, true)
+}
+
+func (f *Filter) admits(m *envelope.Meta, self string, echo bool) bool {
 	if len(m.To) > 0 {
 		for _, to := range m.To {
 			if to == self {
@@ -95,7 +107,7 @@ func (f *Filter) Admits(m *envelope.Meta, self string) bool {
 			return false
 		}
 	}
-	if m.From == self && !f.Echo {
+	if m.From == self && !echo {
 		return false
 	}
 	if m.ContextID == "" {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -33,6 +34,7 @@ type admission struct {
 	caps     participant.Capabilities
 	protocol string
 	filter   *filter.Filter
+	history  historyWant
 }
 
 // admit runs every check that can refuse an upgrade with an HTTP answer,
@@ -98,6 +100,9 @@ func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
 		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
 	}
 	a.filter = f
+	if a.history, err = parseHistoryWant(q); err != nil {
+		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.Error())
+	}
 	return a, 0, nil
 }
 
@@ -165,6 +170,16 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		pod = p
 		break
 	}
+	// A pod just opened on this node first catches up with its history.
+	ctx, cancel := context.WithTimeout(r.Context(), historyOpenTimeout)
+	err := pod.waitReady(ctx)
+	cancel()
+	if err != nil {
+		pod.unreserve()
+		g.connCount.Add(-1)
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q is still reading its history; try again", a.pod))
+		return
+	}
 	pod.syncMembers()
 	hw := participant.SmallBuffers(w)
 	conn, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
@@ -186,7 +201,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	})
 	buckets := pod.Buckets.Acquire(a.id)
 	g.metrics.connections.Inc()
-	pod.join(p)
+	pod.join(p, a.history)
 
 	// The connection is read by a goroutine of its own, and the HTTP
 	// handler returns: the server's per-request state and its goroutine's

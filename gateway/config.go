@@ -49,6 +49,12 @@ type Config struct {
 
 	NATSPort int
 
+	History         int
+	HistoryAge      time.Duration
+	HistoryBytes    ByteSize
+	HistoryDir      string
+	HistoryReplicas int
+
 	ClusterName      string
 	ClusterListen    string
 	Routes           string
@@ -87,6 +93,9 @@ func DefaultConfig() Config {
 		HandshakeTimeout:          10 * time.Second,
 		ShutdownTimeout:           10 * time.Second,
 		ClusterHeartbeat:          time.Second,
+		History:                   1000,
+		HistoryAge:                24 * time.Hour,
+		HistoryBytes:              256 << 20,
 	}
 }
 
@@ -125,6 +134,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Routes, "routes", c.Routes, "other gateways' cluster addresses (comma-separated nats-route://host:port)")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "use this external NATS deployment instead of the embedded server (comma-separated nats:// URLs)")
 	fs.DurationVar(&c.ClusterHeartbeat, "cluster-heartbeat", c.ClusterHeartbeat, "with several gateways: how often each announces itself; one silent for 3 heartbeats is gone, and its participants with it")
+	fs.IntVar(&c.History, "history", c.History, "entries (envelopes and context events) of history kept per pod, in NATS JetStream (0 turns history off)")
+	fs.DurationVar(&c.HistoryAge, "history-age", c.HistoryAge, "history entries older than this are discarded")
+	fs.Var(&c.HistoryBytes, "history-bytes", "bytes of history kept for all pods together; the oldest go first (e.g. 256MiB)")
+	fs.StringVar(&c.HistoryDir, "history-dir", c.HistoryDir, "keep the history on disk in this directory, so that it survives a restart (default: in memory)")
+	fs.IntVar(&c.HistoryReplicas, "history-replicas", c.HistoryReplicas, "copies of the history over the embedded cluster's nodes (0: 1 alone, 3 or the cluster's size in a cluster)")
 }
 
 // ApplyEnv sets every flag of fs that was not given on the command line
@@ -185,9 +199,24 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cluster-heartbeat must be at least 10ms")
 	case c.MaxConnections < 1 || c.MaxParticipantsPerPod < 1 || c.MaxPods < 1 || c.MaxContextsPerParticipant < 1 || c.MaxContextsPerPod < 1:
 		return fmt.Errorf("caps must be at least 1")
+	case c.History < 0:
+		return fmt.Errorf("--history must be 0 (off) or more")
+	case c.History > 0 && (c.HistoryAge < time.Second || c.HistoryBytes < 1<<20):
+		return fmt.Errorf("--history-age must be at least 1s and --history-bytes at least 1MiB")
+	case c.History > 0 && c.HistoryBytes < ByteSize(maxFrameBytes(c)):
+		return fmt.Errorf("--history-bytes (%d) must hold at least one envelope's frame (%d bytes, twice --max-message-bytes plus 64 KiB)", c.HistoryBytes, maxFrameBytes(c))
+	case c.HistoryReplicas < 0 || c.HistoryReplicas > 5:
+		return fmt.Errorf("--history-replicas must be 0 (automatic) to 5")
+	case c.HistoryReplicas > 1 && c.ClusterName == "" && c.NATSURL == "":
+		return fmt.Errorf("--history-replicas above 1 needs a cluster (--cluster-name) or an external NATS (--nats-url)")
+	case c.History == 0 && (c.HistoryDir != "" || c.HistoryReplicas > 0):
+		return fmt.Errorf("--history-dir and --history-replicas need history on (--history above 0)")
 	}
 	return nil
 }
+
+// historyOn reports whether pods keep a history.
+func (c *Config) historyOn() bool { return c.History > 0 }
 
 // maxContextLifetime bounds --context-timeout and --context-retention
 // (about 100 years).

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/participant"
 )
 
@@ -44,8 +46,19 @@ type Gateway struct {
 
 	ns      *server.Server // nil with --nats-url
 	nc      *nats.Conn
+	tempDir string   // the embedded JetStream's own directory, removed at shutdown
 	cluster *cluster // nil when the gateway serves its pods alone
 	metrics *metrics
+
+	// hist is the pods' history (nil when it is off, or until it is open:
+	// histReady is closed then). In a cluster the stream can be made only
+	// once enough nodes are up, so it opens in the background.
+	hist      *history.Store
+	histReady chan struct{}
+	histStop  context.CancelFunc
+	// liveKeys numbers this node's live frames (presence, ephemeral
+	// envelopes) so that the history stream's markers find their bodies.
+	liveKeys atomic.Uint64
 
 	shards      [podShards]podShard
 	podCount    atomic.Int64
@@ -88,19 +101,30 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		g.tokens = t
 	}
-	g.metrics = newMetrics(g.activeContexts)
-	ns, nc, err := startNATS(&g.cfg, g.nodeID)
+	g.metrics = newMetrics(g.activeContexts, g.historyState)
+	ns, nc, tempDir, err := startNATS(&g.cfg, g.nodeID)
 	if err != nil {
 		return nil, err
 	}
-	g.ns, g.nc = ns, nc
+	g.ns, g.nc, g.tempDir = ns, nc, tempDir
+	stop := func() {
+		nc.Close()
+		if ns != nil {
+			ns.Shutdown()
+		}
+		if tempDir != "" {
+			_ = os.RemoveAll(tempDir)
+		}
+	}
+	if err := g.openHistory(); err != nil {
+		stop()
+		return nil, err
+	}
 	if cfg.clustered() {
 		c, err := startCluster(g)
 		if err != nil {
-			nc.Close()
-			if ns != nil {
-				ns.Shutdown()
-			}
+			g.histStop()
+			stop()
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 		g.cluster = c
@@ -116,6 +140,85 @@ func New(cfg Config) (*Gateway, error) {
 	g.accepting.Store(true)
 	go g.janitor()
 	return g, nil
+}
+
+// historyOpenTimeout bounds how long a gateway waits, at start, for the
+// history stream of a NATS it does not run (--nats-url), or, in an
+// embedded cluster, how long a join waits for the cluster's JetStream.
+const historyOpenTimeout = 30 * time.Second
+
+// openHistory opens the history stream (history on). Alone or with an
+// external NATS it is made before the gateway serves, so that a NATS
+// without JetStream stops it at start; in an embedded cluster it can only
+// be made once enough nodes have joined, so it opens in the background
+// and pods wait for it.
+func (g *Gateway) openHistory() error {
+	g.histReady = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	g.histStop = cancel
+	if !g.cfg.historyOn() {
+		return nil
+	}
+	cfg := history.Config{
+		Subjects: []string{historySubjects}, Entries: g.cfg.History, MaxAge: g.cfg.HistoryAge,
+		MaxBytes: int64(g.cfg.HistoryBytes), MaxMsgSize: int32(maxFrameBytes(&g.cfg)),
+		Replicas: historyReplicas(&g.cfg), File: g.cfg.HistoryDir != "",
+	}
+	open := func(ctx context.Context) error {
+		store, err := history.Open(ctx, g.nc, cfg)
+		if err != nil {
+			return err
+		}
+		g.hist = store
+		close(g.histReady)
+		return nil
+	}
+	if g.cfg.ClusterName == "" {
+		wait := 10 * time.Second
+		if g.cfg.NATSURL != "" {
+			wait = 5 * time.Second // a deployment without JetStream answers nothing
+		}
+		octx, ocancel := context.WithTimeout(ctx, wait)
+		defer ocancel()
+		if err := open(octx); err != nil {
+			if errors.Is(err, history.ErrNoJetStream) {
+				return fmt.Errorf("%w: enable JetStream in the NATS deployment (nats-server -js), or run with --history 0", err)
+			}
+			return err
+		}
+		return nil
+	}
+	go func() {
+		if err := open(ctx); err != nil && ctx.Err() == nil {
+			g.log.Error("history unavailable", "err", err)
+		}
+	}()
+	return nil
+}
+
+// store is the history stream, or nil while it is not open (or history
+// is off).
+func (g *Gateway) store() *history.Store {
+	select {
+	case <-g.histReady:
+		return g.hist // written before histReady was closed
+	default:
+		return nil
+	}
+}
+
+// awaitHistory waits until the history stream is open (at once when
+// history is off or already open).
+func (g *Gateway) awaitHistory(ctx context.Context) error {
+	if !g.cfg.historyOn() {
+		return nil
+	}
+	select {
+	case <-g.histReady:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the history stream is not available yet (the cluster's JetStream is forming): %w", ctx.Err())
+	}
 }
 
 // Handler serves /ws, /healthz, /metrics and the pod viewer at /.
@@ -165,6 +268,11 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "shutting down\n", http.StatusServiceUnavailable)
 		return
 	}
+	if g.store() == nil && g.cfg.historyOn() {
+		// A cluster's nodes can serve pods once their JetStream has formed.
+		http.Error(w, "waiting for the history stream (the cluster's JetStream is forming)\n", http.StatusServiceUnavailable)
+		return
+	}
 	_, _ = w.Write([]byte("ok\n"))
 }
 
@@ -182,7 +290,17 @@ func (g *Gateway) shard(name string) *podShard {
 }
 
 // pod returns the pod, creating it unless --max-pods are there already.
+// A new pod follows its log from its history's start: wait with
+// waitReady before using it.
 func (g *Gateway) pod(name string) (*Pod, *envelope.Error) {
+	if g.store() == nil && g.cfg.historyOn() {
+		ctx, cancel := context.WithTimeout(context.Background(), historyOpenTimeout)
+		err := g.awaitHistory(ctx)
+		cancel()
+		if err != nil {
+			return nil, envelope.Errorf(envelope.CodeOverCapacity, "%v", err)
+		}
+	}
 	s := g.shard(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -273,12 +391,17 @@ func (g *Gateway) janitor() {
 			if sweep {
 				lastSweep = now
 			}
-			for _, p := range g.allPods() {
+			pods := g.allPods()
+			first := g.historyFirstSeq(pods)
+			for _, p := range pods {
 				for _, r := range p.Members() {
 					r.Watch(now)
 					if ping {
 						r.Ping()
 					}
+				}
+				if first > 0 && p.index != nil {
+					p.index.Discard(first)
 				}
 				if sweep {
 					p.sweep(now)
@@ -287,6 +410,38 @@ func (g *Gateway) janitor() {
 			}
 		}
 	}
+}
+
+// historyState is what the history stream holds, for /metrics.
+func (g *Gateway) historyState() (entries, bytes float64) {
+	store := g.store()
+	if store == nil {
+		return 0, 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	e, b, err := store.State(ctx)
+	if err != nil {
+		return 0, 0
+	}
+	return float64(e), float64(b)
+}
+
+// historyFirstSeq is the oldest sequence the history stream holds, which
+// the pods' indexes follow (--history-bytes discards the stream's oldest
+// entries, of any pod), or 0 when there is nothing to ask.
+func (g *Gateway) historyFirstSeq(pods []*Pod) uint64 {
+	store := g.store()
+	if store == nil || len(pods) == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	first, err := store.FirstSeq(ctx)
+	if err != nil {
+		return 0
+	}
+	return first
 }
 
 // Shutdown stops accepting participants and envelopes, delivers what is
@@ -304,10 +459,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.log.Warn("flush before shutdown", "err", err)
 	}
 	for _, p := range g.allPods() {
-		for p.sub != nil {
-			if n, _, err := p.sub.Pending(); err != nil || n == 0 || ctx.Err() != nil {
-				break
-			}
+		for !p.drained() && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -339,10 +491,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.cluster != nil {
 		g.cluster.close()
 	}
+	g.histStop()
 	_ = g.nc.Flush()
 	g.nc.Close()
 	if g.ns != nil {
 		g.ns.Shutdown()
+		g.ns.WaitForShutdown()
+	}
+	if g.tempDir != "" {
+		_ = os.RemoveAll(g.tempDir)
 	}
 	return ctx.Err()
 }

@@ -70,6 +70,7 @@ func (g *Gateway) readLoop(pod *Pod, p *participant.Participant, buckets *limits
 			in.g, in.pod, in.p, in.buckets = g, pod, p, buckets
 			in.handle(typ, buf.Bytes())
 			in.release()
+			pod.throttle()
 		}
 		if buf.Cap() <= 64<<10 {
 			readBuffers.Put(buf)
@@ -140,27 +141,40 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	if g.conclusionKinds[env.Kind] {
 		m.Flags |= envelope.FlagConclusion
 	}
-	if env.Context == nil {
-		if rateErr != nil {
-			in.refuse(rateErr, env.ID)
+	switch env.Mode {
+	case envelope.ModeTransient:
+		m.Flags |= envelope.FlagTransient
+	case envelope.ModeEphemeral:
+		m.Flags |= envelope.FlagLive
+	}
+	m.Consumes = append(m.Consumes, env.Consumes...)
+	var c envelope.Context
+	if env.Context != nil {
+		var e *envelope.Error
+		if c, e = envelope.ParseContext(env.Context, g.cfg.MaxContextBytes); e != nil {
+			in.refuse(e, env.ID)
 			return
 		}
-		out, proto := env.Fill(p.ID, now)
-		m.Protocol = proto
+	}
+	sentID := env.ID // Fill may generate one the sender never saw
+	dupErr, reserved := in.reserve(sentID, env.Mode)
+	out, proto := env.Fill(p.ID, now)
+	m.Protocol, m.ID = proto, env.ID
+	if env.Context == nil {
+		e := dupErr
+		if e == nil {
+			e = rateErr
+		}
+		if e != nil {
+			in.unreserve(sentID, reserved)
+			in.refuse(e, sentID)
+			return
+		}
 		in.publish(out)
 		return
 	}
-
-	c, e := envelope.ParseContext(env.Context, g.cfg.MaxContextBytes)
-	if e != nil {
-		in.refuse(e, env.ID)
-		return
-	}
-	sentID := env.ID // Fill may generate one the sender never saw
-	out, proto := env.Fill(p.ID, now)
-	m.Protocol = proto
-	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: p.ID, Size: len(out), Now: now,
-		SenderRate: rateErr, Create: in.buckets.Create}
+	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: p.ID, EnvelopeID: env.ID, Size: len(out), Now: now,
+		Duplicate: dupErr, SenderRate: rateErr, Create: in.buckets.Create}
 	if e := in.pod.Registry.Accept(&in.req, &in.acc, func(acc *contexts.Accepted) {
 		m.ContextID, m.ContextType, m.ContextParent = acc.Context.ID, acc.Context.Type, acc.Context.Parent
 		if acc.Context.Path {
@@ -172,7 +186,31 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 			in.pod.publishConclusions(acc.Concluded)
 		}
 	}); e != nil {
+		in.unreserve(sentID, reserved)
 		in.refuse(e, sentID)
+	}
+}
+
+// reserve claims the envelope's id in the pod's history (SPEC section 8):
+// an id the history holds, or that another envelope being published
+// claimed, is duplicate_id. Ephemeral envelopes are not checked, and ids
+// the gateway fills are new.
+func (in *ingress) reserve(id string, mode envelope.Mode) (dup *envelope.Error, reserved bool) {
+	x := in.pod.index
+	if x == nil || id == "" || mode == envelope.ModeEphemeral {
+		return nil, false
+	}
+	if !x.Reserve(id) {
+		return envelope.Errorf(envelope.CodeDuplicateID, "the pod's history already holds an envelope with id %q; the first one stands", id), false
+	}
+	return nil, true
+}
+
+// unreserve gives back an id that reserve claimed for an envelope that was
+// refused after all.
+func (in *ingress) unreserve(id string, reserved bool) {
+	if reserved {
+		in.pod.index.Release(id)
 	}
 }
 
@@ -181,8 +219,7 @@ func tooLarge(n, limit int) *envelope.Error {
 }
 
 func (in *ingress) publish(body []byte) {
-	in.frame = envelope.AppendFrame(in.frame[:0], &in.meta, body)
-	in.g.publish(in.pod.subject, in.frame)
+	in.frame = in.pod.publish(&in.meta, body, in.frame)
 	in.g.metrics.envelopesIn.Inc()
 }
 

@@ -90,26 +90,28 @@ type contextStats struct {
 	Concluded    string   `json:"concluded"`
 }
 
-// contextEvent is the system/context event of a concluded context, in MCPP.
-func contextEvent(c *contexts.Context) []byte {
+// contextEvent is the system/context event of a concluded context, in
+// MCPP, and its id.
+func contextEvent(c *contexts.Concluded) ([]byte, string) {
 	m := newSystemMessage(envelope.ProtocolMCPP, "system/context", map[string]any{
 		"event":  "concluded",
 		"reason": c.Reason,
 		"stats": contextStats{
-			Messages: c.Messages, Bytes: c.Bytes, Participants: append([]string{}, c.Senders...),
+			Messages: c.Messages, Bytes: c.Bytes, Participants: c.Participants,
 			Depth: c.Depth, Created: contexts.FormatTime(c.Created),
-			LastActivity: contexts.FormatTime(c.LastActivity), Concluded: contexts.FormatTime(c.Concluded),
+			LastActivity: contexts.FormatTime(c.LastActivity), Concluded: contexts.FormatTime(c.At),
 		},
 	})
 	m.Context = contextRef{ID: c.ID, Type: c.Type, Parent: c.Parent}
-	return m.bytes()
+	return m.bytes(), m.ID
 }
 
-// presence is a system/presence event, in MCPP.
-func presence(event string, p *participant.Participant) []byte {
-	return newSystemMessage(envelope.ProtocolMCPP, "system/presence", map[string]any{
+// presence is a system/presence event, in MCPP, and its id.
+func presence(event string, p *participant.Participant) ([]byte, string) {
+	m := newSystemMessage(envelope.ProtocolMCPP, "system/presence", map[string]any{
 		"event": event, "participant": identityOf(p),
-	}).bytes()
+	})
+	return m.bytes(), m.ID
 }
 
 // asMCPX returns body with its protocol token replaced by MCPx's, in a new

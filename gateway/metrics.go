@@ -20,7 +20,7 @@ type metrics struct {
 	conclusions   *prometheus.CounterVec
 }
 
-func newMetrics(activeContexts func() float64) *metrics {
+func newMetrics(activeContexts func() float64, historyState func() (entries, bytes float64)) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -46,6 +46,12 @@ func newMetrics(activeContexts func() float64) *metrics {
 		m.errors, m.refusals, m.slowConsumers, m.conclusions,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpp_contexts_active", Help: "Active contexts in all pods."}, activeContexts),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mcpp_history_entries", Help: "Entries the history stream holds, all pods together (live frames' markers included)."},
+			func() float64 { e, _ := historyState(); return e }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mcpp_history_bytes", Help: "Bytes the history stream holds, all pods together (bounded by --history-bytes)."},
+			func() float64 { _, b := historyState(); return b }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -1,25 +1,45 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
-// subjectPrefix starts every pod subject. A JetStream stream of all pods'
-// history would capture "mcpp.pod.>".
-const subjectPrefix = "mcpp.pod."
+// subjectPrefix starts every pod subject; the history stream captures
+// historySubjects, every pod's subject and its live markers.
+const (
+	subjectPrefix   = "mcpp.pod."
+	historySubjects = "mcpp.pod.>"
+	livePrefix      = "mcpp.live."
+)
 
 // PodSubject is the NATS subject of a pod. Pod names may hold dots, which
 // separate NATS tokens, so they become "~", which pod names cannot hold.
 func PodSubject(pod string) string {
-	return subjectPrefix + strings.ReplaceAll(pod, ".", "~")
+	return subjectPrefix + podToken(pod)
 }
+
+// markerSubject holds, in the history stream, the places of a pod's live
+// frames (presence, ephemeral envelopes): its own subject, so that their
+// markers count against --history separately from the pod's entries.
+func markerSubject(pod string) string { return subjectPrefix + podToken(pod) + ".live" }
+
+// liveSubject carries the bodies of a pod's live frames, outside the
+// stream: history never holds them.
+func liveSubject(pod string) string { return livePrefix + podToken(pod) }
+
+func podToken(pod string) string { return strings.ReplaceAll(pod, ".", "~") }
 
 // maxFrameBytes bounds a frame: an accepted envelope (with the fields the
 // gateway fills) and its header, which can hold a "to" list as long as the
@@ -29,7 +49,77 @@ func maxFrameBytes(cfg *Config) int { return 2*cfg.MaxMessageBytes + 64<<10 }
 // startNATS starts the embedded NATS server, joined to its cluster when
 // one is configured, and connects to it in process; with --nats-url it
 // connects to the external deployment instead and embeds nothing.
-func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
+// jetStreamSlack is the memory or disk JetStream may use beyond the
+// history's bytes: markers, consumers' state, the stream's own indexes.
+const jetStreamSlack = 64 << 20
+
+// storeDir is where the embedded JetStream keeps its state: --history-dir,
+// or a directory of the process's own (a memory stream still needs one for
+// a cluster's metadata), which it removes when it stops.
+func storeDir(cfg *Config) (dir string, temporary bool, err error) {
+	if cfg.HistoryDir != "" {
+		if err := os.MkdirAll(cfg.HistoryDir, 0o700); err != nil {
+			return "", false, fmt.Errorf("--history-dir: %w", err)
+		}
+		return cfg.HistoryDir, false, nil
+	}
+	dir, err = os.MkdirTemp("", "mcpp-jetstream-")
+	return dir, true, err
+}
+
+// serverName is the embedded server's name. A cluster's JetStream knows its
+// peers by name, so with --history-dir the name is kept in the directory
+// and a restarted node is the same peer.
+func serverName(cfg *Config, nodeID string) (string, error) {
+	if cfg.HistoryDir == "" {
+		return "mcpp-" + nodeID, nil
+	}
+	path := filepath.Join(cfg.HistoryDir, "server-name")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	} else if !errors.Is(err, os.ErrNotExist) && err != nil {
+		return "", fmt.Errorf("--history-dir: %w", err)
+	}
+	name := "mcpp-" + uuid.NewString()[:8]
+	if err := os.WriteFile(path, []byte(name+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("--history-dir: %w", err)
+	}
+	return name, nil
+}
+
+// clusterSize counts the nodes of the embedded cluster from --routes (a
+// node may list itself or not).
+func clusterSize(cfg *Config) int {
+	if cfg.ClusterName == "" {
+		return 1
+	}
+	n, self := 0, false
+	for _, r := range server.RoutesFromStr(cfg.Routes) {
+		n++
+		if r.Host == cfg.ClusterListen {
+			self = true
+		}
+	}
+	if !self {
+		n++
+	}
+	return n
+}
+
+// historyReplicas is --history-replicas, or when 0: 1 alone or with an
+// external NATS (whose operators choose), and 3 (or fewer nodes) in an
+// embedded cluster, so that the history, and the pods' delivery that
+// follows it, outlive one node.
+func historyReplicas(cfg *Config) int {
+	if cfg.HistoryReplicas > 0 {
+		return cfg.HistoryReplicas
+	}
+	return min(3, clusterSize(cfg))
+}
+
+// With history on, the embedded server runs JetStream in tempDir (when it
+// is not --history-dir), which the caller removes when it stops.
+func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, tempDir string, err error) {
 	connectOpts := []nats.Option{
 		nats.Name("mcpp-gateway " + nodeID),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(64 << 20),
@@ -37,16 +127,16 @@ func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
 	if cfg.NATSURL != "" {
 		nc, err := nats.Connect(cfg.NATSURL, connectOpts...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("NATS %s: %w", cfg.NATSURL, err)
+			return nil, nil, "", fmt.Errorf("NATS %s: %w", cfg.NATSURL, err)
 		}
 		// An accepted envelope must never fail to publish: refuse to start
 		// rather than lose envelopes the deployment cannot carry.
 		if need := maxFrameBytes(cfg); nc.MaxPayload() < int64(need) {
 			nc.Close()
-			return nil, nil, fmt.Errorf("NATS %s carries messages of at most %d bytes; --max-message-bytes %d needs %d (twice the limit plus 64 KiB): raise max_payload in the NATS server or lower --max-message-bytes",
+			return nil, nil, "", fmt.Errorf("NATS %s carries messages of at most %d bytes; --max-message-bytes %d needs %d (twice the limit plus 64 KiB): raise max_payload in the NATS server or lower --max-message-bytes",
 				cfg.NATSURL, nc.MaxPayload(), cfg.MaxMessageBytes, need)
 		}
-		return nil, nc, nil
+		return nil, nc, "", nil
 	}
 	opts := &server.Options{
 		ServerName: "mcpp-" + nodeID,
@@ -62,14 +152,35 @@ func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
 		MaxPending:    1 << 30,
 		WriteDeadline: 30 * time.Second,
 	}
+	defer func() {
+		if err != nil && tempDir != "" {
+			_ = os.RemoveAll(tempDir)
+			tempDir = ""
+		}
+	}()
+	if cfg.historyOn() {
+		dir, temporary, err := storeDir(cfg)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if temporary {
+			tempDir = dir
+		}
+		if opts.ServerName, err = serverName(cfg, nodeID); err != nil {
+			return nil, nil, tempDir, err
+		}
+		opts.JetStream, opts.StoreDir = true, dir
+		opts.JetStreamMaxMemory = int64(cfg.HistoryBytes) + jetStreamSlack
+		opts.JetStreamMaxStore = int64(cfg.HistoryBytes) + jetStreamSlack
+	}
 	if cfg.ClusterName != "" {
 		host, port, err := net.SplitHostPort(cfg.ClusterListen)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--cluster-listen: %w", err)
+			return nil, nil, tempDir, fmt.Errorf("--cluster-listen: %w", err)
 		}
 		p, err := strconv.Atoi(port)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--cluster-listen: bad port %q", port)
+			return nil, nil, tempDir, fmt.Errorf("--cluster-listen: bad port %q", port)
 		}
 		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: p, ConnectRetries: 10}
 		if opts.DontListen {
@@ -81,19 +192,19 @@ func startNATS(cfg *Config, nodeID string) (*server.Server, *nats.Conn, error) {
 			opts.Routes = server.RoutesFromStr(cfg.Routes)
 		}
 	}
-	ns, err := server.NewServer(opts)
+	ns, err = server.NewServer(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("embedded NATS: %w", err)
+		return nil, nil, tempDir, fmt.Errorf("embedded NATS: %w", err)
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
 		ns.Shutdown()
-		return nil, nil, fmt.Errorf("embedded NATS: not ready after 10s")
+		return nil, nil, tempDir, fmt.Errorf("embedded NATS: not ready after 10s")
 	}
-	nc, err := nats.Connect("", append(connectOpts, nats.InProcessServer(ns))...)
+	nc, err = nats.Connect("", append(connectOpts, nats.InProcessServer(ns))...)
 	if err != nil {
 		ns.Shutdown()
-		return nil, nil, fmt.Errorf("embedded NATS: connect: %w", err)
+		return nil, nil, tempDir, fmt.Errorf("embedded NATS: connect: %w", err)
 	}
-	return ns, nc, nil
+	return ns, nc, tempDir, nil
 }

@@ -1,25 +1,44 @@
 package gateway
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
 )
 
 // Pod is one named room on this gateway: its local members, its context
-// registry, its participants' rate buckets and its NATS subscription.
+// registry, its participants' rate buckets, and its log (the pod's NATS
+// subject, or its subjects in the history stream) with the index of its
+// history.
 type Pod struct {
 	Name    string
 	subject string
 	gw      *Gateway
+	log     podLog
+	// index is what this node knows of the pod's history; nil when
+	// history is off.
+	index *history.Index
+
+	// fanMu is held by the fan-out while it handles one frame, and by a
+	// join while it makes the joiner a member and decides its replay: the
+	// replay then ends exactly where the joiner's live envelopes begin.
+	fanMu sync.Mutex
+	// upTo is the last frame of the pod's past when the pod opened here;
+	// until the fan-out has handled it, frames rebuild the registry and
+	// the index and are delivered to nobody (caughtUp, ready).
+	upTo     uint64
+	caughtUp bool
+	ready    chan struct{}
+	// meta is the fan-out's scratch header, under fanMu.
+	meta envelope.Meta
 
 	mu      sync.Mutex // guards members, pending, dead
 	members map[string]*participant.Participant
@@ -39,10 +58,21 @@ type Pod struct {
 	Registry *contexts.Registry
 	Buckets  *limits.BucketSet
 
-	sub *nats.Subscription
-	// meta is reused by the fan-out (one goroutine per subscription) and
-	// eventBuf under the registry's lock.
-	meta     envelope.Meta
+	// published and seen count this node's frames of the pod that went
+	// into its log and that came back out: a drain waits until they meet.
+	published, seen atomic.Uint64
+	// backlog is the bytes of this node's envelopes in the pod's log that
+	// the fan-out has not seen yet. Senders wait while it, or the number
+	// of such frames (published-seen), is over its bound (throttle), so
+	// that a sender faster than the log cannot make NATS buffer without
+	// bound, nor push the history's oldest entries out before the fan-out
+	// has delivered them.
+	backlog   atomic.Int64
+	throttled atomic.Int32 // senders waiting in throttle
+	backlogMu sync.Mutex
+	drainedCh chan struct{} // closed when the fan-out has made progress
+
+	// eventBuf is reused under the registry's lock.
 	eventBuf []byte
 }
 
@@ -51,6 +81,7 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 		Name: name, subject: PodSubject(name), gw: gw,
 		members: make(map[string]*participant.Participant),
 		remote:  make(map[string]remoteMember),
+		ready:   make(chan struct{}),
 		Buckets: limits.NewBucketSet(
 			limits.Rate{Per: gw.cfg.Rate, Burst: gw.cfg.Burst},
 			limits.Rate{Per: gw.cfg.ContextCreateRate, Burst: gw.cfg.ContextCreateBurst}),
@@ -66,111 +97,168 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 		ContextRate:       limits.Rate{Per: gw.cfg.ContextRate, Burst: gw.cfg.ContextBurst},
 		ConclusionKinds:   gw.conclusionKinds,
 	}, p.publishConclusions)
-	sub, err := gw.nc.Subscribe(p.subject, p.fanOut)
+	if gw.store() != nil {
+		p.index = history.NewIndex(gw.cfg.History, gw.cfg.HistoryAge)
+		p.log = newStreamLog(gw, name)
+		// The registry is rebuilt from the pod's past before its timers
+		// may conclude anything.
+		p.Registry.Pause(true)
+	} else {
+		p.log = &coreLog{g: gw, subject: p.subject}
+	}
+	// The fan-out handles no frame before upTo is known.
+	p.fanMu.Lock()
+	upTo, err := p.log.follow(p.onFrame)
 	if err != nil {
+		p.fanMu.Unlock()
+		p.log.close()
+		p.Registry.Close()
 		return nil, err
 	}
-	// The callback never blocks, so the subscription must never drop.
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
+	p.upTo = upTo
+	if upTo == 0 {
+		p.caughtUpLocked()
 	}
-	p.sub = sub
+	p.fanMu.Unlock()
 	return p, nil
 }
 
+// caughtUpLocked marks the pod live: its past is in the registry and the
+// index, and the fan-out delivers from now on.
+func (p *Pod) caughtUpLocked() {
+	p.caughtUp = true
+	p.Registry.Pause(false)
+	if l, ok := p.log.(*streamLog); ok {
+		l.waiting.Store(true)
+	}
+	close(p.ready)
+}
+
+// waitReady waits until the pod has caught up with its history.
+func (p *Pod) waitReady(ctx context.Context) error {
+	select {
+	case <-p.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // publishConclusions sends the system/context events of concluded
-// contexts. It runs with the registry locked, so events follow the envelope
-// that caused them on the pod's subject.
-func (p *Pod) publishConclusions(concluded []*contexts.Context) {
-	for _, c := range concluded {
+// contexts. The registry calls it with its lock held (timeouts) and
+// ingress within Accept's commit, so events follow the envelope that
+// caused them in the pod's log.
+func (p *Pod) publishConclusions(concluded []contexts.Concluded) {
+	for i := range concluded {
+		c := &concluded[i]
+		body, id := contextEvent(c)
 		m := envelope.Meta{
 			Kind: envelope.FrameContextEvent, Flags: envelope.FlagConclusion,
-			Origin: p.gw.nodeID, From: envelope.GatewayID,
-			ContextID: c.ID, ContextType: c.Type, Protocol: protocolSpan,
+			Origin: p.gw.nodeID, From: envelope.GatewayID, ID: id, Incarnation: c.Incarnation,
+			ContextID: c.ID, ContextType: c.Type, ContextParent: c.Parent, Ancestors: c.Ancestors,
+			Protocol: protocolSpan,
 		}
-		if c.Parent != "" {
-			m.Ancestors = p.Registry.AncestorsLocked(c, nil)
-		}
-		p.eventBuf = envelope.AppendFrame(p.eventBuf[:0], &m, contextEvent(c))
-		p.gw.publish(p.subject, p.eventBuf)
+		p.eventBuf = envelope.AppendFrame(p.eventBuf[:0], &m, body)
+		// Every node that concludes this life of the context publishes
+		// its event under the same name; the history keeps the first.
+		p.log.publishEvent(p.eventBuf, p.Name+"/"+c.ID+"/"+c.Incarnation)
 		p.gw.metrics.conclusions.WithLabelValues(c.Reason).Inc()
 	}
 }
 
-// fanOut delivers one frame of the pod's subject to the local members. NATS
-// calls it on one goroutine per subscription, in the subject's order.
-func (p *Pod) fanOut(msg *nats.Msg) {
-	m := &p.meta
-	body, err := envelope.DecodeFrame(msg.Data, m)
-	if err != nil {
-		p.gw.log.Error("dropping a malformed frame", "pod", p.Name, "err", err)
-		return
+// publish sends an accepted envelope into the pod's log; buf is reused
+// for its frame and returned.
+func (p *Pod) publish(m *envelope.Meta, body, buf []byte) []byte {
+	p.published.Add(1)
+	if m.Live() {
+		p.log.publishLive(m, body)
+		return buf
 	}
-	local := m.Origin == p.gw.nodeID
-	if !local && p.gw.cluster != nil {
-		p.gw.cluster.seen(m.Origin)
-	}
-	switch m.Kind {
-	case envelope.FrameJoin:
-		tell := local || p.remoteJoin(m, body)
-		if !tell || m.Flags&envelope.FlagReplace != 0 {
-			return // a replacement: nobody is told
-		}
-	case envelope.FrameLeave:
-		if !local && !p.remoteLeave(m) {
-			return
-		}
-	case envelope.FrameContextEvent:
-		if !local {
-			return // every node announces its own conclusions to its own members
-		}
-	}
-	n := p.deliver(m, body, local)
-	if m.Kind == envelope.FrameEnvelope && !local && m.ContextID != "" {
-		c := envelope.Context{ID: m.ContextID, Type: m.ContextType, Parent: m.ContextParent, Path: m.Path()}
-		if c.Path {
-			c.Segments = strings.Count(c.ID, "/") + 1
-		}
-		p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, len(body), timeNow())
-	}
-	p.gw.metrics.deliveries.Add(float64(n))
+	p.backlog.Add(int64(len(body)))
+	buf = envelope.AppendFrame(buf[:0], m, body)
+	p.log.publish(buf)
+	return buf
 }
 
-// deliver hands body to the local members that take it and returns how
-// many did. Participants that speak MCPx get the body with its protocol
-// rewritten, made once and shared.
-func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
-	var mcpx []byte
-	pick := func(r *participant.Participant) []byte {
-		if r.Protocol != envelope.ProtocolMCPX {
-			return body
-		}
-		if mcpx == nil {
-			mcpx = asMCPX(body, m.Protocol)
-		}
-		return mcpx
+// backlogStall is how long a sender waits for the pod's log to take its
+// backlog before the gateway decides the frames were lost (the stream was
+// unavailable) and stops counting them.
+const backlogStall = 5 * time.Second
+
+// maxBacklog bounds the bytes a node has in a pod's log unseen.
+func (g *Gateway) maxBacklog() int64 { return max(8<<20, 4*int64(g.cfg.MaxMessageBytes)) }
+
+// maxBacklogFrames bounds the frames a node has in a pod's log unseen:
+// half the entries the stream keeps beyond --history for followers that
+// lag, so that the stream never drops an entry of this node before the
+// fan-out has delivered it (without history: no bound but the bytes').
+func (g *Gateway) maxBacklogFrames() uint64 {
+	if !g.cfg.historyOn() {
+		return 1 << 62
 	}
-	n := 0
-	members := *p.snapshot.Load()
-	switch m.Kind {
-	case envelope.FrameJoin, envelope.FrameLeave:
-		for _, r := range members {
-			if r.ID == m.From || (local && m.Seq <= r.JoinSeq) {
-				continue
-			}
-			if r.Deliver(pick(r)) {
-				n++
-			}
+	return history.Slack / 2
+}
+
+// overBacklog reports whether senders must wait.
+func (p *Pod) overBacklog() bool {
+	return p.backlog.Load() > p.gw.maxBacklog() || p.unseen() > p.gw.maxBacklogFrames()
+}
+
+// unseen is the number of frames this node put into the pod's log that
+// have not come back out yet.
+func (p *Pod) unseen() uint64 {
+	seen := p.seen.Load()
+	if published := p.published.Load(); published > seen {
+		return published - seen
+	}
+	return 0
+}
+
+// throttle waits while the pod's backlog is over its bounds: the sender's
+// reader pauses, and TCP slows the sender down.
+func (p *Pod) throttle() {
+	if !p.overBacklog() {
+		return
+	}
+	p.throttled.Add(1)
+	defer p.throttled.Add(-1)
+	timer := time.NewTimer(backlogStall)
+	defer timer.Stop()
+	for {
+		p.backlogMu.Lock()
+		if p.drainedCh == nil {
+			p.drainedCh = make(chan struct{})
 		}
-	default:
-		for _, r := range members {
-			if r.Filter().Admits(m, r.ID) && r.Deliver(pick(r)) {
-				n++
+		ch := p.drainedCh
+		p.backlogMu.Unlock()
+		seen := p.seen.Load()
+		if !p.overBacklog() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			if p.seen.Load() == seen {
+				// Nothing came back for a while: what is unseen was lost
+				// (the stream was unavailable), and is not waited for.
+				left := p.backlog.Swap(0)
+				p.seen.Store(p.published.Load())
+				p.gw.log.Error("the pod's log delivers nothing; its backlog is given up", "pod", p.Name, "bytes", left)
+				return
 			}
+			timer.Reset(backlogStall)
 		}
 	}
-	return n
+}
+
+// wakeThrottled lets senders waiting in throttle look again.
+func (p *Pod) wakeThrottled() {
+	p.backlogMu.Lock()
+	if p.drainedCh != nil {
+		close(p.drainedCh)
+		p.drainedCh = nil
+	}
+	p.backlogMu.Unlock()
 }
 
 // remoteMember is a participant connected to another node.
@@ -274,10 +362,15 @@ func (p *Pod) unreserve() {
 	p.gw.maybeRemovePod(p)
 }
 
-// join makes r a member: its welcome is queued first, then it is in the
-// fan-out, then the others hear of it (unless it replaces a connection of
-// the same participant, which is closed with 4000 and announced to no one).
-func (p *Pod) join(r *participant.Participant) {
+// join makes r a member: its welcome comes first, then what it asked of
+// the pod's past (want), then every envelope the fan-out handles after
+// it joined; then the others hear of it (unless it replaces a connection
+// of the same participant, which is closed with 4000 and announced to no
+// one). The fan-out is paused meanwhile, so that the replay ends exactly
+// where the live envelopes begin.
+func (p *Pod) join(r *participant.Participant, want historyWant) {
+	p.fanMu.Lock()
+	defer p.fanMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pending--
@@ -293,11 +386,18 @@ func (p *Pod) join(r *participant.Participant) {
 	for _, m := range p.remote {
 		others = append(others, m.identity)
 	}
-	r.Deliver(p.gw.welcome(p, r, others))
+	info, rep := p.replayFor(r, want)
+	welcome := p.gw.welcome(p, r, others, info)
 	r.JoinSeq = p.presenceSeq
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
-	r.Start()
+	if rep != nil {
+		rep.first = welcome
+		r.Start(rep)
+	} else {
+		r.Deliver(welcome)
+		r.Start(nil)
+	}
 	switch {
 	case old != nil:
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")
@@ -323,14 +423,18 @@ func (p *Pod) leave(r *participant.Participant) {
 	p.gw.maybeRemovePod(p)
 }
 
+// publishPresence sends a presence event; history never keeps it.
 func (p *Pod) publishPresence(kind envelope.FrameKind, r *participant.Participant, flags uint8) {
 	event := "join"
 	if kind == envelope.FrameLeave {
 		event = "leave"
 	}
 	p.presenceSeq++
-	m := envelope.Meta{Kind: kind, Flags: flags, Origin: p.gw.nodeID, From: r.ID, Protocol: protocolSpan, Seq: p.presenceSeq}
-	p.gw.publish(p.subject, envelope.AppendFrame(nil, &m, presence(event, r)))
+	body, id := presence(event, r)
+	m := envelope.Meta{Kind: kind, Flags: flags | envelope.FlagLive, Origin: p.gw.nodeID, From: r.ID, ID: id,
+		Protocol: protocolSpan, Seq: p.presenceSeq}
+	p.published.Add(1)
+	p.log.publishLive(&m, body)
 }
 
 func (p *Pod) rebuildSnapshot() {
@@ -351,10 +455,18 @@ func (p *Pod) idle() bool {
 
 func (p *Pod) close() {
 	p.Registry.Close()
-	if p.sub != nil {
-		_ = p.sub.Unsubscribe()
+	p.log.close()
+}
+
+// sweep forgets departed participants' refilled buckets, and live bodies
+// whose markers never came.
+func (p *Pod) sweep(now time.Time) {
+	p.Buckets.Sweep(now)
+	if l, ok := p.log.(*streamLog); ok {
+		l.sweep(now)
 	}
 }
 
-// sweep forgets departed participants' refilled buckets.
-func (p *Pod) sweep(now time.Time) { p.Buckets.Sweep(now) }
+// drained reports whether every frame this node put into the pod's log has
+// come back out of it (and so has been handed to the members).
+func (p *Pod) drained() bool { return p.unseen() == 0 }

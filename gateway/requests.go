@@ -7,6 +7,7 @@ import (
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/participant"
 )
 
@@ -45,13 +46,79 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 			list = []contexts.Info{}
 		}
 		in.reply("system/contexts", map[string]any{"contexts": list})
+	case "gateway/history":
+		q, e := in.historyQuery()
+		if e == nil {
+			e = rateErr
+		}
+		if e != nil {
+			in.refuse(e, in.env.ID)
+			return
+		}
+		answer, e := in.pod.historyPage(q, in.p.Filter(), in.p.ID, in.p.Protocol)
+		if e != nil {
+			in.refuse(e, in.env.ID)
+			return
+		}
+		in.reply("system/history", answer)
 	default:
 		if rateErr != nil {
 			in.refuse(rateErr, in.env.ID)
 			return
 		}
-		in.refuse(envelope.Errorf(envelope.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts)", in.env.Kind), in.env.ID)
+		in.refuse(envelope.Errorf(envelope.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history)", in.env.Kind), in.env.ID)
 	}
+}
+
+// historyRequest is the payload of gateway/history (SPEC section 6).
+type historyRequest struct {
+	Before  *string `json:"before"`
+	After   *string `json:"after"`
+	Context *string `json:"context"`
+	Limit   *int    `json:"limit"`
+	Fold    *bool   `json:"fold"`
+}
+
+// Defaults and bounds of gateway/history.
+const (
+	defaultHistoryLimit = 100
+	maxHistoryLimit     = 1000
+)
+
+// historyQuery reads the payload of gateway/history.
+func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
+	q := history.PageQuery{Limit: defaultHistoryLimit, Fold: true, MaxBytes: 4 * in.g.cfg.MaxMessageBytes}
+	if in.env.Payload == nil || bytes.Equal(in.env.Payload, []byte("null")) {
+		return q, nil
+	}
+	var hq historyRequest
+	d := json.NewDecoder(bytes.NewReader(in.env.Payload))
+	d.DisallowUnknownFields()
+	if !isObject(in.env.Payload) || d.Decode(&hq) != nil {
+		return q, envelope.Errorf(envelope.CodeInvalidEnvelope, `gateway/history takes {"before"?: ID, "after"?: ID, "context"?: ID, "limit"?: 1 to 1000, "fold"?: BOOL}`)
+	}
+	if hq.Before != nil && hq.After != nil {
+		return q, envelope.Errorf(envelope.CodeInvalidEnvelope, "gateway/history takes before or after, not both")
+	}
+	if hq.Limit != nil {
+		if *hq.Limit < 1 || *hq.Limit > maxHistoryLimit {
+			return q, envelope.Errorf(envelope.CodeInvalidEnvelope, "limit must be 1 to %d", maxHistoryLimit)
+		}
+		q.Limit = *hq.Limit
+	}
+	if hq.Before != nil {
+		q.Before = *hq.Before
+	}
+	if hq.After != nil {
+		q.After = *hq.After
+	}
+	if hq.Context != nil {
+		q.Context = *hq.Context
+	}
+	if hq.Fold != nil {
+		q.Fold = *hq.Fold
+	}
+	return q, nil
 }
 
 func (in *ingress) filterRequest() {
@@ -114,15 +181,20 @@ func isObject(raw []byte) bool {
 	return len(raw) > 0 && raw[0] == '{'
 }
 
-// welcome is the first message of a participant (SPEC section 5).
-func (g *Gateway) welcome(pod *Pod, p *participant.Participant, others []identity) []byte {
-	return direct(p, "system/welcome", "", map[string]any{
+// welcome is the first message of a participant (SPEC section 5), with
+// what follows of the pod's past when it asked (section 8).
+func (g *Gateway) welcome(pod *Pod, p *participant.Participant, others []identity, hist *historyInfo) []byte {
+	payload := map[string]any{
 		"you":          identityOf(p),
 		"participants": others,
 		"pod":          pod.Name,
 		"filter":       p.Filter(),
 		"limits":       g.limitsPayload(),
-	})
+	}
+	if hist != nil {
+		payload["history"] = hist
+	}
+	return direct(p, "system/welcome", "", payload)
 }
 
 func (g *Gateway) limitsPayload() map[string]any {
@@ -150,5 +222,8 @@ func (g *Gateway) limitsPayload() map[string]any {
 		"max_connections":              c.MaxConnections,
 		"max_pods":                     c.MaxPods,
 		"send_queue":                   c.SendQueue,
+		"history":                      c.History,
+		"history_age_ms":               c.HistoryAge.Milliseconds(),
+		"history_bytes":                int64(c.HistoryBytes),
 	}
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,14 @@ func startCluster(t *testing.T, n int, extra ...string) []*limProcess {
 			"--cluster-listen", fmt.Sprintf("127.0.0.1:%d", cports[i]), "--routes", strings.Join(routes, ","),
 			"--cluster-heartbeat", "200ms", "--log-level", "debug", "--rate", "10000", "--burst", "10000"}, extra...)
 		nodes[i] = limStart(t, nil, args...)
+	}
+	// A node serves pods once the cluster's JetStream has formed and the
+	// history stream is open (its /healthz says so).
+	for _, n := range nodes {
+		eventually(t, 60*time.Second, "the node's history stream", func() bool {
+			status, _, _ := httpGet(n.gw.URL + "/healthz")
+			return status == http.StatusOK
+		})
 	}
 	waitConnected(t, nodes)
 	return nodes
@@ -263,7 +272,8 @@ func TestClusterExternalNATS(t *testing.T) {
 		t.Fatalf("go build nats-server: %v\n%s", err, out)
 	}
 	port := freePort(t)
-	ns := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
+	// With JetStream: the gateways keep the pods' history in it.
+	ns := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", t.TempDir())
 	if err := ns.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,9 @@ func startGateway(t *testing.T, edit func(*gateway.Config)) *testGateway {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = g.Shutdown(ctx)
+		if t.Failed() {
+			t.Logf("the gateway's log:\n%s", logs)
+		}
 	})
 	addr := ln.Addr().String()
 	return &testGateway{Gateway: g, URL: "http://" + addr, WS: "ws://" + addr + "/ws", Logs: logs}

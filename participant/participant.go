@@ -54,6 +54,9 @@ type Participant struct {
 	opts   Options
 	queue  *Queue
 	filter atomic.Pointer[filter.Filter]
+	// source feeds the writer before the queue (a joiner's welcome and
+	// replay); set by Start, read and cleared by the writer alone.
+	source Source
 
 	// cut is set when the connection is closed at once (replaced, slow
 	// consumer, fatal error): nothing more is queued or written.
@@ -134,11 +137,23 @@ func (p *Participant) wakeWriter() {
 	}
 }
 
-// Start lets the writer send what is queued and what comes. Until then
-// deliveries only queue: the pod queues the welcome, makes the participant
-// a member, and only then starts it, so that nothing accepted after the
-// participant has read its welcome can miss it.
-func (p *Participant) Start() {
+// Source feeds the writer ahead of the queue: a joiner's welcome and its
+// replay of the pod's history, read as the connection takes them so that a
+// long replay never sits in memory whole. Live envelopes queue behind it.
+type Source interface {
+	// Next appends to dst at most max messages of at most maxBytes in all
+	// (at least one while any is left) and returns it; nothing appended
+	// means the source is done. An error ends the connection, with the
+	// error's text as the close reason.
+	Next(dst [][]byte, max, maxBytes int) ([][]byte, error)
+}
+
+// Start lets the writer send what src gives (when not nil), then what is
+// queued and what comes. Until then deliveries only queue: the pod makes
+// the participant a member and only then starts it, so that nothing
+// accepted after the participant has read its welcome can miss it.
+func (p *Participant) Start(src Source) {
+	p.source = src
 	p.started.Store(true)
 	p.wakeWriter()
 }
@@ -233,6 +248,21 @@ func (p *Participant) Ping() {
 	}()
 }
 
+// closeReason fits s in a close frame's 123 bytes.
+func closeReason(s string) string {
+	if len(s) <= 123 {
+		return s
+	}
+	s = s[:120]
+	for len(s) > 0 && s[len(s)-1]&0xc0 == 0x80 {
+		s = s[:len(s)-1] // not in the middle of a character
+	}
+	if len(s) > 0 && s[len(s)-1] >= 0xc0 {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}
+
 func (p *Participant) writeLoop() {
 	var (
 		items = make([][]byte, 0, 16)
@@ -241,7 +271,20 @@ func (p *Participant) writeLoop() {
 	)
 	for {
 		for !p.cut.Load() {
-			items = p.queue.PopUpTo(items[:0], maxBatchItems, maxBatchBytes)
+			if p.source != nil {
+				var err error
+				items, err = p.source.Next(items[:0], maxBatchItems, maxBatchBytes)
+				if err != nil {
+					p.Close(websocket.StatusInternalError, closeReason(err.Error()))
+					return
+				}
+				if len(items) == 0 {
+					p.source = nil
+				}
+			}
+			if p.source == nil {
+				items = p.queue.PopUpTo(items[:0], maxBatchItems, maxBatchBytes)
+			}
 			if len(items) == 0 {
 				break
 			}

@@ -1,0 +1,249 @@
+package history
+
+import (
+	"time"
+
+	"github.com/mcpp/gateway/envelope"
+)
+
+// Admit decides whether an entry is for the reader (its filter, SPEC
+// sections 4 and 8).
+type Admit func(m *envelope.Meta) bool
+
+// Selected is one entry a replay sends.
+type Selected struct {
+	Seq  uint64
+	Size int
+	// ConsumedBy, when set, is the id of the envelope that consumed this
+	// transient one: it is sent collapsed.
+	ConsumedBy string
+}
+
+// Selection is what a replay sends, oldest first, and what it left out.
+type Selection struct {
+	Entries []Selected
+	// Folded counts the admitted entries that folding left out, among
+	// those no older than the oldest one sent.
+	Folded int
+	// Collapsed counts the entries sent collapsed.
+	Collapsed int
+	// Last is the last sequence of the pod the selection looked at: the
+	// reader is up to date to it.
+	Last uint64
+	// More is set when entries that would have been selected were left
+	// out by a limit (older ones for Newest and Page without After, newer
+	// ones for After, Since and Page with After).
+	More bool
+}
+
+// Seqs lists the selected sequences, ascending.
+func (s *Selection) Seqs() []uint64 {
+	out := make([]uint64, len(s.Entries))
+	for i, e := range s.Entries {
+		out[i] = e.Seq
+	}
+	return out
+}
+
+// Newest selects the last n entries that admit passes (n <= 0: all of
+// them), folded and collapsed when fold is set: a joiner's history=N
+// (SPEC section 8).
+func (x *Index) Newest(n int, fold bool, admit Admit) Selection {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.expire(time.Now().UnixNano())
+	s := Selection{Last: x.last}
+	for i := len(x.entries) - 1; i >= x.head; i-- {
+		e := x.entries[i]
+		if !admit(&e.Meta) {
+			continue
+		}
+		if n > 0 && len(s.Entries) == n {
+			if !fold || !e.Folded() {
+				s.More = true
+				break
+			}
+			continue
+		}
+		if fold && e.Folded() {
+			s.Folded++
+			continue
+		}
+		s.Entries = append(s.Entries, x.selected(e, fold, &s))
+	}
+	if n > 0 && len(s.Entries) == n {
+		// Folded entries older than the oldest one sent are not "left
+		// out" of this replay: only count those within its span.
+		s.Folded = 0
+		oldest := s.Entries[len(s.Entries)-1].Seq
+		for i := len(x.entries) - 1; i >= x.head && x.entries[i].Seq > oldest; i-- {
+			if e := x.entries[i]; fold && e.Folded() && admit(&e.Meta) {
+				s.Folded++
+			}
+		}
+	}
+	reverse(s.Entries)
+	return s
+}
+
+// After selects every entry after the entry or live frame id that admit
+// passes, whole: a resume (SPEC section 8). found is false when id is not
+// in the history (expired, or never there).
+func (x *Index) After(id string, admit Admit) (s Selection, found bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.expire(time.Now().UnixNano())
+	from, ok := x.seqOf(id)
+	if !ok {
+		return Selection{Last: x.last}, false
+	}
+	s = Selection{Last: x.last}
+	for _, e := range x.entries[x.firstAfter(from):] {
+		if admit(&e.Meta) {
+			s.Entries = append(s.Entries, Selected{Seq: e.Seq, Size: e.Size})
+		}
+	}
+	return s, true
+}
+
+// Since selects, oldest first, at most limit entries after sequence
+// after that admit passes, folded and collapsed when fold is set: a
+// reader's cursor (the MCP endpoint's pod_read). Last is where the reader
+// is up to once it has them.
+func (x *Index) Since(after uint64, limit int, fold bool, admit Admit) Selection {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.expire(time.Now().UnixNano())
+	s := Selection{Last: x.last}
+	for _, e := range x.entries[x.firstAfter(after):] {
+		if !admit(&e.Meta) {
+			continue
+		}
+		if fold && e.Folded() {
+			s.Folded++
+			continue
+		}
+		if len(s.Entries) == limit {
+			s.More, s.Last = true, s.Entries[len(s.Entries)-1].Seq
+			break
+		}
+		s.Entries = append(s.Entries, x.selected(e, fold, &s))
+	}
+	return s
+}
+
+// PageQuery is a gateway/history request (SPEC section 6).
+type PageQuery struct {
+	Before, After string // envelope ids; at most one
+	Context       string // keep this context and its descendants
+	Limit         int
+	Fold          bool
+	MaxBytes      int // of the entries sent
+}
+
+// Page answers a gateway/history request. ok is false when Before or
+// After names an id the history does not hold.
+func (x *Index) Page(q PageQuery, admit Admit) (s Selection, ok bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.expire(time.Now().UnixNano())
+	s = Selection{Last: x.last}
+	match := func(e *Entry) bool {
+		if q.Context != "" && e.Meta.ContextID != q.Context && !contains(e.Meta.Ancestors, q.Context) {
+			return false
+		}
+		return admit(&e.Meta)
+	}
+	lo, hi := x.head, len(x.entries) // the range looked at: [lo, hi)
+	switch {
+	case q.Before != "":
+		e := x.ids[q.Before]
+		if e == nil {
+			return s, false
+		}
+		hi = x.firstAfter(e.Seq) - 1
+	case q.After != "":
+		e := x.ids[q.After]
+		if e == nil {
+			return s, false
+		}
+		lo = x.firstAfter(e.Seq)
+	}
+	bytes := 0
+	take := func(e *Entry) bool {
+		if q.Fold && e.Folded() {
+			s.Folded++
+			return true
+		}
+		if len(s.Entries) == q.Limit || (len(s.Entries) > 0 && bytes+e.Size > q.MaxBytes) {
+			s.More = true
+			return false
+		}
+		bytes += e.Size
+		s.Entries = append(s.Entries, x.selected(e, q.Fold, &s))
+		return true
+	}
+	if q.After != "" {
+		for i := lo; i < hi; i++ {
+			if e := x.entries[i]; match(e) && !take(e) {
+				break
+			}
+		}
+		return s, true
+	}
+	for i := hi - 1; i >= lo; i-- {
+		if e := x.entries[i]; match(e) && !take(e) {
+			break
+		}
+	}
+	reverse(s.Entries)
+	return s, true
+}
+
+// selected is e as a replay sends it, counting a collapse in s.
+func (x *Index) selected(e *Entry, collapse bool, s *Selection) Selected {
+	sel := Selected{Seq: e.Seq, Size: e.Size}
+	if collapse && e.Meta.Transient() && e.consumedBy != "" {
+		sel.ConsumedBy = e.consumedBy
+		s.Collapsed++
+	}
+	return sel
+}
+
+// seqOf finds the place of an entry or a live frame by id.
+func (x *Index) seqOf(id string) (uint64, bool) {
+	if e := x.ids[id]; e != nil {
+		return e.Seq, true
+	}
+	seq, ok := x.liveIDs[id]
+	return seq, ok
+}
+
+// firstAfter is the position of the first entry after seq.
+func (x *Index) firstAfter(seq uint64) int {
+	lo, hi := x.head, len(x.entries)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if x.entries[mid].Seq <= seq {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func reverse(s []Selected) {
+	for i, j := 0, len(s)-1; i < j; i, j = i+1, j-1 {
+		s[i], s[j] = s[j], s[i]
+	}
+}
