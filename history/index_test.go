@@ -31,7 +31,9 @@ func (p *pod) apply(m envelope.Meta) uint64 {
 	return p.seq
 }
 
-func (p *pod) env(id string) uint64 { return p.apply(envelope.Meta{Kind: envelope.FrameEnvelope, From: "a", ID: id}) }
+func (p *pod) env(id string) uint64 {
+	return p.apply(envelope.Meta{Kind: envelope.FrameEnvelope, From: "a", ID: id})
+}
 
 func (p *pod) in(id, ctx string, conclusion bool) uint64 {
 	m := envelope.Meta{Kind: envelope.FrameEnvelope, From: "a", ID: id, ContextID: ctx, ContextType: "reasoning"}
