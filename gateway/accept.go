@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/coder/websocket"
-	"github.com/google/uuid"
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
@@ -63,37 +62,12 @@ func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
 		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeUnsupportedProtocol, "protocol must be %s or %s", envelope.ProtocolMCPP, envelope.ProtocolMCPX)
 	}
 
-	token := q.Get("token")
-	if h := r.Header.Get("Authorization"); h != "" {
-		// The scheme is case-insensitive (RFC 9110, section 11.1).
-		if scheme, t, ok := strings.Cut(strings.TrimSpace(h), " "); ok && strings.EqualFold(scheme, "Bearer") {
-			token = strings.TrimSpace(t)
-		}
-	}
-	if g.tokens != nil {
-		if token == "" {
-			return nil, http.StatusUnauthorized, envelope.Errorf(envelope.CodeUnauthorized, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
-		}
-		grant, ok := g.tokens.Lookup(token)
-		if !ok {
-			return nil, http.StatusUnauthorized, envelope.Errorf(envelope.CodeUnauthorized, "unknown token")
-		}
-		if !participant.MatchAny(grant.Pods, a.pod) {
-			return nil, http.StatusForbidden, envelope.Errorf(envelope.CodeForbidden, "this token may not join pod %q", a.pod)
-		}
-		a.id, a.caps = grant.Participant, grant.Capabilities
-	} else {
-		a.id, a.caps = q.Get("participant"), g.defaultCaps
-		if a.id == "" && !q.Has("participant") {
-			a.id = "anon-" + uuid.NewString()[:12]
-		}
-		if !envelope.ValidParticipantID(a.id) || strings.HasPrefix(a.id, "system:") {
-			return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidParticipant,
-				"participant must be 1 to 128 characters of [A-Za-z0-9._:@-], not starting with system:")
-		}
-	}
-	if a.caps == nil {
-		a.caps = participant.Capabilities{}
+	var (
+		status int
+		e      *envelope.Error
+	)
+	if a.id, a.caps, status, e = g.authenticate(r, a.pod, true); e != nil {
+		return nil, status, e
 	}
 	f, err := filter.FromQuery(q)
 	if err != nil {

@@ -221,10 +221,12 @@ func (g *Gateway) awaitHistory(ctx context.Context) error {
 	}
 }
 
-// Handler serves /ws, /healthz, /metrics and the pod viewer at /.
+// Handler serves /ws, POST /pods/NAME/envelopes, /healthz, /metrics and
+// the pod viewer at /.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ws", g.serveWS)
+	mux.HandleFunc("/pods/{pod}/envelopes", g.servePublish)
 	mux.HandleFunc("/healthz", g.serveHealth)
 	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
 	mux.Handle("/", viewerHandler())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
 )
@@ -27,7 +28,7 @@ var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 type ingress struct {
 	g       *Gateway
 	pod     *Pod
-	p       *participant.Participant
+	from    *sender
 	buckets *limits.Buckets
 	env     envelope.Envelope
 	meta    envelope.Meta
@@ -40,7 +41,7 @@ var ingresses = sync.Pool{New: func() any { return new(ingress) }}
 
 // release returns in to the pool, dropping what it points to.
 func (in *ingress) release() {
-	in.g, in.pod, in.p, in.buckets = nil, nil, nil, nil
+	in.g, in.pod, in.from, in.buckets = nil, nil, nil, nil
 	in.env.Reset()
 	in.meta.Reset()
 	in.req = contexts.Request{}
@@ -53,10 +54,30 @@ func (in *ingress) release() {
 	ingresses.Put(in)
 }
 
+// sender is who an envelope comes from: a participant's connection, or a
+// tool publishing over HTTP (SPEC section 6), whose answers are collected
+// for the HTTP answer instead of being sent.
+type sender struct {
+	id       string
+	caps     participant.Capabilities
+	protocol string
+	conn     *participant.Participant // nil over HTTP
+	results  []publishResult          // over HTTP, one per envelope
+}
+
+// filter is the sender's filter: its connection's, or the default one.
+func (s *sender) filter() *filter.Filter {
+	if s.conn != nil {
+		return s.conn.Filter()
+	}
+	return filter.Default()
+}
+
 // readLoop reads the participant's messages until its connection ends.
 func (g *Gateway) readLoop(pod *Pod, p *participant.Participant, buckets *limits.Buckets) {
 	ctx := context.Background()
 	conn := p.Conn()
+	from := &sender{id: p.ID, caps: p.Capabilities, protocol: p.Protocol, conn: p}
 	for {
 		typ, r, err := conn.Reader(ctx)
 		if err != nil {
@@ -67,7 +88,7 @@ func (g *Gateway) readLoop(pod *Pod, p *participant.Participant, buckets *limits
 		_, err = buf.ReadFrom(r)
 		if err == nil {
 			in := ingresses.Get().(*ingress)
-			in.g, in.pod, in.p, in.buckets = g, pod, p, buckets
+			in.g, in.pod, in.from, in.buckets = g, pod, from, buckets
 			in.handle(typ, buf.Bytes())
 			in.release()
 			pod.throttle()
@@ -88,9 +109,14 @@ func (g *Gateway) readLoop(pod *Pod, p *participant.Participant, buckets *limits
 // handle checks one message and publishes it, or answers system/error.
 // SPEC section 5: the first broken rule in the table's order is reported.
 func (in *ingress) handle(typ websocket.MessageType, data []byte) {
-	g, p := in.g, in.p
+	g, p := in.g, in.from
 	if g.draining.Load() {
-		return // shutting down: nothing more is accepted
+		// Shutting down: nothing more is accepted, and the sender is told
+		// so while its connection can still carry it.
+		var e envelope.Envelope
+		_ = e.Parse(data)
+		in.refuse(envelope.Errorf(envelope.CodeShuttingDown, "the gateway is shutting down; the envelope was not accepted: send it again to another gateway or later"), e.ID)
+		return
 	}
 	now := timeNow()
 	// Every message takes a token, refused ones too, so that a flood of
@@ -110,8 +136,8 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 		return
 	}
 	switch {
-	case env.HasFrom && env.From != p.ID:
-		in.refuse(envelope.Errorf(envelope.CodeAuthViolation, "from must be your participant id %q", p.ID), env.ID)
+	case env.HasFrom && env.From != p.id:
+		in.refuse(envelope.Errorf(envelope.CodeAuthViolation, "from must be your participant id %q", p.id), env.ID)
 		return
 	case env.IsSystem():
 		in.refuse(envelope.Errorf(envelope.CodeReservedKind, "system/* kinds are the gateway's"), env.ID)
@@ -125,9 +151,9 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 			in.handleRequest(rateErr)
 		}
 		return
-	case !p.Capabilities.Allows(env.Kind):
+	case !p.caps.Allows(env.Kind):
 		e := envelope.Errorf(envelope.CodeCapabilityViolation, "no capability of yours matches kind %q", env.Kind)
-		e.Details = map[string]any{"attempted_kind": env.Kind, "your_capabilities": p.Capabilities}
+		e.Details = map[string]any{"attempted_kind": env.Kind, "your_capabilities": p.caps}
 		in.refuse(e, env.ID)
 		return
 	case len(data) > g.cfg.MaxMessageBytes:
@@ -137,7 +163,7 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 
 	m := &in.meta
 	m.Reset()
-	m.Kind, m.Origin, m.From, m.To = envelope.FrameEnvelope, g.nodeID, p.ID, append(m.To, env.To...)
+	m.Kind, m.Origin, m.From, m.To = envelope.FrameEnvelope, g.nodeID, p.id, append(m.To, env.To...)
 	if g.conclusionKinds[env.Kind] {
 		m.Flags |= envelope.FlagConclusion
 	}
@@ -158,7 +184,7 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	}
 	sentID := env.ID // Fill may generate one the sender never saw
 	dupErr, reserved := in.reserve(sentID, env.Mode)
-	out, proto := env.Fill(p.ID, now)
+	out, proto := env.Fill(p.id, now)
 	m.Protocol, m.ID = proto, env.ID
 	if env.Context == nil {
 		e := dupErr
@@ -173,7 +199,7 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 		in.publish(out)
 		return
 	}
-	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: p.ID, EnvelopeID: env.ID, Size: len(out), Now: now,
+	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: p.id, EnvelopeID: env.ID, Size: len(out), Now: now,
 		Duplicate: dupErr, SenderRate: rateErr, Create: in.buckets.Create}
 	if e := in.pod.Registry.Accept(&in.req, &in.acc, func(acc *contexts.Accepted) {
 		m.ContextID, m.ContextType, m.ContextParent = acc.Context.ID, acc.Context.Type, acc.Context.Parent
@@ -221,15 +247,31 @@ func tooLarge(n, limit int) *envelope.Error {
 func (in *ingress) publish(body []byte) {
 	in.frame = in.pod.publish(&in.meta, body, in.frame)
 	in.g.metrics.envelopesIn.Inc()
+	if in.from.conn == nil {
+		in.from.results = append(in.from.results, publishResult{ID: in.env.ID})
+	}
 }
 
-// refuse answers the sender with system/error, through its send queue.
+// refuse answers the sender with system/error, through its send queue
+// (over HTTP, in its entry of the answer).
 func (in *ingress) refuse(e *envelope.Error, correlationID string) {
 	in.g.metrics.errors.WithLabelValues(string(e.Code)).Inc()
-	in.p.Deliver(direct(in.p, "system/error", correlationID, errorPayload(e)))
+	if p := in.from.conn; p != nil {
+		p.Deliver(direct(p.ID, p.Protocol, "system/error", correlationID, errorPayload(e)))
+		return
+	}
+	pl := errorPayload(e)
+	if correlationID != "" {
+		pl["id"] = correlationID
+	}
+	in.from.results = append(in.from.results, publishResult{Error: pl})
 }
 
 // reply answers a gateway request.
 func (in *ingress) reply(kind string, payload any) {
-	in.p.Deliver(direct(in.p, kind, in.env.ID, payload))
+	if p := in.from.conn; p != nil {
+		p.Deliver(direct(p.ID, p.Protocol, kind, in.env.ID, payload))
+		return
+	}
+	in.from.results = append(in.from.results, publishResult{ID: in.env.ID, Answer: payload})
 }

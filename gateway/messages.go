@@ -44,10 +44,11 @@ func (m *systemMessage) bytes() []byte {
 	return b
 }
 
-// direct builds a system message addressed to p alone, in p's protocol.
-func direct(p *participant.Participant, kind, correlationID string, payload any) []byte {
-	m := newSystemMessage(p.Protocol, kind, payload)
-	m.To = []string{p.ID}
+// direct builds a system message addressed to one participant alone, in
+// its protocol.
+func direct(to, protocol, kind, correlationID string, payload any) []byte {
+	m := newSystemMessage(protocol, kind, payload)
+	m.To = []string{to}
 	m.CorrelationID = correlationID
 	return m.bytes()
 }

@@ -55,7 +55,7 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 			in.refuse(e, in.env.ID)
 			return
 		}
-		answer, e := in.pod.historyPage(q, in.p.Filter(), in.p.ID, in.p.Protocol)
+		answer, e := in.pod.historyPage(q, in.from.filter(), in.from.id, in.from.protocol)
 		if e != nil {
 			in.refuse(e, in.env.ID)
 			return
@@ -122,12 +122,18 @@ func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
 }
 
 func (in *ingress) filterRequest() {
-	f, err := in.p.Filter().Update(in.env.Payload)
+	p := in.from.conn
+	if p == nil {
+		// A publisher over HTTP has no connection to filter.
+		in.refuse(envelope.Errorf(envelope.CodeUnknownRequest, "gateway/filter needs a connection: it is not answered over HTTP"), in.env.ID)
+		return
+	}
+	f, err := p.Filter().Update(in.env.Payload)
 	if err != nil {
 		in.refuse(envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message), in.env.ID)
 		return
 	}
-	in.p.SetFilter(f)
+	p.SetFilter(f)
 	in.reply("system/filter", f)
 }
 
@@ -194,7 +200,7 @@ func (g *Gateway) welcome(pod *Pod, p *participant.Participant, others []identit
 	if hist != nil {
 		payload["history"] = hist
 	}
-	return direct(p, "system/welcome", "", payload)
+	return direct(p.ID, p.Protocol, "system/welcome", "", payload)
 }
 
 func (g *Gateway) limitsPayload() map[string]any {
