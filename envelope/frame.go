@@ -37,7 +37,8 @@ const (
 	// marker (FlagMarker) that gives it its place in the pod's order.
 	FlagLive uint8 = 1 << 4
 	// FlagMarker marks the stream's stand-in for a live frame: it carries
-	// no body, only the Origin and Key of the frame it stands for.
+	// the header of the frame it stands for (whose Origin and Seq find its
+	// body), and no body.
 	FlagMarker uint8 = 1 << 5
 )
 
@@ -65,8 +66,13 @@ type Meta struct {
 	// Ancestors are the context's ancestor ids, parent first; subtree
 	// filters match against them.
 	Ancestors []string
-	// Seq numbers the frames of one kind that its origin wrote for the pod
-	// (presence, for now); 0 when unused.
+	// Seq numbers the frames its origin node put into pods' logs, in the
+	// order it put them (one counter for all pods of the node, so that a
+	// pod closed and opened again never numbers anew): a node drops a
+	// frame whose number it has already delivered for that origin (one
+	// republished after the history stream failed over), and a joiner
+	// skips the presence its welcome already reflects. 0 for a
+	// system/context event, which several nodes may publish.
 	Seq uint64
 	// ID is the envelope's id.
 	ID string
@@ -76,9 +82,7 @@ type Meta struct {
 	Incarnation string
 	// Consumes are the ids the envelope's lifecycle consumes.
 	Consumes []string
-	// Key numbers the live frames of one origin, so that the stream's
-	// marker finds its body (FlagLive, FlagMarker).
-	Key uint64
+
 	// Protocol is the span of the protocol string token in the body, which
 	// the fan-out rewrites once for participants that speak MCPx.
 	Protocol Span
@@ -128,7 +132,6 @@ func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
 	for _, c := range m.Consumes {
 		dst = appendString(dst, c)
 	}
-	dst = binary.AppendUvarint(dst, m.Key)
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.Start))
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.End))
 	return append(dst, body...)
@@ -164,7 +167,6 @@ func DecodeFrame(data []byte, m *Meta) ([]byte, error) {
 	for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 		m.Consumes = append(m.Consumes, d.string())
 	}
-	m.Key = d.uvarint()
 	m.Protocol.Start = int(d.uvarint())
 	m.Protocol.End = int(d.uvarint())
 	if d.err != nil || m.Protocol.End > len(d.b) || m.Protocol.Start > m.Protocol.End {

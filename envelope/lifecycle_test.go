@@ -84,13 +84,13 @@ func TestLifecycleRefuses(t *testing.T) {
 
 func TestFrameCarriesHistoryFields(t *testing.T) {
 	m := Meta{Kind: FrameEnvelope, Flags: FlagTransient | FlagLive, Origin: "n1", From: "a", ID: "env-1",
-		Consumes: []string{"x", "y"}, Key: 77, Seq: 3, Incarnation: "c1"}
+		Consumes: []string{"x", "y"}, Seq: 3, Incarnation: "c1"}
 	var got Meta
 	body, err := DecodeFrame(AppendFrame(nil, &m, []byte(`{}`)), &got)
 	if err != nil || string(body) != `{}` {
 		t.Fatalf("decode: %v %q", err, body)
 	}
-	if got.ID != "env-1" || got.Incarnation != "c1" || strings.Join(got.Consumes, ",") != "x,y" || got.Key != 77 || got.Seq != 3 || !got.Transient() || !got.Live() || got.Marker() {
+	if got.ID != "env-1" || got.Incarnation != "c1" || strings.Join(got.Consumes, ",") != "x,y" || got.Seq != 3 || !got.Transient() || !got.Live() || got.Marker() {
 		t.Fatalf("decoded %+v", got)
 	}
 }

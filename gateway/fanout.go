@@ -24,6 +24,20 @@ func (p *Pod) onFrame(seq uint64, at int64, frame []byte) {
 		return
 	}
 	local := m.Origin == p.gw.nodeID
+	if p.index != nil && m.Seq != 0 {
+		last, known := p.delivered[m.Origin]
+		if m.Seq <= last {
+			return // republished after a failover, and stored twice
+		}
+		if !known {
+			p.delivered[strings.Clone(m.Origin)] = m.Seq // not the frame's memory
+		} else {
+			p.delivered[m.Origin] = m.Seq
+		}
+		if l, ok := p.log.(*streamLog); ok && local {
+			l.seen(m.Seq)
+		}
+	}
 	if local && p.caughtUp && m.Kind != envelope.FrameContextEvent {
 		p.seen.Add(1)
 		if !m.Live() {

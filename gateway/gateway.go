@@ -56,9 +56,9 @@ type Gateway struct {
 	hist      *history.Store
 	histReady chan struct{}
 	histStop  context.CancelFunc
-	// liveKeys numbers this node's live frames (presence, ephemeral
-	// envelopes) so that the history stream's markers find their bodies.
-	liveKeys atomic.Uint64
+	// frameSeq numbers the frames this node puts into pods' logs
+	// (envelope.Meta.Seq).
+	frameSeq atomic.Uint64
 
 	shards      [podShards]podShard
 	podCount    atomic.Int64
@@ -404,6 +404,9 @@ func (g *Gateway) janitor() {
 				}
 				if first > 0 && p.index != nil {
 					p.index.Discard(first)
+				}
+				if l, ok := p.log.(*streamLog); ok {
+					l.check(now)
 				}
 				if sweep {
 					p.sweep(now)

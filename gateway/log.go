@@ -17,16 +17,19 @@ import (
 // is the pod's core NATS subject (coreLog); with history on, the pod's
 // subjects in the JetStream history stream (streamLog), so that the order
 // of delivery is the history's and a resume is exact on any node.
+//
+// The publish calls number the frame (m.Seq) with the node's counter.
 type podLog interface {
-	// publish sends the frame of an accepted envelope.
-	publish(frame []byte)
+	// publish sends an accepted envelope; buf may be reused for its frame
+	// and is returned.
+	publish(m *envelope.Meta, body, buf []byte) []byte
+	// publishLive sends a frame that history must not keep: presence, or
+	// an ephemeral envelope.
+	publishLive(m *envelope.Meta, body []byte)
 	// publishEvent sends a system/context event's frame. id names the
 	// conclusion, so that a stream keeps one event however many nodes
 	// publish it.
 	publishEvent(frame []byte, id string)
-	// publishLive sends a frame that history must not keep: presence, or
-	// an ephemeral envelope.
-	publishLive(m *envelope.Meta, body []byte)
 	// follow hands fn every frame of the pod, in order, from the oldest
 	// its history holds (seq and at are 0 without history). The frames up
 	// to upTo are the pod's past (0: it has none).
@@ -42,12 +45,19 @@ type coreLog struct {
 	sub     *nats.Subscription
 }
 
-func (l *coreLog) publish(frame []byte)                { l.g.publish(l.subject, frame) }
-func (l *coreLog) publishEvent(frame []byte, _ string) { l.g.publish(l.subject, frame) }
+func (l *coreLog) publish(m *envelope.Meta, body, buf []byte) []byte {
+	m.Seq = l.g.frameSeq.Add(1)
+	buf = envelope.AppendFrame(buf[:0], m, body)
+	l.g.publish(l.subject, buf)
+	return buf
+}
 
 func (l *coreLog) publishLive(m *envelope.Meta, body []byte) {
+	m.Seq = l.g.frameSeq.Add(1)
 	l.g.publish(l.subject, envelope.AppendFrame(nil, m, body))
 }
+
+func (l *coreLog) publishEvent(frame []byte, _ string) { l.g.publish(l.subject, frame) }
 
 func (l *coreLog) follow(fn func(seq uint64, at int64, frame []byte)) (uint64, error) {
 	sub, err := l.g.nc.Subscribe(l.subject, func(m *nats.Msg) { fn(0, 0, m.Data) })
@@ -78,6 +88,17 @@ const liveWait = 2 * time.Second
 // is dropped (a marker lost because the stream was unavailable).
 const liveKeep = 10 * time.Second
 
+// holdAfter is how long a node's frame may stay unseen before the node
+// asks whether the stream takes frames at all (a leader being elected
+// takes seconds): if it does not, the node holds what comes next and
+// republishes, in order, everything unseen once the stream answers again.
+// A frame unseen for republishAfter is republished even if the stream
+// answers (the node's follower lost it).
+const (
+	holdAfter      = time.Second
+	republishAfter = 10 * time.Second
+)
+
 // streamLog is a pod's subjects in the history stream. Stored frames go
 // into the stream and come back through an ordered consumer. A live frame
 // (presence, an ephemeral envelope) never goes into the stream: its body
@@ -85,6 +106,14 @@ const liveKeep = 10 * time.Second
 // no body takes its place in the stream, so that it is delivered in the
 // pod's order like every other frame and history holds nothing of it but
 // its place.
+//
+// Publishing does not wait for the stream's acknowledgement: a node's own
+// frames coming back through its follower are the acknowledgement. Until
+// then the node keeps them (pending), bounded by the senders' throttle;
+// when the stream stops taking them it holds the next ones, and once the
+// stream answers again republishes everything unseen in order. Every node
+// drops a frame whose number it has delivered already, so a frame that
+// had been stored after all is not delivered twice.
 type streamLog struct {
 	g       *Gateway
 	store   *history.Store
@@ -99,14 +128,28 @@ type streamLog struct {
 	// bodies of the history's old markers are long gone).
 	waiting atomic.Bool
 
+	pubMu    sync.Mutex
+	pending  []pendingFrame // this node's frames not seen back yet, oldest first
+	holding  bool
+	checking bool // a check of the stream is under way
+	closed   bool
+
 	mu      sync.Mutex
 	bodies  map[liveKey]liveBody
 	arrived chan struct{} // closed and replaced when a body arrives
 }
 
+// pendingFrame is one of this node's frames the stream has not given back.
+type pendingFrame struct {
+	seq    uint64
+	at     time.Time
+	frame  []byte // the stored frame, or a live frame's body
+	marker []byte // a live frame's marker, or nil
+}
+
 type liveKey struct {
 	origin string
-	key    uint64
+	seq    uint64
 }
 
 type liveBody struct {
@@ -121,9 +164,49 @@ func newStreamLog(g *Gateway, pod string) *streamLog {
 	}
 }
 
-func (l *streamLog) publish(frame []byte) {
-	if err := l.store.Publish(l.subject, frame); err != nil {
-		l.g.log.Error("publish failed", "subject", l.subject, "err", err)
+func (l *streamLog) publish(m *envelope.Meta, body, buf []byte) []byte {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
+	m.Seq = l.g.frameSeq.Add(1)
+	// Kept until seen, so a frame of its own.
+	frame := envelope.AppendFrame(nil, m, body)
+	l.pending = append(l.pending, pendingFrame{seq: m.Seq, at: time.Now(), frame: frame})
+	if !l.holding {
+		l.send(l.subject, frame)
+	}
+	return buf
+}
+
+func (l *streamLog) publishLive(m *envelope.Meta, body []byte) {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
+	m.Flags |= envelope.FlagLive
+	m.Seq = l.g.frameSeq.Add(1)
+	frame := envelope.AppendFrame(nil, m, body)
+	marker := *m
+	marker.Flags |= envelope.FlagMarker
+	marker.Protocol = envelope.Span{} // no body
+	pf := pendingFrame{seq: m.Seq, at: time.Now(), frame: frame, marker: envelope.AppendFrame(nil, &marker, nil)}
+	l.pending = append(l.pending, pf)
+	// This node's own fan-out finds the body here.
+	l.keep(liveKey{m.Origin, m.Seq}, frame)
+	if !l.holding {
+		l.sendLive(pf)
+	}
+}
+
+// sendLive publishes a live frame: its body on the live subject first,
+// then its marker, on the same connection (NATS keeps one connection's
+// order), so that the body normally reaches the other nodes before the
+// marker comes back from the stream.
+func (l *streamLog) sendLive(pf pendingFrame) {
+	l.g.publish(l.live, pf.frame)
+	l.send(l.marker, pf.marker)
+}
+
+func (l *streamLog) send(subject string, frame []byte) {
+	if err := l.store.Publish(subject, frame); err != nil {
+		l.g.log.Error("publish failed", "subject", subject, "err", err)
 	}
 }
 
@@ -133,21 +216,99 @@ func (l *streamLog) publishEvent(frame []byte, id string) {
 	}
 }
 
-func (l *streamLog) publishLive(m *envelope.Meta, body []byte) {
-	m.Flags |= envelope.FlagLive
-	m.Key = l.g.liveKeys.Add(1)
-	frame := envelope.AppendFrame(nil, m, body)
-	// This node's own fan-out finds the body here; the other nodes get it
-	// on the live subject, published before the marker on the same
-	// connection (NATS keeps one connection's order), so it normally
-	// reaches them before the marker comes back from the stream.
-	l.keep(liveKey{m.Origin, m.Key}, frame)
-	l.g.publish(l.live, frame)
-	marker := *m
-	marker.Flags |= envelope.FlagMarker
-	marker.Protocol = envelope.Span{} // no body
-	if err := l.store.Publish(l.marker, envelope.AppendFrame(nil, &marker, nil)); err != nil {
-		l.g.log.Error("publish failed", "subject", l.marker, "err", err)
+// seen is called by the fan-out with each of this node's frames that came
+// back from the stream: it and the ones before it are no longer pending.
+// One before it that is still pending was lost (the stream took a later
+// one but not it), which the republishing can no longer put in order.
+func (l *streamLog) seen(seq uint64) {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
+	n := 0
+	for n < len(l.pending) && l.pending[n].seq <= seq {
+		if l.pending[n].seq < seq {
+			l.g.metrics.historyLost.Inc()
+			l.g.log.Error("a frame the history stream never took is lost", "subject", l.subject, "seq", l.pending[n].seq)
+		}
+		n++
+	}
+	if n > 0 {
+		clear(l.pending[:n])
+		l.pending = l.pending[n:]
+		if len(l.pending) == 0 {
+			l.pending = nil // give the array back
+		}
+	}
+}
+
+// check, called every second by the janitor, asks the stream whether it
+// takes frames when one has stayed unseen for holdAfter, and holds the
+// log when it does not.
+func (l *streamLog) check(now time.Time) {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
+	if l.holding || l.checking || l.closed || len(l.pending) == 0 {
+		return
+	}
+	age := now.Sub(l.pending[0].at)
+	if age < holdAfter {
+		return
+	}
+	l.checking = true
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := l.store.Ready(ctx)
+		cancel()
+		l.pubMu.Lock()
+		defer l.pubMu.Unlock()
+		l.checking = false
+		if l.closed || (err == nil && age < republishAfter) {
+			return // the stream takes frames: the follower is only behind
+		}
+		l.holding = true
+		l.g.metrics.historyHolds.Inc()
+		l.g.log.Warn("the history stream has not taken this node's frames; holding them until it does", "subject", l.subject, "pending", len(l.pending), "unseen_for", age.Round(time.Millisecond).String())
+		go l.recover()
+	}()
+}
+
+// holding reports whether the log holds its frames.
+func (l *streamLog) isHolding() bool {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
+	return l.holding
+}
+
+// recover waits until the stream answers, then republishes every frame
+// still unseen, in order, and stops holding.
+func (l *streamLog) recover() {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := l.store.Ready(ctx)
+		cancel()
+		l.pubMu.Lock()
+		if l.closed {
+			l.pubMu.Unlock()
+			return
+		}
+		if err == nil {
+			for _, pf := range l.pending {
+				if pf.marker != nil {
+					l.sendLive(pf)
+				} else {
+					l.send(l.subject, pf.frame)
+				}
+			}
+			now := time.Now()
+			for i := range l.pending {
+				l.pending[i].at = now
+			}
+			l.holding = false
+			l.g.log.Warn("the history stream answers again; republished this node's unseen frames", "subject", l.subject, "frames", len(l.pending))
+			l.pubMu.Unlock()
+			return
+		}
+		l.pubMu.Unlock()
+		time.Sleep(wait)
 	}
 }
 
@@ -175,7 +336,7 @@ func (l *streamLog) follow(fn func(seq uint64, at int64, frame []byte)) (uint64,
 		frame := m.Data
 		if len(frame) > 2 && frame[2]&envelope.FlagMarker != 0 {
 			if _, err := envelope.DecodeFrame(frame, &scratch); err == nil {
-				if body := l.take(liveKey{scratch.Origin, scratch.Key}); body != nil {
+				if body := l.take(liveKey{scratch.Origin, scratch.Seq}); body != nil {
 					frame = body
 				}
 			}
@@ -198,7 +359,7 @@ func (l *streamLog) onBody(m *nats.Msg) {
 	if _, err := envelope.DecodeFrame(m.Data, &meta); err != nil || meta.Origin == l.g.nodeID {
 		return // this node's own are kept when published
 	}
-	l.keep(liveKey{meta.Origin, meta.Key}, m.Data)
+	l.keep(liveKey{meta.Origin, meta.Seq}, m.Data)
 }
 
 func (l *streamLog) keep(k liveKey, frame []byte) {
@@ -254,6 +415,9 @@ func (l *streamLog) sweep(now time.Time) {
 }
 
 func (l *streamLog) close() {
+	l.pubMu.Lock()
+	l.closed = true
+	l.pubMu.Unlock()
 	if l.follower != nil {
 		l.follower.Stop()
 	}

@@ -18,6 +18,8 @@ type metrics struct {
 	refusals      *prometheus.CounterVec
 	slowConsumers prometheus.Counter
 	conclusions   *prometheus.CounterVec
+	historyHolds  prometheus.Counter
+	historyLost   prometheus.Counter
 }
 
 func newMetrics(activeContexts func() float64, historyState func() (entries, bytes float64)) *metrics {
@@ -41,9 +43,13 @@ func newMetrics(activeContexts func() float64, historyState func() (entries, byt
 			Name: "mcpp_slow_consumer_disconnects_total", Help: "Participants cut with 4008 because their send queue was full."}),
 		conclusions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpp_context_conclusions_total", Help: "Contexts concluded, by reason."}, []string{"reason"}),
+		historyHolds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_history_holds_total", Help: "Times a pod's frames stayed unseen for 1s and were held, then republished, until the history stream answered again."}),
+		historyLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_history_lost_total", Help: "Frames the history stream never took while it took later ones of the same pod and node (lost)."}),
 	}
 	m.registry.MustRegister(m.connections, m.pods, m.envelopesIn, m.deliveries, m.writes,
-		m.errors, m.refusals, m.slowConsumers, m.conclusions,
+		m.errors, m.refusals, m.slowConsumers, m.conclusions, m.historyHolds, m.historyLost,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpp_contexts_active", Help: "Active contexts in all pods."}, activeContexts),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -39,15 +39,16 @@ type Pod struct {
 	ready    chan struct{}
 	// meta is the fan-out's scratch header, under fanMu.
 	meta envelope.Meta
+	// delivered is, with history, the last frame number (Meta.Seq) the
+	// fan-out handled of each origin node: a frame republished after the
+	// stream failed over, which the stream had stored after all, comes
+	// back a second time and is dropped.
+	delivered map[string]uint64
 
 	mu      sync.Mutex // guards members, pending, dead
 	members map[string]*participant.Participant
 	pending int  // upgrades admitted but not yet joined
 	dead    bool // removed from the gateway; joiners must look again
-	// presenceSeq numbers this node's presence frames of the pod; a
-	// member skips those up to the number current at its join, which its
-	// welcome already reflects.
-	presenceSeq uint64
 	// remote are the members connected to other gateway nodes, by id.
 	remote map[string]remoteMember
 	synced sync.Once
@@ -79,9 +80,10 @@ type Pod struct {
 func newPod(gw *Gateway, name string) (*Pod, error) {
 	p := &Pod{
 		Name: name, subject: PodSubject(name), gw: gw,
-		members: make(map[string]*participant.Participant),
-		remote:  make(map[string]remoteMember),
-		ready:   make(chan struct{}),
+		members:   make(map[string]*participant.Participant),
+		remote:    make(map[string]remoteMember),
+		ready:     make(chan struct{}),
+		delivered: map[string]uint64{},
 		Buckets: limits.NewBucketSet(
 			limits.Rate{Per: gw.cfg.Rate, Burst: gw.cfg.Burst},
 			limits.Rate{Per: gw.cfg.ContextCreateRate, Burst: gw.cfg.ContextCreateBurst}),
@@ -175,9 +177,7 @@ func (p *Pod) publish(m *envelope.Meta, body, buf []byte) []byte {
 		return buf
 	}
 	p.backlog.Add(int64(len(body)))
-	buf = envelope.AppendFrame(buf[:0], m, body)
-	p.log.publish(buf)
-	return buf
+	return p.log.publish(m, body, buf)
 }
 
 // backlogStall is how long a sender waits for the pod's log to take its
@@ -238,6 +238,12 @@ func (p *Pod) throttle() {
 		select {
 		case <-ch:
 		case <-timer.C:
+			if l, ok := p.log.(*streamLog); ok && l.isHolding() {
+				// The stream is failing over: the frames are kept, and
+				// go out again once it answers.
+				timer.Reset(backlogStall)
+				continue
+			}
 			if p.seen.Load() == seen {
 				// Nothing came back for a while: what is unseen was lost
 				// (the stream was unavailable), and is not waited for.
@@ -388,7 +394,9 @@ func (p *Pod) join(r *participant.Participant, want historyWant) {
 	}
 	info, rep := p.replayFor(r, want)
 	welcome := p.gw.welcome(p, r, others, info)
-	r.JoinSeq = p.presenceSeq
+	// Presence is published with p.mu held: every one published before
+	// this join is numbered up to here, and the welcome reflects it.
+	r.JoinSeq = p.gw.frameSeq.Load()
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
 	if rep != nil {
@@ -429,10 +437,9 @@ func (p *Pod) publishPresence(kind envelope.FrameKind, r *participant.Participan
 	if kind == envelope.FrameLeave {
 		event = "leave"
 	}
-	p.presenceSeq++
 	body, id := presence(event, r)
 	m := envelope.Meta{Kind: kind, Flags: flags | envelope.FlagLive, Origin: p.gw.nodeID, From: r.ID, ID: id,
-		Protocol: protocolSpan, Seq: p.presenceSeq}
+		Protocol: protocolSpan}
 	p.published.Add(1)
 	p.log.publishLive(&m, body)
 }

@@ -2,24 +2,32 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // followHeartbeat is how often the stream tells an idle follower it is
-// still there; two missed heartbeats and the follower is recreated from
-// the last sequence it saw (a stream leader that died, say). The pull
-// expiry must be at least twice it.
+// still there; two missed heartbeats and the follower starts again from
+// the last sequence it handled (its consumer was on a node that died, or
+// the stream's leader changed). The pull expiry must be at least twice it.
 const (
 	followHeartbeat = time.Second
 	followExpiry    = 5 * time.Second
 )
 
+// followRetry is how often a follower that lost its consumer tries to make
+// another: a pod's delivery stops meanwhile, so it must come back as soon
+// as the stream has a leader again.
+const followRetry = 250 * time.Millisecond
+
 // followBuffer bounds what the stream sends a follower ahead of what it has
 // handled. It is large on purpose: the stream discards a pod's oldest
-// entries past --history whether a follower has them or not, and once an
+// entries past its limit whether a follower has them or not, and once an
 // entry is in the follower's buffer no discard can take it, so the stream
 // must be free to push a burst (thousands of contexts concluding at once)
 // into it at once. Bytes bound it for large envelopes.
@@ -28,65 +36,180 @@ const (
 	followMaxBytes    = 16 << 20
 )
 
-// Follower delivers a pod's frames in the stream's order.
-type Follower struct {
-	stream jetstream.Stream
-	cons   jetstream.Consumer
-	cc     jetstream.ConsumeContext
-}
-
-// followInactive is how long the stream keeps a follower whose gateway
-// vanished without stopping it (a killed node).
+// followInactive is how long the stream keeps a follower's consumer whose
+// gateway vanished without deleting it (a killed node).
 const followInactive = 30 * time.Second
 
-// Follow calls fn, on one goroutine and in the stream's order, with every
-// frame stored on subjects from sequence start on (start 0: the oldest the
-// stream holds), and with how many more the stream held at that moment
-// (0: fn has caught up). It is an ordered consumer: a gap (a lost
-// consumer, a leader that changed) recreates it from the last sequence
-// delivered, so fn sees each frame once and in order.
-func (s *Store) Follow(ctx context.Context, subjects []string, start uint64, fn func(m Msg, pending uint64), onErr func(error)) (*Follower, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: followInactive}
-	if start > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
-	}
-	cons, err := s.stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		md, err := m.Metadata()
-		if err != nil {
-			return // not a stream message: nothing of the pod's
-		}
-		fn(Msg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()}, md.NumPending)
-	}, jetstream.PullHeartbeat(followHeartbeat), jetstream.PullExpiry(followExpiry),
-		jetstream.PullMaxMessagesWithBytesLimit(followMaxMessages, followMaxBytes),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { onErr(err) }))
-	if err != nil {
-		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
-	}
-	return &Follower{stream: s.stream, cons: cons, cc: cc}, nil
+// Follower delivers a pod's frames in the stream's order, each once.
+//
+// It is an ordered consumer, like nats.go's OrderedConsumer: an ephemeral
+// consumer without acknowledgements, and a new one from the next sequence
+// whenever the delivery has a gap or the consumer is lost. nats.go's own
+// waits 1, 2, 4, 8 and then 10 seconds between attempts to make the new
+// one; a pod delivers nothing meanwhile, so this one tries every 250 ms.
+type Follower struct {
+	store    *Store
+	subjects []string
+	fn       func(Msg, uint64)
+	onErr    func(error)
+
+	// deliverMu makes the calls of fn one at a time, across the
+	// consumers of successive generations, in the order of the stream.
+	deliverMu  sync.Mutex
+	mu         sync.Mutex
+	generation int
+	next       uint64 // the next stream sequence to ask for
+	delivered  uint64 // the consumer's delivery count seen last
+	cons       jetstream.Consumer
+	cc         jetstream.ConsumeContext
+	restarting bool
+	stopped    bool
+	stop       chan struct{}
 }
 
-// Pending is how many frames the stream holds that the follower has not
-// delivered yet.
-func (f *Follower) Pending(ctx context.Context) (uint64, error) {
-	info, err := f.cons.Info(ctx)
-	if err != nil {
-		return 0, err
+// Follow calls fn, on one goroutine at a time and in the stream's order,
+// with every frame stored on subjects from sequence start on (start 0: the
+// oldest the stream holds), and with how many more the stream held at that
+// moment (0: fn has caught up). onErr hears of the follower's troubles
+// (it recovers from them by itself).
+func (s *Store) Follow(ctx context.Context, subjects []string, start uint64, fn func(m Msg, pending uint64), onErr func(error)) (*Follower, error) {
+	f := &Follower{store: s, subjects: subjects, fn: fn, onErr: onErr, next: max(start, 1), stop: make(chan struct{})}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.startLocked(ctx); err != nil {
+		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
 	}
-	return info.NumPending, nil
+	return f, nil
+}
+
+// startLocked makes a consumer from f.next on and consumes it.
+func (f *Follower) startLocked(ctx context.Context) error {
+	cons, err := f.store.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubjects: f.subjects, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: f.next,
+		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: followInactive,
+	})
+	if err != nil {
+		return err
+	}
+	f.generation++
+	gen := f.generation
+	cc, err := cons.Consume(func(m jetstream.Msg) { f.handle(gen, m) },
+		jetstream.PullHeartbeat(followHeartbeat), jetstream.PullExpiry(followExpiry),
+		jetstream.PullMaxMessagesWithBytesLimit(followMaxMessages, followMaxBytes),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { f.trouble(gen, err) }))
+	if err != nil {
+		f.deleteAsync(cons)
+		return err
+	}
+	f.cons, f.cc, f.delivered = cons, cc, 0
+	return nil
+}
+
+func (f *Follower) handle(gen int, m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		return // not a stream message: nothing of the pod's
+	}
+	f.deliverMu.Lock()
+	defer f.deliverMu.Unlock()
+	f.mu.Lock()
+	if gen != f.generation || f.stopped {
+		f.mu.Unlock()
+		return // from a consumer given up on
+	}
+	if md.Sequence.Consumer != f.delivered+1 {
+		// A gap in the delivery: start again after the last one handled.
+		f.mu.Unlock()
+		f.trouble(gen, errors.New("history: a gap in the delivery"))
+		return
+	}
+	f.delivered = md.Sequence.Consumer
+	f.next = md.Sequence.Stream + 1
+	f.mu.Unlock()
+	f.fn(Msg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()}, md.NumPending)
+}
+
+// trouble hears of a consumer's error: the ones that mean it is lost
+// start a new one.
+func (f *Follower) trouble(gen int, err error) {
+	lost := errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders) ||
+		err.Error() == "history: a gap in the delivery"
+	if f.onErr != nil {
+		f.onErr(err)
+	}
+	if !lost {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if gen != f.generation || f.restarting || f.stopped {
+		return
+	}
+	f.restarting = true
+	f.cc.Stop()
+	f.deleteAsync(f.cons)
+	go f.restart()
+}
+
+// restart makes a new consumer from the next sequence, every followRetry
+// until it works or the follower stops.
+func (f *Follower) restart() {
+	for {
+		f.mu.Lock()
+		if f.stopped {
+			f.restarting = false
+			f.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := f.startLocked(ctx)
+		cancel()
+		if err == nil {
+			f.restarting = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+		select {
+		case <-f.stop:
+		case <-time.After(followRetry):
+		}
+	}
+}
+
+func (f *Follower) deleteAsync(cons jetstream.Consumer) {
+	if cons == nil {
+		return
+	}
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = f.store.stream.DeleteConsumer(ctx, info.Name)
+	}()
 }
 
 // Stop ends the follower and deletes its consumer from the stream (a pod
 // that closes and opens again many times must not leave consumers
 // behind). A call of fn in progress may still finish.
 func (f *Follower) Stop() {
-	f.cc.Stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
+	f.stopped = true
+	close(f.stop)
+	if f.cc != nil {
+		f.cc.Stop()
+	}
 	if info := f.cons.CachedInfo(); info != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = f.stream.DeleteConsumer(ctx, info.Name)
+		_ = f.store.stream.DeleteConsumer(ctx, info.Name)
 	}
 }

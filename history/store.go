@@ -149,6 +149,19 @@ func (s *Store) LastSeq(ctx context.Context, subjects ...string) (uint64, error)
 	return last, nil
 }
 
+// Ready reports whether the stream answers and, in a cluster, has a
+// leader that takes frames.
+func (s *Store) Ready(ctx context.Context) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	if info.Cluster != nil && info.Cluster.Leader == "" {
+		return errors.New("history: the stream has no leader")
+	}
+	return nil
+}
+
 // State is what the stream holds: entries (all pods, markers included)
 // and their bytes.
 func (s *Store) State(ctx context.Context) (entries, bytes uint64, err error) {

@@ -45,7 +45,7 @@ type Participant struct {
 	Capabilities Capabilities
 	// Protocol is what it speaks: envelope.ProtocolMCPP or ProtocolMCPX.
 	Protocol string
-	// JoinSeq is the pod's presence sequence when it joined (set by the
+	// JoinSeq is the node's frame sequence when it joined (set by the
 	// pod before the participant is in its fan-out).
 	JoinSeq uint64
 
