@@ -72,11 +72,20 @@ type testGateway struct {
 	Logs *syncBuffer
 }
 
+// historyOff reports whether MCPP_TEST_HISTORY=0 asks for every gateway a
+// test starts to run with --history 0, unless the test chooses: .ci/run
+// runs the integration tests once with history on (the default) and once
+// with it off, which must behave as the gateway did before it had history.
+func historyOff() bool { return os.Getenv("MCPP_TEST_HISTORY") == "0" }
+
 // startGateway starts a gateway with the defaults changed by edit.
 func startGateway(t *testing.T, edit func(*gateway.Config)) *testGateway {
 	t.Helper()
 	cfg := gateway.DefaultConfig()
 	cfg.PingInterval = 0
+	if historyOff() {
+		cfg.History = 0
+	}
 	logs := &syncBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if edit != nil {

@@ -39,7 +39,11 @@ func limEnvWithout() []string {
 func limStart(t *testing.T, env []string, args ...string) *limProcess {
 	t.Helper()
 	cmd := exec.Command(limGatewayBinary(t), args...)
-	cmd.Env = append(limEnvWithout(), env...)
+	cmd.Env = limEnvWithout()
+	if historyOff() {
+		cmd.Env = append(cmd.Env, "MCPP_HISTORY=0") // the test's own env and flags win
+	}
+	cmd.Env = append(cmd.Env, env...)
 	p := &limProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	pipe, err := cmd.StderrPipe()
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -26,10 +25,9 @@ func TestShutdownSIGTERM(t *testing.T) {
 	cmd := exec.Command(bin, "--listen", addr,
 		"--rate", "100000", "--burst", "100000",
 		"--send-queue", "4096", "--write-timeout", "1m", "--shutdown-timeout", "30s")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MCPP_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
+	cmd.Env = limEnvWithout()
+	if historyOff() {
+		cmd.Env = append(cmd.Env, "MCPP_HISTORY=0")
 	}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {

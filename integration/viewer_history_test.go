@@ -73,7 +73,7 @@ func TestViewerReconnects(t *testing.T) {
 // history keeps: what was sent while the page was away shows once, with
 // no gap, and the page says "resumed". Needs history (SPEC 8).
 func TestViewerResumes(t *testing.T) {
-	g := startGateway(t, nil)
+	g := startGateway(t, func(c *gateway.Config) { c.History = 1000 })
 	proxy := startCutProxy(t, strings.TrimPrefix(g.URL, "http://"))
 	b := newBrowser(t, browserOpts{})
 	const pod = "viewer-resume"
@@ -119,7 +119,7 @@ func TestViewerResumes(t *testing.T) {
 // consumed, shown collapsed with its summary, and a concluded context,
 // folded to its conclusion, which unfolds on request. Needs history.
 func TestViewerHistoryReplay(t *testing.T) {
-	g := startGateway(t, nil)
+	g := startGateway(t, func(c *gateway.Config) { c.History = 1000 })
 	b := newBrowser(t, browserOpts{})
 	const pod = "viewer-replay"
 	probe := g.dial(t, pod, "probe", "")
@@ -169,6 +169,7 @@ func TestViewerHistoryReplay(t *testing.T) {
 // history.
 func TestViewerLoadOlder(t *testing.T) {
 	g := startGateway(t, func(c *gateway.Config) {
+		c.History = 1000
 		c.Rate, c.Burst = 10000, 10000
 		c.ContextRate, c.ContextBurst = 10000, 10000
 	})

@@ -30,6 +30,7 @@ servers itself (no --gateway), each server's CPU time per delivery.
   mcpp bench --subscribers 100 --filters             # half contexts=none, half the envelopes in a context
   mcpp bench --subscribers 100 --baseline --latency-at 0.25,0.5,0.75
   mcpp bench --subscribers 100 --baseline --peer nats # and nats-server over WebSocket, same load
+  mcpp bench --subscribers 100 --versus "--history 0" # and the gateway with other flags
   mcpp bench --idle 10000 --baseline                 # RSS per idle connection
   mcpp bench --gateway ws://HOST:PORT --subscribers 10   # a gateway that runs elsewhere
   mcpp bench --gateway ws://A:8081,ws://B:8082           # a cluster: subscribers spread over the nodes
@@ -61,6 +62,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		latencyAt  = fs.String("latency-at", "", "after the flat-out rounds, measure latency at these fractions of each server's capacity (e.g. 0.25,0.5,0.75)")
 		idle       = fs.Int("idle", 0, "instead of traffic: open this many idle connections and report RSS per connection")
 		gatewayArg = fs.String("gateway-args", "", "extra flags for the started gateway (space-separated)")
+		versus     = fs.String("versus", "", "also alternate with the gateway started with these extra flags (space-separated, e.g. \"--history 0\"), reported as versus, and report gateway/versus")
 	)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
@@ -69,7 +71,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 || *subs < 1 || *pubs < 1 || *size < 64 || *rounds < 1 || (*gw != "" && *baseline) {
+	if fs.NArg() > 0 || *subs < 1 || *pubs < 1 || *size < 64 || *rounds < 1 || (*gw != "" && (*baseline || *versus != "")) {
 		fmt.Fprintln(stderr, "mcpp bench: bad arguments (--baseline needs bench to start the servers itself; --size at least 64)")
 		return 2
 	}
@@ -92,7 +94,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	b := &bencher{out: stdout, gwBin: *gwBin, gwArgs: strings.Fields(*gatewayArg)}
+	b := &bencher{out: stdout, gwBin: *gwBin, gwArgs: strings.Fields(*gatewayArg), versusArgs: strings.Fields(*versus)}
 	load := Load{Token: *token, Pod: *pod, Subscribers: *subs, Publishers: *pubs, Size: *size,
 		Warmup: *warmup, Duration: *duration, Window: *window, Rate: *rate, Filters: *filters, Batch: *batch}
 	var err error
@@ -110,6 +112,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		}
 	default:
 		kinds := []kind{kindGateway}
+		if *versus != "" {
+			kinds = append(kinds, kindVersus)
+		}
 		if *baseline {
 			kinds = append(kinds, kindRelay)
 		}
@@ -153,9 +158,10 @@ func wsURL(s string) string {
 }
 
 type bencher struct {
-	out    io.Writer
-	gwBin  string
-	gwArgs []string
+	out        io.Writer
+	gwBin      string
+	gwArgs     []string
+	versusArgs []string
 }
 
 type kind int
@@ -163,10 +169,11 @@ type kind int
 const (
 	kindGateway kind = iota
 	kindRelay
-	kindNATS // --peer nats
+	kindNATS   // --peer nats
+	kindVersus // --versus: the gateway with other flags
 )
 
-func (k kind) String() string { return [...]string{"gateway", "baseline", "nats"}[k] }
+func (k kind) String() string { return [...]string{"gateway", "baseline", "nats", "versus"}[k] }
 
 func (b *bencher) start(k kind) (*server, error) {
 	switch k {
@@ -178,6 +185,9 @@ func (b *bencher) start(k kind) (*server, error) {
 	bin, err := gatewayBinary(b.gwBin)
 	if err != nil {
 		return nil, err
+	}
+	if k == kindVersus {
+		return startGatewayProcess(bin, append(append([]string{}, b.gwArgs...), b.versusArgs...))
 	}
 	return startGatewayProcess(bin, b.gwArgs)
 }
