@@ -1,0 +1,148 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/mcpp/gateway/gateway"
+)
+
+// benchGateway is an in-process gateway for the history benchmarks, with
+// the limits opened wide so that they measure history, not rates.
+func benchGateway(b *testing.B) string {
+	b.Helper()
+	cfg := gateway.DefaultConfig()
+	cfg.PingInterval = 0
+	cfg.History = 1000
+	cfg.Rate, cfg.Burst = 1e6, 1000000
+	cfg.SendQueue = 1 << 14
+	g, err := gateway.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	return "ws://" + ln.Addr().String() + "/ws"
+}
+
+// benchDial joins pod with query and returns the connection, its welcome
+// read.
+func benchDial(b *testing.B, ws, pod, query string) *websocket.Conn {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, ws+"?pod="+pod+"&"+query, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.SetReadLimit(64 << 20)
+	if _, w, err := c.Read(ctx); err != nil || !strings.Contains(string(w), `"system/welcome"`) {
+		b.Fatalf("welcome: %v %.100s", err, w)
+	}
+	return c
+}
+
+// benchFill sends n envelopes of about 256 bytes to pod, ids ID-0…, and
+// waits until a reader has them all (so that they are in the history).
+func benchFill(b *testing.B, ws, pod string, n int) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	reader := benchDial(b, ws, pod, "participant=reader")
+	defer reader.CloseNow()
+	sender := benchDial(b, ws, pod, "participant=sender&main=0&contexts=none&routing=directed")
+	defer sender.CloseNow()
+	pad := strings.Repeat("x", 256-len(`{"id":"ID-0000","kind":"chat","payload":{"text":""}}`))
+	go func() {
+		for i := 0; i < n; i++ {
+			msg := fmt.Sprintf(`{"id":"ID-%04d","kind":"chat","payload":{"text":"%s"}}`, i, pad)
+			if err := sender.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+				return
+			}
+		}
+	}()
+	for got := 0; got < n; {
+		_, m, err := reader.Read(ctx)
+		if err != nil {
+			b.Fatalf("filling: %v after %d", err, got)
+		}
+		if strings.Contains(string(m), `"kind":"chat"`) {
+			got++
+		}
+	}
+}
+
+// readN reads c until it has n envelopes of kind chat.
+func readN(b *testing.B, c *websocket.Conn, n int) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for got := 0; got < n; {
+		_, m, err := c.Read(ctx)
+		if err != nil {
+			b.Fatalf("read %d of %d: %v", got, n, err)
+		}
+		got += strings.Count(string(m), `"kind":"chat"`)
+	}
+}
+
+// BenchmarkHistoryReplay1000 is the time for a joiner to get a pod's
+// 1,000 envelopes of 256 B (history=1000): upgrade, welcome and replay, as
+// the joiner reads them. BENCHMARKS.md, goal under 50 ms.
+func BenchmarkHistoryReplay1000(b *testing.B) {
+	ws := benchGateway(b)
+	benchFill(b, ws, "replay", 1000)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		c := benchDial(b, ws, "replay", fmt.Sprintf("participant=joiner-%d&history=1000", i))
+		readN(b, c, 1000)
+		_ = c.CloseNow()
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/replay")
+}
+
+// BenchmarkHistoryResume100 is the time for a participant to resume after
+// its last 100 envelopes (resume=ID): upgrade, welcome and the 100.
+func BenchmarkHistoryResume100(b *testing.B) {
+	ws := benchGateway(b)
+	benchFill(b, ws, "resume", 1000)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		c := benchDial(b, ws, "resume", fmt.Sprintf("participant=back-%d&resume=ID-0899", i))
+		readN(b, c, 100)
+		_ = c.CloseNow()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/resume")
+}
+
+// BenchmarkHistoryMemory is the memory that 1,000 stored envelopes of 256 B
+// cost the gateway (the in-memory stream and the index): the live heap of
+// the process before and after 10 pods of 1,000 each, per 1,000.
+func BenchmarkHistoryMemory(b *testing.B) {
+	for b.Loop() {
+		ws := benchGateway(b)
+		benchFill(b, ws, "warm", 10) // one-off allocations before the baseline
+		before := liveHeap()
+		for p := 0; p < 10; p++ {
+			benchFill(b, ws, fmt.Sprintf("mem-%d", p), 1000)
+		}
+		after := liveHeap()
+		b.ReportMetric(float64(after-before)/10/1024, "KiB/1000-envelopes")
+		runtime.KeepAlive(ws)
+	}
+}
