@@ -173,7 +173,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		OnSlowConsumer: func() { g.metrics.slowConsumers.Inc() },
 		OnWrite:        func(n int) { g.metrics.writes.Add(float64(n)) },
 	})
-	buckets := pod.Buckets.Acquire(a.id)
+	buckets := g.buckets.Acquire(bucketKey(a.pod, a.id))
 	g.metrics.connections.Inc()
 	pod.join(p, a.history)
 
@@ -190,9 +190,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		// refers to itself and has a finalizer): close it in every case.
 		_ = conn.CloseNow()
 		p.Finish()
-		// Release first: a drained bucket keeps the pod (and so the
-		// bucket) alive, so leaving and coming back never refills it.
-		pod.Buckets.Release(a.id, timeNow())
+		g.buckets.Release(bucketKey(a.pod, a.id), timeNow())
 		pod.leave(p)
 		g.metrics.connections.Dec()
 	}()

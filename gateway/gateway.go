@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/history"
+	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
 )
 
@@ -60,7 +61,11 @@ type Gateway struct {
 	// (envelope.Meta.Seq).
 	frameSeq atomic.Uint64
 
-	shards      [podShards]podShard
+	shards [podShards]podShard
+	// buckets are the participants' rate buckets, by pod and id: they
+	// belong to the participant, outlive its connections until they have
+	// refilled (so reconnecting never refills them), and keep no pod alive.
+	buckets     *limits.BucketSet
 	podCount    atomic.Int64
 	connCount   atomic.Int64
 	accepting   atomic.Bool
@@ -94,6 +99,9 @@ func New(cfg Config) (*Gateway, error) {
 	for i := range g.shards {
 		g.shards[i].pods = make(map[string]*Pod)
 	}
+	g.buckets = limits.NewBucketSet(
+		limits.Rate{Per: cfg.Rate, Burst: cfg.Burst},
+		limits.Rate{Per: cfg.ContextCreateRate, Burst: cfg.ContextCreateBurst})
 	if cfg.Tokens != "" {
 		t, err := LoadTokens(cfg.Tokens, g.log.Warn)
 		if err != nil {
@@ -321,6 +329,10 @@ func (g *Gateway) pod(name string) (*Pod, *envelope.Error) {
 	return p, nil
 }
 
+// bucketKey names a participant's buckets: pod names and participant ids
+// hold no "/".
+func bucketKey(pod, id string) string { return pod + "/" + id }
+
 // lookupPod returns an existing pod or nil.
 func (g *Gateway) lookupPod(name string) *Pod {
 	s := g.shard(name)
@@ -372,9 +384,10 @@ func (g *Gateway) activeContexts() float64 {
 
 // janitor runs the gateway's periodic work from one goroutine: every
 // second it watches each connection's writer (write timeouts, idle
-// writers), every --ping-interval it pings every connection, and every ten
-// seconds it forgets idle pods and refilled buckets of departed
-// participants.
+// writers) and each pod's history, every --ping-interval it pings every
+// connection, and every ten seconds it forgets refilled buckets of
+// departed participants and idle pods (a pod goes as soon as it is idle;
+// this catches one whose contexts were forgotten meanwhile).
 func (g *Gateway) janitor() {
 	defer close(g.janitorDone)
 	t := time.NewTicker(time.Second)
@@ -392,6 +405,9 @@ func (g *Gateway) janitor() {
 			sweep := now.Sub(lastSweep) >= 10*time.Second
 			if sweep {
 				lastSweep = now
+			}
+			if sweep {
+				g.buckets.Sweep(now)
 			}
 			pods := g.allPods()
 			first := g.historyFirstSeq(pods)

@@ -57,7 +57,6 @@ type Pod struct {
 	snapshot atomic.Pointer[[]*participant.Participant]
 
 	Registry *contexts.Registry
-	Buckets  *limits.BucketSet
 
 	// published and seen count this node's frames of the pod that went
 	// into its log and that came back out: a drain waits until they meet.
@@ -84,9 +83,6 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 		remote:    make(map[string]remoteMember),
 		ready:     make(chan struct{}),
 		delivered: map[string]uint64{},
-		Buckets: limits.NewBucketSet(
-			limits.Rate{Per: gw.cfg.Rate, Burst: gw.cfg.Burst},
-			limits.Rate{Per: gw.cfg.ContextCreateRate, Burst: gw.cfg.ContextCreateBurst}),
 	}
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)
@@ -455,9 +451,11 @@ func (p *Pod) rebuildSnapshot() {
 // Members returns the local members.
 func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
 
-// idle reports whether the pod holds nothing worth keeping.
+// idle reports whether the pod holds nothing worth keeping: a pod exists
+// while it has participants or contexts (its history outlives it, and its
+// participants' rate buckets are the gateway's).
 func (p *Pod) idle() bool {
-	return len(p.members) == 0 && p.pending == 0 && p.Registry.Empty() && p.Buckets.Len() == 0
+	return len(p.members) == 0 && p.pending == 0 && p.Registry.Empty()
 }
 
 func (p *Pod) close() {
@@ -465,10 +463,8 @@ func (p *Pod) close() {
 	p.log.close()
 }
 
-// sweep forgets departed participants' refilled buckets, and live bodies
-// whose markers never came.
+// sweep forgets live bodies whose markers never came.
 func (p *Pod) sweep(now time.Time) {
-	p.Buckets.Sweep(now)
 	if l, ok := p.log.(*streamLog); ok {
 		l.sweep(now)
 	}

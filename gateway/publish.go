@@ -111,7 +111,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	protocol := envelope.ProtocolMCPP
 	from := &sender{id: id, caps: caps, protocol: protocol}
-	buckets := p.Buckets.Acquire(id)
+	buckets := g.buckets.Acquire(bucketKey(pod, id))
 	for _, line := range lines {
 		in := ingresses.Get().(*ingress)
 		in.g, in.pod, in.from, in.buckets = g, p, from, buckets
@@ -119,7 +119,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		in.release()
 		p.throttle()
 	}
-	p.Buckets.Release(id, timeNow())
+	g.buckets.Release(bucketKey(pod, id), timeNow())
 	g.maybeRemovePod(p)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"results": from.results})
