@@ -167,11 +167,17 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	conn.SetReadLimit(g.cfg.readLimit())
 
-	p := participant.New(conn, hw.Conn(), a.id, a.pod, a.caps, a.protocol, a.filter, participant.Options{
+	var p *participant.Participant
+	p = participant.New(conn, hw.Conn(), a.id, a.pod, a.caps, a.protocol, a.filter, participant.Options{
 		SendQueue:      g.cfg.SendQueue,
+		SendQueueBytes: int(g.cfg.SendQueueBytes),
 		WriteTimeout:   g.cfg.WriteTimeout,
-		OnSlowConsumer: func() { g.metrics.slowConsumers.Inc() },
-		OnWrite:        func(n int) { g.metrics.writes.Add(float64(n)) },
+		OnCut: func(reason string) {
+			n, bytes := p.Queued()
+			g.log.Info("participant cut", "pod", a.pod, "participant", a.id, "reason", reason, "queued", n, "queued_bytes", bytes)
+			g.metrics.cuts.WithLabelValues(reason).Inc()
+		},
+		OnWrite: func(n int) { g.metrics.writes.Add(float64(n)) },
 	})
 	buckets := g.buckets.Acquire(bucketKey(a.pod, a.id))
 	g.metrics.connections.Inc()

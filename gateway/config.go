@@ -38,6 +38,8 @@ type Config struct {
 	ContextCreateBurst int
 
 	SendQueue             int
+	SendQueueBytes        ByteSize
+	MaxMemory             ByteSize
 	MaxConnections        int
 	MaxParticipantsPerPod int
 	MaxPods               int
@@ -85,6 +87,7 @@ func DefaultConfig() Config {
 		ContextCreateRate:         10,
 		ContextCreateBurst:        20,
 		SendQueue:                 1024,
+		SendQueueBytes:            8 << 20,
 		MaxConnections:            10000,
 		MaxParticipantsPerPod:     1000,
 		MaxPods:                   1000,
@@ -121,6 +124,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.ContextCreateRate, "context-create-rate", c.ContextCreateRate, "contexts a second one participant may open")
 	fs.IntVar(&c.ContextCreateBurst, "context-create-burst", c.ContextCreateBurst, "burst of --context-create-rate")
 	fs.IntVar(&c.SendQueue, "send-queue", c.SendQueue, "envelopes queued for one participant before it is cut as a slow consumer (4008)")
+	fs.Var(&c.SendQueueBytes, "send-queue-bytes", "bytes queued for one participant before it is cut as a slow consumer (4008), e.g. 8MiB")
+	fs.Var(&c.MaxMemory, "max-memory", "soft limit of the process's memory, for Go's garbage collector (debug.SetMemoryLimit), e.g. 2GiB (0: none)")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "WebSocket connections in all")
 	fs.IntVar(&c.MaxParticipantsPerPod, "max-participants-per-pod", c.MaxParticipantsPerPod, "participants in one pod")
 	fs.IntVar(&c.MaxPods, "max-pods", c.MaxPods, "pods at once")
@@ -183,6 +188,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--context-timeout and --context-retention must be at most %v", maxContextLifetime)
 	case c.SendQueue < 1:
 		return fmt.Errorf("--send-queue must be at least 1")
+	case c.SendQueueBytes < 1<<10:
+		return fmt.Errorf("--send-queue-bytes must be at least 1KiB")
 	case !positiveFinite(c.Rate) || c.Burst < 1 || !positiveFinite(c.ContextRate) || c.ContextBurst < 1 || !positiveFinite(c.ContextCreateRate) || c.ContextCreateBurst < 1:
 		// NaN and Inf parse as floats, but no bucket can use them and the
 		// welcome, which lists the limits in JSON, could not be written.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,11 @@ func New(cfg Config) (*Gateway, error) {
 	g.buckets = limits.NewBucketSet(
 		limits.Rate{Per: cfg.Rate, Burst: cfg.Burst},
 		limits.Rate{Per: cfg.ContextCreateRate, Burst: cfg.ContextCreateBurst})
+	if cfg.MaxMemory > 0 {
+		// The process's soft limit: the garbage collector works harder as
+		// the heap nears it (it bounds nothing by itself; the limits do).
+		debug.SetMemoryLimit(int64(cfg.MaxMemory))
+	}
 	if cfg.Tokens != "" {
 		t, err := LoadTokens(cfg.Tokens, g.log.Warn)
 		if err != nil {

@@ -16,7 +16,7 @@ type metrics struct {
 	writes        prometheus.Counter
 	errors        *prometheus.CounterVec
 	refusals      *prometheus.CounterVec
-	slowConsumers prometheus.Counter
+	cuts          *prometheus.CounterVec
 	conclusions   *prometheus.CounterVec
 	historyHolds  prometheus.Counter
 	historyLost   prometheus.Counter
@@ -39,8 +39,8 @@ func newMetrics(activeContexts func() float64, historyState func() (entries, byt
 			Name: "mcpp_errors_total", Help: "system/error answers, by code."}, []string{"code"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpp_upgrade_refusals_total", Help: "Refused WebSocket upgrades, by code."}, []string{"code"}),
-		slowConsumers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcpp_slow_consumer_disconnects_total", Help: "Participants cut with 4008 because their send queue was full."}),
+		cuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpp_cuts_total", Help: "Participants cut by the gateway, by reason: slow_consumer (4008, send queue full), write_timeout, ping_timeout."}, []string{"reason"}),
 		conclusions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpp_context_conclusions_total", Help: "Contexts concluded, by reason."}, []string{"reason"}),
 		historyHolds: prometheus.NewCounter(prometheus.CounterOpts{
@@ -49,7 +49,7 @@ func newMetrics(activeContexts func() float64, historyState func() (entries, byt
 			Name: "mcpp_history_lost_total", Help: "Frames the history stream never took while it took later ones of the same pod and node (lost)."}),
 	}
 	m.registry.MustRegister(m.connections, m.pods, m.envelopesIn, m.deliveries, m.writes,
-		m.errors, m.refusals, m.slowConsumers, m.conclusions, m.historyHolds, m.historyLost,
+		m.errors, m.refusals, m.cuts, m.conclusions, m.historyHolds, m.historyLost,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpp_contexts_active", Help: "Active contexts in all pods."}, activeContexts),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

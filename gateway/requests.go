@@ -228,6 +228,7 @@ func (g *Gateway) limitsPayload() map[string]any {
 		"max_connections":              c.MaxConnections,
 		"max_pods":                     c.MaxPods,
 		"send_queue":                   c.SendQueue,
+		"send_queue_bytes":             int64(c.SendQueueBytes),
 		"history":                      c.History,
 		"history_age_ms":               c.HistoryAge.Milliseconds(),
 		"history_bytes":                int64(c.HistoryBytes),

@@ -33,7 +33,7 @@ const followRetry = 250 * time.Millisecond
 // into it at once. Bytes bound it for large envelopes.
 const (
 	followMaxMessages = 1 << 16
-	followMaxBytes    = 16 << 20
+	followMaxBytes    = 8 << 20
 )
 
 // followInactive is how long the stream keeps a follower's consumer whose

@@ -191,7 +191,7 @@ func TestFaultSlowReaderMemoryBounded(t *testing.T) {
 		flooded <- nil
 	}()
 	eventually(t, 60*time.Second, "slow cut as a slow consumer", func() bool {
-		return metric(t, g.URL, "mcpp_slow_consumer_disconnects_total") == 1
+		return metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) == 1
 	})
 	// slow reads again at once, keeping nothing: what its socket held,
 	// then the close frame (README: the library gives the closing
@@ -561,7 +561,7 @@ func TestShutdownSlowReaderQueued(t *testing.T) {
 	// No pings: a ping that finds bob's socket full would cut him
 	// (TestFaultPauseShorterThanWriteTimeout is about that).
 	p := limStart(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
-		"--send-queue", "8192", "--write-timeout", "1m", "--shutdown-timeout", "30s", "--ping-interval", "0")
+		"--send-queue", "8192", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", "30s", "--ping-interval", "0")
 	g := p.gw
 	alice := g.dial(t, pod, "alice", "")
 	bconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"bob"}}, nil)
@@ -643,7 +643,7 @@ func TestShutdownTimeoutDropsStuckReader(t *testing.T) {
 	// No pings: a ping that finds bob's socket full would cut him before
 	// the shutdown (TestFaultPauseShorterThanWriteTimeout is about that).
 	p := limStart(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
-		"--send-queue", "8192", "--write-timeout", "1m", "--shutdown-timeout", timeout.String(), "--ping-interval", "0")
+		"--send-queue", "8192", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", timeout.String(), "--ping-interval", "0")
 	g := p.gw
 	alice := g.dial(t, pod, "alice", "")
 	carol := g.dial(t, pod, "carol", "")
@@ -711,6 +711,7 @@ func TestFaultStuckWriterCut(t *testing.T) {
 		c.MaxMessageBytes = 2 * size
 		c.Rate, c.Burst = 1e6, 1000000
 		c.SendQueue = 4096 // the cut must come from the write timeout
+		c.SendQueueBytes = 1 << 30
 		c.WriteTimeout = time.Second
 	})
 	sender := dialPeer(t, g, pod, "sender", "", 1024)
@@ -768,6 +769,7 @@ func TestFaultPauseShorterThanWriteTimeout(t *testing.T) {
 		c.MaxMessageBytes = 2 * size
 		c.Rate, c.Burst = 1e6, 1000000
 		c.SendQueue = 4096
+		c.SendQueueBytes = 1 << 30
 		c.WriteTimeout = 30 * time.Second
 		c.PingInterval = interval
 	})

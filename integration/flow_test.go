@@ -215,7 +215,7 @@ func TestFlowSlowConsumer(t *testing.T) {
 	filler := pad(32 << 10)
 	const window, maxSent = 4, 4000
 	sent := 0
-	for metric(t, g.URL, "mcpp_slow_consumer_disconnects_total") < 1 {
+	for metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) < 1 {
 		if sent >= maxSent {
 			t.Fatalf("slow consumer not cut after %d envelopes of 32 KiB", sent)
 		}
@@ -247,8 +247,8 @@ func TestFlowSlowConsumer(t *testing.T) {
 	if !fast.isOpen() || !sender.isOpen() {
 		t.Fatal("a fast participant was closed")
 	}
-	if v := metric(t, g.URL, "mcpp_slow_consumer_disconnects_total"); v != 1 {
-		t.Fatalf("mcpp_slow_consumer_disconnects_total = %v, want 1", v)
+	if v := metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`); v != 1 {
+		t.Fatalf("mcpp_cuts_total{reason=\"slow_consumer\"} = %v, want 1", v)
 	}
 	t.Logf("slow consumer cut after %d envelopes of 32 KiB", sent-10)
 }

@@ -1,10 +1,16 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/mcpp/gateway/gateway"
 )
 
@@ -37,4 +43,87 @@ func TestPodsEndWithTheirParticipants(t *testing.T) {
 	if status, code := refusal(t, g.WS, limQuery("q4", "bob"), nil); status != http.StatusServiceUnavailable || code != "over_capacity" {
 		t.Fatalf("a fourth pod: %d %s, want 503 over_capacity (--max-pods 3)", status, code)
 	}
+}
+
+// TestStalledReaderBoundedInBytes: with envelopes near the 1 MiB limit and
+// the default --send-queue (1,024 envelopes, which alone would let one
+// reader pin a GiB), a participant that stops reading is cut with 4008 once
+// its queue holds --send-queue-bytes (8 MiB), the cut is logged with its
+// pod, participant and reason, and the live heap never grows past what the
+// README says bounds it: that queue, the pod's history (--history-bytes,
+// in memory), the pod's envelopes in flight between this node and the
+// stream (8 MiB each way: the sender's backlog and the follower's buffer)
+// and an allowance.
+//
+// Not parallel: it measures the heap of the whole process.
+func TestStalledReaderBoundedInBytes(t *testing.T) {
+	const (
+		size         = 1000 << 10
+		n            = 300 // 300 MB: over 8 MiB, well under 1,024 envelopes
+		historyBytes = 16 << 20
+		queueBytes   = 8 << 20
+		inFlight     = 2 * (8 << 20)
+		// Each stage of the path (the read buffer, the filled copy, the
+		// frame, NATS's buffers, the writer) holds an envelope or two, and
+		// the sampling sees some of them between two collections: 58 to
+		// 77 MiB measured in all, the same with 100 or 900 envelopes, where
+		// a queue bounded by count alone grows by all 300 MiB.
+		allowance = 48 << 20
+	)
+	g := startGateway(t, func(c *gateway.Config) {
+		c.Rate, c.Burst = 1e6, 1000000
+		c.WriteTimeout = time.Minute // the cut must come from the queue
+		c.HistoryBytes = historyBytes
+	})
+	sender := dialPeer(t, g, "stall", "sender", "", 64)
+	sconn, _, err := dialRaw(g.WS, url.Values{"pod": {"stall"}, "participant": {"stalled"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sconn.CloseNow()
+	// stalled reads nothing from here on.
+	if m := sender.expect(); m.Kind != "system/presence" {
+		t.Fatalf("sender got %s, want stalled's join", m.Kind)
+	}
+	base := liveHeap()
+	var peak atomic.Uint64
+	peak.Store(base)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if h := liveHeap(); h > peak.Load() {
+				peak.Store(h)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	frame := envelopeOfSize(t, "stall-0000", "chat", size)
+	for i := 0; i < n; i++ {
+		copy(frame[len(`{"id":"stall-`):], fmt.Sprintf("%04d", i))
+		if err := sender.write(websocket.MessageText, frame); err != nil {
+			t.Fatalf("envelope %d: %v", i, err)
+		}
+	}
+	eventually(t, 30*time.Second, "the stalled reader cut as a slow consumer", func() bool {
+		return metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) == 1
+	})
+	close(stop)
+	wg.Wait()
+	bound := base + queueBytes + historyBytes + inFlight + allowance
+	grown := float64(peak.Load()-base) / (1 << 20)
+	if peak.Load() > bound {
+		t.Errorf("live heap peaked %.1f MiB over its start; the bound is %.1f MiB (--send-queue-bytes %d MiB, --history-bytes %d MiB, %d MiB in flight, %d MiB)",
+			grown, float64(bound-base)/(1<<20), queueBytes>>20, historyBytes>>20, inFlight>>20, allowance>>20)
+	}
+	if logs := g.Logs.String(); !strings.Contains(logs, `msg="participant cut" pod=stall participant=stalled reason=slow_consumer`) {
+		t.Errorf("no log line for the cut:\n%s", logs)
+	}
+	t.Logf("%d envelopes of %d KiB at a stalled reader: live heap peaked %+.1f MiB (bound %+.1f MiB)", n, size>>10, grown, float64(bound-base)/(1<<20))
 }

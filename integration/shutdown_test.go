@@ -24,7 +24,7 @@ func TestShutdownSIGTERM(t *testing.T) {
 	stderr := &syncBuffer{}
 	cmd := exec.Command(bin, "--listen", addr,
 		"--rate", "100000", "--burst", "100000",
-		"--send-queue", "4096", "--write-timeout", "1m", "--shutdown-timeout", "30s")
+		"--send-queue", "4096", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", "30s")
 	cmd.Env = limEnvWithout()
 	if historyOff() {
 		cmd.Env = append(cmd.Env, "MCPP_HISTORY=0")

@@ -72,7 +72,7 @@ func FuzzMatch(f *testing.F) {
 }
 
 func TestQueueBounded(t *testing.T) {
-	q := newQueue(3)
+	q := newQueue(3, 0)
 	for i := 0; i < 3; i++ {
 		if !q.Push([]byte{byte(i)}) {
 			t.Fatalf("push %d refused", i)
@@ -88,5 +88,33 @@ func TestQueueBounded(t *testing.T) {
 	q.Close()
 	if q.Push([]byte{1}) {
 		t.Fatal("a closed queue accepted more")
+	}
+}
+
+func TestQueueBoundedInBytes(t *testing.T) {
+	q := newQueue(100, 10)
+	// One message is always let in, however large: an envelope over the
+	// byte bound must not cut a reader that reads.
+	if !q.Push(make([]byte, 25)) {
+		t.Fatal("a first message over the byte bound was refused")
+	}
+	if q.Push([]byte{1}) {
+		t.Fatal("the queue holds 25 of 10 bytes and accepted more")
+	}
+	q.PopUpTo(nil, 10, 1<<20)
+	for i := 0; i < 5; i++ {
+		if !q.Push([]byte{1, 2}) {
+			t.Fatalf("push %d (of 2 bytes, %d queued) refused", i, 2*i)
+		}
+	}
+	if q.Push([]byte{3}) {
+		t.Fatal("10 bytes queued, and 1 more was accepted")
+	}
+	if n, b := q.Size(); n != 5 || b != 10 {
+		t.Fatalf("size %d messages, %d bytes; want 5, 10", n, b)
+	}
+	q.PopUpTo(nil, 2, 1<<20)
+	if n, b := q.Size(); n != 3 || b != 6 || !q.Push([]byte{1, 2, 3, 4}) {
+		t.Fatalf("after popping 2: %d messages, %d bytes, and 4 more bytes refused", n, b)
 	}
 }

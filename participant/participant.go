@@ -17,13 +17,22 @@ const (
 	StatusSlowConsumer websocket.StatusCode = 4008
 )
 
+// Why a participant is cut: the reason label of the gateway's
+// mcpp_cuts_total and of its log line.
+const (
+	CutSlowConsumer = "slow_consumer" // its send queue was full (4008)
+	CutWriteTimeout = "write_timeout" // a write to it took longer than the write timeout
+	CutPingTimeout  = "ping_timeout"  // it did not answer a ping within the write timeout
+)
+
 // Options are the per-connection settings of the gateway's flags.
 type Options struct {
-	SendQueue    int           // messages waiting for the writer before the participant is cut
-	WriteTimeout time.Duration // one write (or one ping) may take this long
-	// OnSlowConsumer is called once when the participant is cut for a full
-	// queue (for metrics).
-	OnSlowConsumer func()
+	SendQueue      int           // messages waiting for the writer before the participant is cut
+	SendQueueBytes int           // their bytes (one message is always let in, whatever its size)
+	WriteTimeout   time.Duration // one write (or one ping) may take this long
+	// OnCut is called once when the participant is cut, with why (one
+	// of the Cut reasons), for the gateway's log and metrics.
+	OnCut func(reason string)
 	// OnWrite is called after each WebSocket message written, with the
 	// number of envelopes in it (for metrics).
 	OnWrite func(envelopes int)
@@ -75,6 +84,7 @@ type Participant struct {
 	// writeStart is when the write in progress began (unix ns), or 0.
 	writeStart atomic.Int64
 	pinging    atomic.Bool
+	reported   atomic.Bool // a cut was reported
 }
 
 type closeFrame struct {
@@ -87,7 +97,7 @@ type closeFrame struct {
 func New(conn *websocket.Conn, cc *CoalescingConn, id, pod string, caps Capabilities, protocol string, f *filter.Filter, opts Options) *Participant {
 	p := &Participant{
 		ID: id, Pod: pod, Capabilities: caps, Protocol: protocol,
-		conn: conn, cc: cc, opts: opts, queue: newQueue(opts.SendQueue),
+		conn: conn, cc: cc, opts: opts, queue: newQueue(opts.SendQueue, opts.SendQueueBytes),
 		done: make(chan struct{}), park: make(chan struct{}, 1),
 	}
 	p.filter.Store(f)
@@ -107,8 +117,8 @@ func (p *Participant) Conn() *websocket.Conn { return p.conn }
 // Done is closed when the participant's connection has ended.
 func (p *Participant) Done() <-chan struct{} { return p.done }
 
-// Queued is the number of messages waiting to be written.
-func (p *Participant) Queued() int { return p.queue.Len() }
+// Queued is the number of messages waiting to be written, and their bytes.
+func (p *Participant) Queued() (n, bytes int) { return p.queue.Size() }
 
 // Deliver queues b, which the caller must never change afterwards (it is
 // shared with every other recipient). When the queue is full the
@@ -124,11 +134,16 @@ func (p *Participant) Deliver(b []byte) bool {
 	if p.cut.Load() || p.drain.Load() != nil {
 		return false
 	}
-	if p.opts.OnSlowConsumer != nil {
-		p.opts.OnSlowConsumer()
-	}
+	p.cutFor(CutSlowConsumer)
 	p.Close(StatusSlowConsumer, "slow consumer: send queue full")
 	return false
+}
+
+// cutFor reports a cut once.
+func (p *Participant) cutFor(reason string) {
+	if p.opts.OnCut != nil && p.reported.CompareAndSwap(false, true) {
+		p.opts.OnCut(reason)
+	}
 }
 
 func (p *Participant) wakeWriter() {
@@ -205,6 +220,7 @@ func (p *Participant) finish() {
 // timer per write and a goroutine per connection.
 func (p *Participant) Watch(now time.Time) {
 	if start := p.writeStart.Load(); start != 0 && p.opts.WriteTimeout > 0 && now.UnixNano()-start > int64(p.opts.WriteTimeout) {
+		p.cutFor(CutWriteTimeout)
 		p.Kill()
 		return
 	}
@@ -242,6 +258,7 @@ func (p *Participant) Ping() {
 			select {
 			case <-p.done:
 			default:
+				p.cutFor(CutPingTimeout)
 				p.Kill()
 			}
 		}

@@ -2,29 +2,36 @@ package participant
 
 import "sync"
 
-// Queue is a bounded FIFO of messages waiting for the writer. Its ring grows
-// on demand up to its limit, so an idle connection holds almost nothing.
+// Queue is a FIFO of messages waiting for the writer, bounded in number
+// and in bytes (so that one reader that stops cannot pin its queue's worth
+// of the largest envelopes). Its ring grows on demand up to its limit, so
+// an idle connection holds almost nothing.
 type Queue struct {
-	mu     sync.Mutex
-	ring   [][]byte
-	head   int
-	n      int
-	limit  int
-	closed bool
+	mu         sync.Mutex
+	ring       [][]byte
+	head       int
+	n          int
+	bytes      int
+	limit      int
+	limitBytes int
+	closed     bool
 	// ready holds a token while the queue may be non-empty; the writer
 	// waits on it.
 	ready chan struct{}
 }
 
-func newQueue(limit int) *Queue {
-	return &Queue{limit: limit, ready: make(chan struct{}, 1)}
+// newQueue makes a queue of at most limit messages and limitBytes bytes
+// (0: no byte bound).
+func newQueue(limit, limitBytes int) *Queue {
+	return &Queue{limit: limit, limitBytes: limitBytes, ready: make(chan struct{}, 1)}
 }
 
-// Push appends b. It reports false when the queue is full or closed; the
-// caller then cuts the participant.
+// Push appends b. It reports false when the queue is full (in number, or
+// in bytes: one message is always let in, whatever its size) or closed;
+// the caller then cuts the participant.
 func (q *Queue) Push(b []byte) bool {
 	q.mu.Lock()
-	if q.closed || q.n >= q.limit {
+	if q.closed || q.n >= q.limit || (q.limitBytes > 0 && q.n > 0 && q.bytes+len(b) > q.limitBytes) {
 		q.mu.Unlock()
 		return false
 	}
@@ -33,6 +40,7 @@ func (q *Queue) Push(b []byte) bool {
 	}
 	q.ring[(q.head+q.n)%len(q.ring)] = b
 	q.n++
+	q.bytes += len(b)
 	q.mu.Unlock()
 	select {
 	case q.ready <- struct{}{}:
@@ -71,6 +79,7 @@ func (q *Queue) PopUpTo(dst [][]byte, max, maxBytes int) [][]byte {
 		q.ring[q.head] = nil
 		q.head = (q.head + 1) % len(q.ring)
 		q.n--
+		q.bytes -= len(b)
 		max--
 	}
 	if q.n == 0 && len(q.ring) > 64 {
@@ -96,6 +105,13 @@ func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.n
+}
+
+// Size is the number of messages waiting and their bytes.
+func (q *Queue) Size() (n, bytes int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n, q.bytes
 }
 
 // Close refuses further pushes; what is queued can still be popped.
