@@ -110,6 +110,12 @@ type Reconnect struct {
 	// MaxAttempts ends the client after this many failed attempts in a
 	// row; 0 tries until Close.
 	MaxAttempts int
+	// Report, when set, is told what reconnecting goes through, for a
+	// user to see while the connection is down: attempt 0 with why the
+	// connection was lost, then each attempt that fails with its number
+	// and why. The *Reconnected event says when one succeeds. It is called
+	// on the client's own goroutine, and must return quickly.
+	Report func(attempt int, err error)
 }
 
 // Client is one participant in one pod: a WebSocket connection to the
@@ -203,16 +209,16 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 
-	cn, wenv, w, rest, err := c.connect(ctx, c.opts.Resume, true)
+	cn, wm, rest, err := c.connect(ctx, c.opts.Resume, true)
 	if err != nil {
 		c.cancel()
 		return nil, fmt.Errorf("client: dial pod %s: %w", opts.Pod, err)
 	}
 	c.mu.Lock()
-	c.cur, c.welcome, c.filter = cn, *w, w.Filter
+	c.cur, c.welcome, c.filter = cn, wm.w, wm.w.Filter
 	close(c.ready)
 	c.mu.Unlock()
-	c.events <- &Welcome{Envelope: wenv, Welcome: *w}
+	c.events <- &Welcome{Envelope: wm.env, Welcome: wm.w, Raw: wm.raw}
 	go c.run(cn, rest)
 	return c, nil
 }
@@ -276,9 +282,16 @@ func (c *Client) dialURL(resume string, first bool) string {
 	return u.String()
 }
 
+// welcomeMsg is the welcome of one connection.
+type welcomeMsg struct {
+	env *wire.Envelope
+	w   wire.Welcome
+	raw []byte // as the gateway sent it
+}
+
 // connect makes one connection and reads its welcome. It returns the
 // lines that came in the welcome's message after it (with batch=1).
-func (c *Client) connect(ctx context.Context, resume string, first bool) (*conn, *wire.Envelope, *wire.Welcome, [][]byte, error) {
+func (c *Client) connect(ctx context.Context, resume string, first bool) (*conn, *welcomeMsg, [][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
 	ws, resp, err := websocket.Dial(ctx, c.dialURL(resume, first), &websocket.DialOptions{
@@ -291,18 +304,18 @@ func (c *Client) connect(ctx context.Context, resume string, first bool) (*conn,
 			if resp.Body != nil {
 				body, _ = io.ReadAll(io.LimitReader(resp.Body, 1024))
 			}
-			return nil, nil, nil, nil, refusal(resp.StatusCode, body)
+			return nil, nil, nil, refusal(resp.StatusCode, body)
 		}
-		return nil, nil, nil, nil, redact(err, c.secret, url.QueryEscape(c.secret))
+		return nil, nil, nil, redact(err, c.secret, url.QueryEscape(c.secret))
 	}
 	ws.SetReadLimit(c.opts.ReadLimit)
 	typ, data, err := ws.Read(ctx)
 	if err != nil {
 		_ = ws.CloseNow()
 		if ctx.Err() != nil {
-			return nil, nil, nil, nil, fmt.Errorf("no welcome from the gateway: %w", ctx.Err())
+			return nil, nil, nil, fmt.Errorf("no welcome from the gateway: %w", ctx.Err())
 		}
-		return nil, nil, nil, nil, fmt.Errorf("no welcome from the gateway: %w", closeError(err))
+		return nil, nil, nil, fmt.Errorf("no welcome from the gateway: %w", closeError(err))
 	}
 	c.reads.Add(1)
 	lines := splitLines(data)
@@ -311,9 +324,9 @@ func (c *Client) connect(ctx context.Context, resume string, first bool) (*conn,
 	if typ != websocket.MessageText || len(lines) == 0 || json.Unmarshal(lines[0], &env) != nil ||
 		env.Kind != wire.KindWelcome || env.DecodePayload(&w) != nil {
 		_ = ws.CloseNow()
-		return nil, nil, nil, nil, fmt.Errorf("the first message is not a system/welcome: %.200q", data)
+		return nil, nil, nil, fmt.Errorf("the first message is not a system/welcome: %.200q", data)
 	}
-	return &conn{ws: ws, down: make(chan struct{})}, &env, &w, lines[1:], nil
+	return &conn{ws: ws, down: make(chan struct{})}, &welcomeMsg{env: &env, w: w, raw: lines[0]}, lines[1:], nil
 }
 
 // splitLines splits a WebSocket message into its envelopes: one, or
@@ -414,12 +427,12 @@ func (c *Client) dispatch(line []byte) bool {
 	}
 	switch env.Kind {
 	case wire.KindPresence:
-		ev := &Presence{Envelope: env}
+		ev := &Presence{Envelope: env, Raw: line}
 		if env.DecodePayload(&ev.Presence) == nil {
 			return c.emit(ev)
 		}
 	case wire.KindError:
-		ev := &GatewayError{Envelope: env}
+		ev := &GatewayError{Envelope: env, Raw: line}
 		if env.DecodePayload(&ev.ErrorPayload) == nil {
 			if ev.Code == wire.CodeDuplicateID && c.wasResent(ev.RefusedID()) {
 				return true // the first try got through
@@ -427,12 +440,12 @@ func (c *Client) dispatch(line []byte) bool {
 			return c.emit(ev)
 		}
 	case wire.KindWelcome:
-		ev := &Welcome{Envelope: env}
+		ev := &Welcome{Envelope: env, Raw: line}
 		if env.DecodePayload(&ev.Welcome) == nil {
 			return c.emit(ev)
 		}
 	case wire.KindContext:
-		ev := &ContextEvent{Envelope: env}
+		ev := &ContextEvent{Envelope: env, Raw: line}
 		ctx, err := wire.ParseContext(env.Context)
 		if err == nil && env.DecodePayload(&ev.ContextEvent) == nil {
 			ev.Context = ctx
@@ -529,6 +542,12 @@ func (c *Client) wasResent(id string) bool {
 // gateway refuses it for good, or Reconnect.MaxAttempts are spent.
 func (c *Client) reconnect(cause error) (*conn, [][]byte, error) {
 	r := c.opts.Reconnect
+	report := func(attempt int, err error) {
+		if r.Report != nil {
+			r.Report(attempt, err)
+		}
+	}
+	report(0, cause)
 	last := cause
 	for attempt := 0; ; attempt++ {
 		if r.MaxAttempts > 0 && attempt >= r.MaxAttempts {
@@ -542,7 +561,7 @@ func (c *Client) reconnect(cause error) (*conn, [][]byte, error) {
 		case <-t.C:
 		}
 		resume := c.resumeID
-		cn, wenv, w, rest, err := c.connect(c.ctx, resume, false)
+		cn, wm, rest, err := c.connect(c.ctx, resume, false)
 		if err != nil {
 			if c.ctx.Err() != nil {
 				return nil, nil, ErrClosed
@@ -551,6 +570,7 @@ func (c *Client) reconnect(cause error) (*conn, [][]byte, error) {
 			if errors.As(err, &re) && !re.Temporary() {
 				return nil, nil, fmt.Errorf("reconnecting: %w (the connection ended: %w)", err, cause)
 			}
+			report(attempt+1, err)
 			last = err
 			continue
 		}
@@ -560,11 +580,12 @@ func (c *Client) reconnect(cause error) (*conn, [][]byte, error) {
 			_ = cn.ws.CloseNow()
 			return nil, nil, ErrClosed
 		}
-		c.cur, c.welcome, c.filter = cn, *w, w.Filter
+		c.cur, c.welcome, c.filter = cn, wm.w, wm.w.Filter
 		close(c.ready)
 		c.mu.Unlock()
+		w := wm.w
 		resumed := resume != "" && w.History != nil && w.History.Resumed != nil && *w.History.Resumed
-		ev := &Reconnected{Envelope: wenv, Welcome: *w, Resumed: resumed, ResumedAfter: resume, Cause: cause, Attempts: attempt + 1}
+		ev := &Reconnected{Envelope: wm.env, Welcome: w, Raw: wm.raw, Resumed: resumed, ResumedAfter: resume, Cause: cause, Attempts: attempt + 1}
 		if !c.emit(ev) {
 			_ = cn.ws.CloseNow()
 			return nil, nil, ErrClosed

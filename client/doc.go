@@ -80,6 +80,24 @@
 //	active, err := c.Contexts(ctx, wire.ContextsRequest{Type: "reasoning"})
 //	f, err := c.SetFilter(ctx, wire.Filter{Contexts: wire.ContextsNone})
 //
+// # Publishing without joining
+//
+// A tool, a webhook or a script that only has something to say, or to
+// ask, need not join: Publish sends envelopes with one HTTP request
+// (POST /pods/NAME/envelopes, docs/protocol.md section 6), and nobody in
+// the pod sees it join or leave. Each result says what became of one
+// envelope; ResultError makes a refusal an error:
+//
+//	res, err := client.Publish(ctx, "http://127.0.0.1:8080", client.PublishOptions{
+//		Pod: "lab", Participant: "ci", // open mode needs a participant; a token names it otherwise
+//	}, &wire.Envelope{Kind: "chat", Payload: json.RawMessage(`{"text":"build green"}`)})
+//	if err == nil {
+//		err = client.ResultError(res[0]) // a *GatewayError when refused
+//	}
+//
+// Ask sends one gateway/contexts or gateway/history request the same way
+// and returns the answer's payload. PublishRaw sends JSON as it is.
+//
 // # Sub-contexts
 //
 // Branch opens a sub-context (a new UUID, a type, a parent); envelopes
@@ -110,7 +128,7 @@
 //
 // Every call that blocks takes a context. Errors wrap their causes (use
 // errors.Is and errors.As): *RefusedError for an HTTP refusal of the
-// upgrade, *GatewayError for a system/error, *ClosedError for a close
+// upgrade (or of a publish request), *GatewayError for a system/error, *ClosedError for a close
 // code (wrapping ErrReplaced, ErrSlowConsumer, ErrGoingAway or ErrTooBig),
 // ErrDisconnected for a connection lost without one, ErrClosed after
 // Close.

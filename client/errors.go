@@ -90,15 +90,23 @@ func closeError(err error) error {
 
 // RefusedError is an upgrade the gateway refused with an HTTP answer
 // (docs/protocol.md section 1): Dial returns it, and so does a client
-// whose reconnection is refused for good.
+// whose reconnection is refused for good. Publish and Ask return it too,
+// for a publish request the gateway refused as a whole (section 6: the
+// same codes and statuses as the upgrade's, and 400 invalid_json for a
+// body it cannot read).
 type RefusedError struct {
 	StatusCode int       // 400, 401, 403, 503…
 	Code       wire.Code // the body's error: wire.CodeUnauthorized…; "" when the body was not the gateway's JSON
 	Message    string    // the body's message, or the body itself
+	publish    bool      // a publish request, not an upgrade
 }
 
 func (e *RefusedError) Error() string {
-	s := fmt.Sprintf("the gateway refused the connection: HTTP %d", e.StatusCode)
+	what := "connection"
+	if e.publish {
+		what = "request"
+	}
+	s := fmt.Sprintf("the gateway refused the %s: HTTP %d", what, e.StatusCode)
 	if e.Code != "" {
 		s += " " + string(e.Code)
 	}
@@ -136,6 +144,10 @@ func refusal(status int, body []byte) *RefusedError {
 type GatewayError struct {
 	Envelope *wire.Envelope
 	wire.ErrorPayload
+	// Raw is the system/error as the gateway sent it, when it came as an
+	// event; nil for the refusal of a Request or of a publish (Ask,
+	// ResultError).
+	Raw []byte
 }
 
 func (e *GatewayError) Error() string {

@@ -34,6 +34,9 @@ type Message struct {
 type Welcome struct {
 	Envelope *wire.Envelope
 	wire.Welcome
+	// Raw is the envelope as the gateway sent it (one line of a batch),
+	// for a tool that passes the gateway's bytes on.
+	Raw []byte
 }
 
 // Presence says that another participant joined or left the pod
@@ -41,6 +44,8 @@ type Welcome struct {
 type Presence struct {
 	Envelope *wire.Envelope
 	wire.Presence
+	// Raw is the envelope as the gateway sent it (one line of a batch).
+	Raw []byte
 }
 
 // ContextEvent says that a context concluded (system/context): Context is
@@ -50,6 +55,8 @@ type ContextEvent struct {
 	Envelope *wire.Envelope
 	Context  wire.Context
 	wire.ContextEvent
+	// Raw is the envelope as the gateway sent it (one line of a batch).
+	Raw []byte
 }
 
 // Reconnected says that the connection was lost and is back. Resumed
@@ -63,6 +70,8 @@ type ContextEvent struct {
 type Reconnected struct {
 	Envelope *wire.Envelope // the new welcome
 	Welcome  wire.Welcome
+	// Raw is the new welcome as the gateway sent it.
+	Raw []byte
 	// Resumed says whether the gateway resumed after ResumedAfter.
 	Resumed bool
 	// ResumedAfter is the id of the envelope the client asked to resume

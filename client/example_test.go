@@ -241,3 +241,38 @@ func ExampleOptions_resume() {
 	// {"text":"while bob was away"}
 	// {"text":"still away"}
 }
+
+// A script publishes without joining: nobody in the pod sees it join or
+// leave, and each result says what became of one envelope.
+func ExamplePublish() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	opts := client.PublishOptions{Pod: "example-publish", Participant: "ci"}
+	res, err := client.Publish(ctx, gatewayURL, opts,
+		&wire.Envelope{ID: "build-41", Kind: "chat", Payload: json.RawMessage(`{"text":"build 41 is green"}`)},
+		&wire.Envelope{ID: "build-42", Kind: "system/build"})
+	if err != nil {
+		log.Fatal(err) // the request as a whole: unreachable, or a *client.RefusedError
+	}
+	for _, r := range res {
+		if err := client.ResultError(r); err != nil {
+			fmt.Println("refused:", err.(*client.GatewayError).Code)
+		} else {
+			fmt.Println("relayed", r.ID)
+		}
+	}
+
+	// Ask the gateway, without joining either.
+	answer, err := client.Ask(ctx, gatewayURL, opts, wire.RequestHistory, wire.HistoryRequest{Limit: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var h wire.HistoryAnswer
+	_ = json.Unmarshal(answer, &h)
+	fmt.Println(len(h.Envelopes), "envelope in the history:", h.Envelopes[0].ID)
+	// Output:
+	// relayed build-41
+	// refused: reserved_kind
+	// 1 envelope in the history: build-41
+}
