@@ -61,6 +61,9 @@ type Context struct {
 	limiter  *rate.Limiter
 	deadline int64 // when the timeout heap next looks at it
 	index    int   // in the timeout heap, -1 when not in it
+	// floor is the least depth the context has, whatever becomes of its
+	// parent: a path's segments, 2 under an unknown parent, 1 for a root.
+	floor int
 }
 
 // Registry is the context registry of one pod.
@@ -177,6 +180,13 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 		depth = r.depthOf(c)
 		if depth > r.cfg.MaxDepth {
 			return envelope.Errorf(envelope.CodeContextDepthExceeded, "context %q would have depth %d, over the limit of %d", c.ID, depth, r.cfg.MaxDepth)
+		}
+		// Contexts created earlier may name this id as their parent (a
+		// chain built from the leaf up): they become its descendants, and
+		// no chain may grow past the limit that way either.
+		if deepest := r.deepest(c.ID, depth); deepest > r.cfg.MaxDepth {
+			return envelope.Errorf(envelope.CodeContextDepthExceeded,
+				"context %q would make the registered contexts below it reach depth %d, over the limit of %d", c.ID, deepest, r.cfg.MaxDepth)
 		}
 	}
 	if req.Duplicate != nil {
@@ -328,13 +338,32 @@ func (r *Registry) depthOf(c *envelope.Context) int {
 	return d
 }
 
+// deepest is the depth the deepest registered descendant of id would have
+// if id had depth depth (depth itself when it has none). Their chain is at
+// most MaxDepth long (every creation checks it), so is the recursion.
+func (r *Registry) deepest(id string, depth int) int {
+	d := depth
+	for _, k := range r.kids[id] {
+		d = max(d, r.deepest(k.ID, max(k.floor, depth+1)))
+	}
+	return d
+}
+
+// relink sets the depth of c's registered descendants from c's: contexts
+// created before c that name it as their parent are now below it.
+func (r *Registry) relink(c *Context) {
+	for _, k := range r.kids[c.ID] {
+		k.Depth = max(k.floor, c.Depth+1)
+		r.relink(k)
+	}
+}
+
 // inChain reports whether id is among from and its registered ancestors.
-// The chain is walked to its end, not only MaxDepth links: contexts whose
-// parents were unknown when they were created each count at depth 2, so a
-// registered chain can be longer than the depth limit (created from the
-// leaf up), and a cycle could close beyond it. The active contexts never
+// The chain is walked to its end, not only MaxDepth links, as a guard (a
+// chain is at most MaxDepth long on the node that accepted its envelopes,
+// but another node applies what it is given). The active contexts never
 // form a cycle (this check keeps it so), so the walk ends within r.active
-// links; the bound is only a guard.
+// links.
 func (r *Registry) inChain(from, id string) bool {
 	for i := 0; from != "" && i <= r.active; i++ {
 		if from == id {
@@ -411,12 +440,21 @@ func (r *Registry) create(c *envelope.Context, creator, incarnation string, dept
 			n.Parent = n.ID[:i]
 		}
 	}
+	switch {
+	case c.Path:
+		n.floor = max(1, c.Segments)
+	case n.Parent != "":
+		n.floor = 2 // an unknown parent counts as a root
+	default:
+		n.floor = 1
+	}
 	r.byID[n.ID] = n
 	r.peakByID = max(r.peakByID, len(r.byID))
 	if n.Parent != "" {
 		r.kids[n.Parent] = append(r.kids[n.Parent], n)
 		r.peakKids = max(r.peakKids, len(r.kids))
 	}
+	r.relink(n)
 	r.active++
 	r.byCreator[creator]++
 	r.peakCreators = max(r.peakCreators, len(r.byCreator))

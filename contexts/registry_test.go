@@ -269,14 +269,14 @@ func TestRegistryCycle(t *testing.T) {
 	// B as a root, or under another parent, is fine: A then hangs under B.
 	h.ok(`{"id":"B"}`, "x", "alice")
 
-	// A cycle through a chain longer than the depth limit: contexts created
-	// from the leaf up each have depth 2, so the chain is as long as one
-	// likes and a cycle can close far from where it starts.
+	// A cycle through a long chain built from the leaf up closes far from
+	// where it starts (with a depth limit that lets the chain be built).
+	long := newRegHarness(t, func(c *Config) { c.MaxDepth = 12 })
 	for i := 1; i <= 9; i++ {
-		h.ok(fmt.Sprintf(`{"id":"c%d","parent":"c%d"}`, i, i+1), "x", "alice")
+		long.ok(fmt.Sprintf(`{"id":"c%d","parent":"c%d"}`, i, i+1), "x", "alice")
 	}
-	h.refused(`{"id":"c10","parent":"c1"}`, "x", "alice", envelope.CodeContextCycle)
-	h.ok(`{"id":"c10"}`, "x", "alice")
+	long.refused(`{"id":"c10","parent":"c1"}`, "x", "alice", envelope.CodeContextCycle)
+	long.ok(`{"id":"c10"}`, "x", "alice")
 
 	// Mixed forms: x names parent x/y; the path x/y has parent x.
 	h.ok(`{"id":"x","parent":"x/y"}`, "x", "alice")
@@ -291,6 +291,56 @@ func TestRegistryCycle(t *testing.T) {
 	h.ok(`{"id":"P","parent":"Q"}`, "x", "alice")
 	h.refused(`{"id":"Q","parent":"P"}`, "x", "alice", envelope.CodeContextCycle)
 	h.ok(`{"id":"Q"}`, "x", "alice")
+}
+
+// TestRegistryDepthFromTheLeafUp: SPEC 3, a chain may be built from the
+// leaf up, and depth counts the whole chain the registry knows, whichever
+// order it was built in: announce C12 under C11, then C11 under C10, and
+// so on; each joins the chain below it, and the envelope that would make
+// it longer than --max-depth is refused. Subtree ancestry and cascades
+// cover every registered descendant.
+func TestRegistryDepthFromTheLeafUp(t *testing.T) {
+	h := newRegHarness(t, nil) // --max-depth 5
+	for i := 12; i >= 9; i-- {
+		h.ok(fmt.Sprintf(`{"id":"C%d","parent":"C%d"}`, i, i-1), "x", "alice")
+	}
+	// C9..C12 under an unknown C8 (a root at depth 1) are at depths 2..5.
+	for i, want := range map[int]int{9: 2, 10: 3, 11: 4, 12: 5} {
+		if d := h.info(fmt.Sprintf("C%d", i), StateActive).Depth; d != want {
+			t.Fatalf("C%d has depth %d, want %d", i, d, want)
+		}
+	}
+	// C8 under an unknown C7 would put C12 at depth 6.
+	h.refused(`{"id":"C8","parent":"C7"}`, "x", "alice", envelope.CodeContextDepthExceeded)
+	if h.r.Query(Query{State: "all", ID: "C8"}) != nil {
+		t.Fatal("the refused C8 was registered")
+	}
+	// As a root it fits: C8 1, C9 2 … C12 5.
+	h.ok(`{"id":"C8"}`, "x", "alice")
+	if d := h.info("C12", StateActive).Depth; d != 5 {
+		t.Fatalf("C12 has depth %d under the root C8, want 5", d)
+	}
+	// An envelope in C12 carries its whole ancestry, to the root.
+	res := h.ok(`{"id":"C12"}`, "x", "alice")
+	if got, want := strings.Join(res.ancestors, ","), "C11,C10,C9,C8"; got != want {
+		t.Fatalf("C12's ancestors %s, want %s", got, want)
+	}
+	// A child of C12 would be at depth 6.
+	h.refused(`{"id":"C13","parent":"C12"}`, "x", "alice", envelope.CodeContextDepthExceeded)
+	// Concluding the root concludes every registered descendant.
+	res = h.ok(`{"id":"C8"}`, "conclusion", "alice")
+	if got := strings.Join(res.concluded, " "); got != "C8:conclusion C9:parent_concluded C10:parent_concluded C11:parent_concluded C12:parent_concluded" {
+		t.Fatalf("the cascade: %s", got)
+	}
+
+	// Paths: a path's segments are its depth, and what hangs below one is
+	// counted from it.
+	h.ok(`{"id":"leaf","parent":"p/q/r/s/t"}`, "x", "alice")                  // under an unknown parent: depth 2
+	h.refused(`"p/q/r/s/t"`, "x", "alice", envelope.CodeContextDepthExceeded) // depth 5, and leaf 6
+	h.ok(`"p/q/r/s"`, "x", "alice")
+	if d := h.info("leaf", StateActive).Depth; d != 2 {
+		t.Fatalf("leaf has depth %d, want 2 (its parent is still unknown)", d)
+	}
 }
 
 func TestRegistryDepth(t *testing.T) {

@@ -127,3 +127,45 @@ func TestStalledReaderBoundedInBytes(t *testing.T) {
 	}
 	t.Logf("%d envelopes of %d KiB at a stalled reader: live heap peaked %+.1f MiB (bound %+.1f MiB)", n, size>>10, grown, float64(bound-base)/(1<<20))
 }
+
+// TestDepthHoldsFromTheLeafUp: a chain announced from the leaf up (C12
+// under C11, then C11 under C10, …) is counted whole: the envelope that
+// would make it longer than --max-depth (5) is refused with
+// context_depth_exceeded, and an observer of the chain's root with
+// subtree=1 receives what is sent in every registered descendant, down to
+// the deepest.
+func TestDepthHoldsFromTheLeafUp(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, nil)
+	const pod = "leaf-up"
+	s := g.dial(t, pod, "sender", "")
+	for i := 12; i >= 9; i-- {
+		s.send(map[string]any{"kind": "note", "id": fmt.Sprintf("n%d", i), "context": map[string]any{"id": fmt.Sprintf("C%d", i), "parent": fmt.Sprintf("C%d", i-1)}})
+	}
+	// C9…C12 hang under the unknown C8, at depths 2…5: C8 under C7 would
+	// put C12 at depth 6.
+	s.send(map[string]any{"kind": "note", "id": "n8", "context": map[string]any{"id": "C8", "parent": "C7"}})
+	if e := s.expectErr("context_depth_exceeded"); e.str("correlation_id") != "n8" {
+		t.Fatalf("the refusal answers %q, want n8", e.str("correlation_id"))
+	}
+	// C8 as a root fits; an observer of its subtree sees the deepest.
+	s.send(map[string]any{"kind": "note", "id": "root", "context": map[string]any{"id": "C8"}})
+	obs := g.dial(t, pod, "observer", "main=0&contexts=none&ids=C8&subtree=1")
+	for i := 9; i <= 12; i++ {
+		s.send(map[string]any{"kind": "note", "id": fmt.Sprintf("m%d", i), "context": map[string]any{"id": fmt.Sprintf("C%d", i)}})
+	}
+	for i := 9; i <= 12; i++ {
+		m := obs.nextNonPresence(5 * time.Second)
+		if m == nil || m.str("id") != fmt.Sprintf("m%d", i) {
+			t.Fatalf("the observer of C8's subtree got %v, want m%d", m, i)
+		}
+	}
+	// And C12, at depth 5, takes no child.
+	s.send(map[string]any{"kind": "note", "id": "n13", "context": map[string]any{"id": "C13", "parent": "C12"}})
+	s.expectErr("context_depth_exceeded")
+	s.send(map[string]any{"kind": "gateway/contexts", "id": "q", "payload": map[string]any{"id": "C12"}})
+	list, _ := s.expectKind("system/contexts").payload()["contexts"].([]any)
+	if c, _ := list[0].(map[string]any); len(list) != 1 || c["depth"] != float64(5) {
+		t.Fatalf("C12 in gateway/contexts: %v, want depth 5", list)
+	}
+}
