@@ -12,7 +12,8 @@ import (
 )
 
 // The tests of cmd/mcpp: the CLI built and run as a process against an
-// in-process gateway.
+// in-process gateway (and, in cli_history_test.go, against the
+// mcpp-gateway binary where the gateway restarts).
 
 // cliEnv is the environment of a CLI process: the test's, without the
 // MCPP_* variables the CLI reads as defaults.
@@ -160,10 +161,12 @@ func TestCLITailFilterSeesMainNotReasoning(t *testing.T) {
 	g := startGateway(t, nil)
 	gw := cliGateway(g)
 
+	// main-only joins first, so that it sees the two others join (send
+	// does not join: it publishes over HTTP).
 	mainOnly := startCLI(t, bin, "tail", "--gateway", gw, "--pod", "lab", "--participant", "main-only", "--contexts", "none", "--count", "2")
+	mainOnly.waitWelcome()
 	everything := startCLI(t, bin, "tail", "--gateway", g.WS, "--pod", "lab", "--participant", "everything", "--count", "4")
 	pretty := startCLI(t, bin, "tail", "--gateway", gw, "--pod", "lab", "--participant", "pretty", "--pretty", "--count", "4")
-	mainOnly.waitWelcome()
 	everything.waitWelcome()
 	pretty.waitWelcome()
 
@@ -197,7 +200,7 @@ func TestCLITailFilterSeesMainNotReasoning(t *testing.T) {
 	if !strings.Contains(mainOnly.stderr.String(), `"contexts":"none"`) {
 		t.Errorf("the welcome does not show the filter contexts=none:\n%s", mainOnly.stderr.String())
 	}
-	// Presence (the senders joining) went to stderr and was not counted.
+	// Presence (the other tails joining) went to stderr and was not counted.
 	if !strings.Contains(mainOnly.stderr.String(), `"kind":"system/presence"`) {
 		t.Errorf("no presence on stderr:\n%s", mainOnly.stderr.String())
 	}
@@ -404,5 +407,52 @@ func TestCLIUsage(t *testing.T) {
 	}
 	if r := runCLI(t, bin, "", "help"); r.code != 0 || !strings.Contains(r.stdout, "tail") || !strings.Contains(r.stdout, "contexts") {
 		t.Errorf("mcpp help: exit %d, %q", r.code, r.stdout)
+	}
+}
+
+// TestCLISendDoesNotJoin: mcpp send, contexts and history publish over
+// HTTP (POST /pods/NAME/envelopes), so a tail sees what they send and no
+// join or leave of theirs.
+func TestCLISendDoesNotJoin(t *testing.T) {
+	bin := buildCommand(t, "mcpp")
+	g := startGateway(t, nil)
+	gw := cliGateway(g)
+	tail := startCLI(t, bin, "tail", "--gateway", gw, "--pod", "lab", "--participant", "watcher", "--all")
+	tail.waitWelcome()
+
+	base := []string{"--gateway", gw, "--pod", "lab"}
+	for _, args := range [][]string{
+		{"send", "--participant", "alice", "--kind", "chat", "--payload", `{"text":"one"}`},
+		{"send", "--kind", "chat", "--payload", `{"text":"two"}`}, // no participant: a made-up one
+		{"contexts"},
+		{"history"},
+	} {
+		args = append(append(args[:1:1], base...), args[1:]...)
+		if r := runCLI(t, bin, "", args...); r.code != 0 {
+			t.Fatalf("mcpp %v: exit %d\n%s", args, r.code, r.stderr)
+		}
+	}
+	stdin := `{"kind":"chat","payload":{"text":"three"}}` + "\n" + `{"kind":"chat","payload":{"text":"four"}}` + "\n"
+	if r := runCLI(t, bin, stdin, append([]string{"send", "--participant", "bob", "--stdin"}, base...)...); r.code != 0 {
+		t.Fatalf("send --stdin: exit %d\n%s", r.code, r.stderr)
+	}
+	eventually(t, 10*time.Second, "the four envelopes in the tail", func() bool { return len(tail.lines()) >= 5 })
+	time.Sleep(300 * time.Millisecond) // a leave would come right after
+	got := decodeCLILines(t, tail.lines())
+	var texts []string
+	for _, m := range got[1:] {
+		texts = append(texts, cliText(m))
+		if m.kind() != "chat" {
+			t.Errorf("the tail printed %v", m)
+		}
+	}
+	if got[0].kind() != "system/welcome" || strings.Join(texts, ",") != "one,two,three,four" {
+		t.Fatalf("the tail printed:\n%s", tail.stdout.String())
+	}
+	if strings.Contains(tail.stdout.String()+tail.stderr.String(), "system/presence") {
+		t.Fatalf("the tail saw a presence event:\n%s\n%s", tail.stdout.String(), tail.stderr.String())
+	}
+	if from := got[2].str("from"); !strings.HasPrefix(from, "anon-") {
+		t.Errorf("send without --participant sent as %q, want a made-up anon-… id", from)
 	}
 }

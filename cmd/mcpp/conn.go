@@ -3,23 +3,23 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/google/uuid"
+
+	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/wire"
 )
 
 const (
 	defaultGateway = "ws://127.0.0.1:8080"
 	dialTimeout    = 10 * time.Second
-	readLimit      = 64 << 20 // a batch holds at most 256 KiB, an envelope 2 MiB
 )
 
 const connectionUsage = `Connection flags (every command):
@@ -27,10 +27,14 @@ const connectionUsage = `Connection flags (every command):
                       http(s):// means ws(s)://, and /ws is appended to a
                       URL whose path does not end in /ws
                       (default $MCPP_GATEWAY, else ` + defaultGateway + `)
-  --pod NAME          the pod to join (default $MCPP_POD; required)
+  --pod NAME          the pod (default $MCPP_POD; required)
   --participant ID    your participant id in open mode (default
-                      $MCPP_PARTICIPANT, else the gateway makes one up); a
-                      second connection with the same id replaces the first
+                      $MCPP_PARTICIPANT). tail joins the pod over WebSocket:
+                      without an id the gateway makes one up, and a second
+                      connection with the same id replaces the first. send,
+                      contexts and history do not join: they POST to
+                      /pods/NAME/envelopes (nobody sees a join or a leave),
+                      and without an id they use a new anon-XXXXXXXXXXXX
   --token TOKEN       sent as Authorization: Bearer TOKEN (default $MCPP_TOKEN)
 `
 
@@ -109,53 +113,74 @@ func (c *connFlags) url(extra url.Values) (string, error) {
 	return u.String(), nil
 }
 
-// refusalError is an upgrade the gateway answered with an HTTP error.
-type refusalError struct {
-	status int
-	body   string // the gateway's JSON body, as sent
+// endpoint is --gateway as the client package takes it: the /ws URL, with
+// whatever query --gateway has (a token, for one).
+func (c *connFlags) endpoint() string {
+	u, err := gatewayURL(c.gateway)
+	if err != nil {
+		return c.gateway // check has refused it already
+	}
+	return u.String()
 }
 
-func (r *refusalError) Error() string {
-	var b struct{ Error, Message string }
-	code := ""
-	if json.Unmarshal([]byte(r.body), &b) == nil && b.Error != "" {
-		code = " " + b.Error
+// dial joins the pod with opts (pod, participant and token are the
+// flags').
+func (c *connFlags) dial(ctx context.Context, opts client.Options) (*client.Client, error) {
+	opts.Pod, opts.Participant, opts.Token = c.pod, c.participant, c.token
+	opts.DialTimeout = dialTimeout
+	cl, err := client.Dial(ctx, c.endpoint(), opts)
+	if err != nil {
+		return nil, c.explain(ctx, err, "connection")
 	}
-	body := strings.TrimSpace(r.body)
+	return cl, nil
+}
+
+// publishOptions are the options of the commands that POST to
+// /pods/NAME/envelopes instead of joining. Open mode needs a participant
+// id there (the gateway makes none up, as it does for an upgrade): one is
+// made up when --participant is not given. With a token file the token
+// names the participant and the id is ignored.
+func (c *connFlags) publishOptions() client.PublishOptions {
+	if c.participant == "" {
+		c.participant = "anon-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	}
+	return client.PublishOptions{Pod: c.pod, Participant: c.participant, Token: c.token}
+}
+
+// explain turns an error of the client package into what mcpp says: a
+// refusal with the gateway's JSON body, as it sent it; an interruption as
+// itself; anything else as a gateway that could not be reached. what is
+// "connection" (an upgrade) or "request" (a POST).
+func (c *connFlags) explain(ctx context.Context, err error, what string) error {
+	var re *client.RefusedError
+	switch {
+	case errors.As(err, &re):
+		return errors.New(refusalText(re, what))
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no answer from the gateway in time: %v", err)
+	}
+	return fmt.Errorf("cannot reach the gateway: %v", err) // the client's error names the URL, without a token
+}
+
+// refusalText is an HTTP refusal as mcpp prints it: the status, the code,
+// and the gateway's JSON body ({"error":…,"message":…}).
+func refusalText(re *client.RefusedError, what string) string {
+	body := strings.TrimSpace(re.Message)
+	code := ""
+	if re.Code != "" {
+		code = " " + string(re.Code)
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(wire.Refusal{Code: re.Code, Message: re.Message})
+		body = strings.TrimSpace(b.String())
+	}
 	if body == "" {
 		body = "(no body)"
 	}
-	return fmt.Sprintf("the gateway refused the connection (HTTP %d%s): %s", r.status, code, body)
-}
-
-// dial joins the pod with the extra query parameters.
-func (c *connFlags) dial(ctx context.Context, extra url.Values) (*websocket.Conn, error) {
-	u, err := c.url(extra)
-	if err != nil {
-		return nil, err
-	}
-	h := http.Header{}
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
-	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPHeader: h})
-	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			var body bytes.Buffer
-			if resp.Body != nil {
-				_, _ = body.ReadFrom(resp.Body)
-			}
-			return nil, &refusalError{status: resp.StatusCode, body: body.String()}
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("cannot reach the gateway at %s: %v", redact(u), err)
-	}
-	conn.SetReadLimit(readLimit)
-	return conn, nil
+	return fmt.Sprintf("the gateway refused the %s (HTTP %d%s): %s", what, re.StatusCode, code, body)
 }
 
 // redact hides a token given in the URL's query.
@@ -172,197 +197,10 @@ func redact(s string) string {
 	return u.String()
 }
 
-// quietQuery is the filter of a connection that only sends and wants its
-// answers: nothing broadcast, only what is addressed to it.
-func quietQuery() url.Values {
-	return url.Values{"main": {"0"}, "contexts": {"none"}, "routing": {"directed"}}
-}
-
-// closeError describes how the gateway ended a connection.
-func closeError(err error) error {
-	switch code := websocket.CloseStatus(err); code {
-	case -1:
-		return fmt.Errorf("connection lost: %v", err)
-	case websocket.StatusGoingAway:
-		return errors.New("the gateway closed the connection: it is shutting down (1001)")
-	case 4000:
-		return errors.New("the gateway closed the connection: another connection joined with the same participant id (4000 replaced)")
-	case 4008:
-		return errors.New("the gateway closed the connection: this client read too slowly (4008 slow consumer)")
-	case websocket.StatusMessageTooBig:
-		return errors.New("the gateway closed the connection: a message was too large (1009)")
-	default:
-		var ce websocket.CloseError
-		errors.As(err, &ce)
-		return fmt.Errorf("the gateway closed the connection (%d %s)", int(code), ce.Reason)
+// withTimeout bounds ctx by d; 0 does not.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
 	}
-}
-
-// header is the part of a received envelope the client looks at.
-type header struct {
-	ID            string          `json:"id"`
-	Kind          string          `json:"kind"`
-	CorrelationID json.RawMessage `json:"correlation_id"`
-	Payload       json.RawMessage `json:"payload"`
-}
-
-func parseHeader(line []byte) (header, bool) {
-	var h header
-	err := json.Unmarshal(line, &h)
-	return h, err == nil
-}
-
-// correlates reports whether h's correlation_id (a string or an array of
-// strings) names id.
-func (h *header) correlates(id string) bool {
-	var one string
-	if json.Unmarshal(h.CorrelationID, &one) == nil {
-		return one == id
-	}
-	var many []string
-	if json.Unmarshal(h.CorrelationID, &many) == nil {
-		for _, s := range many {
-			if s == id {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// correlationIDs returns h's correlation ids.
-func (h *header) correlationIDs() []string {
-	var one string
-	if json.Unmarshal(h.CorrelationID, &one) == nil {
-		return []string{one}
-	}
-	var many []string
-	_ = json.Unmarshal(h.CorrelationID, &many)
-	return many
-}
-
-// gatewayError is the payload of system/error.
-type gatewayError struct {
-	Error        string `json:"error"`
-	Message      string `json:"message"`
-	Retryable    bool   `json:"retryable"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-}
-
-func (g gatewayError) String() string {
-	s := g.Error + ": " + g.Message
-	if g.RetryAfterMS > 0 {
-		s += fmt.Sprintf(" (retry after %d ms)", g.RetryAfterMS)
-	}
-	return s
-}
-
-// splitLines splits a WebSocket message into its envelopes (one, or
-// several with batch=1), dropping empty lines.
-func splitLines(data []byte) [][]byte {
-	var out [][]byte
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		line = bytes.TrimRight(line, "\r")
-		if len(bytes.TrimSpace(line)) > 0 {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-// newID returns a random UUIDv4 for an envelope id.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// request is a connection used to send envelopes and collect the
-// gateway's answers: it reads in the background and hands every envelope
-// received to handle, in order, on the reading goroutine.
-type request struct {
-	conn     *websocket.Conn
-	done     chan struct{}
-	err      error         // why reading stopped; set before done closes
-	welcomed chan struct{} // closed when the welcome has come
-	welcome  header        // set before welcomed closes
-}
-
-func startRequest(conn *websocket.Conn, handle func(line []byte)) *request {
-	r := &request{conn: conn, done: make(chan struct{}), welcomed: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		for {
-			typ, data, err := conn.Read(context.Background())
-			if err != nil {
-				r.err = err
-				return
-			}
-			if typ != websocket.MessageText {
-				continue
-			}
-			for _, line := range splitLines(data) {
-				if h, ok := parseHeader(line); ok && h.Kind == "system/welcome" {
-					select {
-					case <-r.welcomed:
-					default:
-						r.welcome = h
-						close(r.welcomed)
-					}
-				}
-				handle(line)
-			}
-		}
-	}()
-	return r
-}
-
-// waitWelcome waits for the welcome, the first message of a connection:
-// the commands write nothing before it, so that they know they have
-// joined (and the gateway's limits).
-func (r *request) waitWelcome(ctx context.Context) error {
-	t := time.NewTimer(dialTimeout)
-	defer t.Stop()
-	select {
-	case <-r.welcomed:
-		return nil
-	case <-r.done:
-		return closeError(r.err)
-	case <-t.C:
-		return errors.New("no welcome from the gateway")
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// write sends one envelope.
-func (r *request) write(ctx context.Context, b []byte) error {
-	wctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	if err := r.conn.Write(wctx, websocket.MessageText, b); err != nil {
-		select {
-		case <-r.done:
-			return closeError(r.err)
-		default:
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("write: %v", err)
-	}
-	return nil
-}
-
-// close ends the connection politely and waits for the reader.
-func (r *request) close() {
-	_ = r.conn.Close(websocket.StatusNormalClosure, "")
-	<-r.done
+	return context.WithTimeout(ctx, d)
 }

@@ -3,38 +3,42 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/mcpp/gateway/contexts"
+	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/wire"
 )
 
 var contextsCommand = command{
 	synopsis: "--pod NAME [--state active|concluded|all] [--type T] [--id ID] [--limit N] [--json]",
 	summary:  "List the pod's contexts as a tree.",
-	usage: `Asks the gateway (gateway/contexts) and prints the contexts as a tree,
-children indented under their parents, with type, state, message count and
-age (since creation). A context whose parent is not in the answer is shown
-at the top level with "(parent X)".
+	usage: `Asks the gateway (a gateway/contexts request POSTed to
+/pods/NAME/envelopes: contexts does not join the pod, so nobody sees a join
+or a leave) and prints the contexts as a tree, children indented under
+their parents, with type, state, message count and age (since creation). A
+context whose parent is not in the answer is shown at the top level with
+"(parent X)".
 
 Flags:
   --state S       active (default), concluded or all
   --type T        only contexts of this type
   --id ID         only this context
   --limit N       at most N contexts (default: the gateway's, 1000)
-  --json          print the gateway's answer (the system/contexts envelope)
-                  as received, one line of JSON
+  --json          print the gateway's answer as the system/contexts
+                  envelope a participant would receive, one line of JSON
+                  (the payload as the gateway wrote it)
   --timeout D     how long to wait for the answer (default 5s)
 `,
 	run: runContexts,
 }
 
-// contextInfo is one entry of system/contexts (SPEC section 6), as the
-// gateway's registry writes it.
-type contextInfo = contexts.Info
+// contextInfo is one entry of system/contexts (SPEC section 6).
+type contextInfo = wire.ContextInfo
 
 func runContexts(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("contexts")
@@ -63,72 +67,28 @@ func runContexts(ctx context.Context, e *env, args []string) error {
 	if *timeout <= 0 {
 		return usagef("--timeout must be positive")
 	}
-	q := map[string]any{"state": *state}
-	if *typ != "" {
-		q["type"] = *typ
-	}
-	if *id != "" {
-		q["id"] = *id
-	}
-	if *limit > 0 {
-		q["limit"] = *limit
-	}
-	payload, _ := json.Marshal(q)
-	reqID := newID()
-	req, _ := json.Marshal(outEnvelope{ID: reqID, Kind: "gateway/contexts", Payload: payload})
-
-	conn, err := cf.dial(ctx, quietQuery())
-	if err != nil {
-		return err
-	}
-	answer := make(chan []byte, 1)
-	r := startRequest(conn, func(line []byte) {
-		if h, ok := parseHeader(line); ok && h.correlates(reqID) {
-			select {
-			case answer <- line:
-			default:
-			}
-		}
-	})
-	defer r.close()
-	if err := r.waitWelcome(ctx); err != nil {
-		return err
-	}
-	if err := r.write(ctx, req); err != nil {
-		return err
-	}
-	var line []byte
-	select {
-	case line = <-answer:
-	case <-r.done:
-		select {
-		case line = <-answer:
-		default:
-			return closeError(r.err)
-		}
-	case <-time.After(*timeout):
-		return fmt.Errorf("no answer from the gateway within %v", *timeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-
-	h, _ := parseHeader(line)
-	if h.Kind == "system/error" {
-		var ge gatewayError
-		_ = json.Unmarshal(h.Payload, &ge)
-		return fmt.Errorf("refused: %s", ge)
-	}
-	if h.Kind != "system/contexts" {
-		return fmt.Errorf("unexpected answer %s", h.Kind)
+	q := wire.ContextsRequest{State: *state, Type: *typ, ID: *id, Limit: *limit}
+	rctx, cancel := withTimeout(ctx, *timeout)
+	defer cancel()
+	answer, err := client.Ask(rctx, cf.endpoint(), cf.publishOptions(), wire.RequestContexts, q)
+	var ge *client.GatewayError
+	switch {
+	case errors.As(err, &ge):
+		return fmt.Errorf("refused: %s", ge.ErrorPayload)
+	case err != nil:
+		return cf.explain(ctx, err, "request")
 	}
 	if *asJSON {
-		fmt.Fprintf(e.stdout, "%s\n", line)
+		// The answer as a participant would receive it over WebSocket.
+		b, err := json.Marshal(wire.Envelope{Protocol: wire.ProtocolMCPP, From: wire.GatewayID, Kind: wire.KindContexts, Payload: answer})
+		if err != nil {
+			return fmt.Errorf("the answer does not read: %v", err)
+		}
+		fmt.Fprintf(e.stdout, "%s\n", b)
 		return nil
 	}
-	var p struct {
-		Contexts []contextInfo `json:"contexts"`
-	}
-	if err := json.Unmarshal(h.Payload, &p); err != nil {
+	var p wire.ContextsAnswer
+	if err := json.Unmarshal(answer, &p); err != nil {
 		return fmt.Errorf("the answer does not read: %v", err)
 	}
 	if len(p.Contexts) == 0 {

@@ -32,11 +32,13 @@ type command struct {
 }
 
 // commands is the dispatch table. Each subcommand lives in its own file
-// (tail.go, send.go, contexts.go); a new one adds its line here.
+// (tail.go, send.go, contexts.go, history.go); a new one adds its line
+// here.
 var commands = map[string]command{
 	"tail":     tailCommand,
 	"send":     sendCommand,
 	"contexts": contextsCommand,
+	"history":  historyCommand,
 	// bench has flags and exit codes of its own (package bench); run
 	// hands it the command line before this table is consulted.
 	"bench": {synopsis: "[flags]", summary: "Measure fan-out speed, latency and memory, against a bare-relay baseline"},
@@ -165,11 +167,21 @@ Commands:
 		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprint(w, `
+tail joins the pod over WebSocket; send, contexts and history do not: they
+POST to /pods/NAME/envelopes, so nobody in the pod sees them join or leave.
+
+The pod's past (SPEC section 8): 'tail --history N|all' prints it before
+the live envelopes, 'tail --resume-file F' picks up after the last envelope
+a previous tail printed (none missing, none twice), and 'history' prints
+it alone. It is folded unless --fold=0: a concluded context shows only its
+conclusion and its system/context event, a consumed transient envelope
+comes collapsed to its summary; --pretty marks both.
+
 Run 'mcpp COMMAND -h' for a command's flags.
 
 `+connectionUsage+`
 Exit status: 0 done, 1 refused by the gateway (or it could not be
-reached, or it closed the connection), 2 usage error.
+reached, or it closed the connection for good), 2 usage error.
 `)
 }
 

@@ -4,9 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/wire"
 )
 
 func testEnv(stdin string) (*env, *bytes.Buffer, *bytes.Buffer) {
@@ -201,20 +207,161 @@ func TestFillLine(t *testing.T) {
 	}
 }
 
-func TestSplitLinesAndCorrelation(t *testing.T) {
-	got := splitLines([]byte("{\"a\":1}\n{\"b\":2}\r\n\n{\"c\":3}\n"))
-	if len(got) != 3 || string(got[0]) != `{"a":1}` || string(got[1]) != `{"b":2}` || string(got[2]) != `{"c":3}` {
-		t.Errorf("splitLines: %q", got)
-	}
-	for line, want := range map[string]bool{
-		`{"correlation_id":"x"}`:       true,
-		`{"correlation_id":["y","x"]}`: true,
-		`{"correlation_id":"y"}`:       false,
-		`{}`:                           false,
-	} {
-		h, ok := parseHeader([]byte(line))
-		if !ok || h.correlates("x") != want {
-			t.Errorf("%s correlates x: %v, want %v", line, h.correlates("x"), want)
+func TestFilterFlags(t *testing.T) {
+	parse := func(args ...string) (wire.Filter, error) {
+		fs := newFlagSet("tail")
+		var ff filterFlags
+		ff.register(fs)
+		if err := parseFlags(fs, args); err != nil {
+			return wire.Filter{}, err
 		}
+		return ff.filter()
+	}
+	f, err := parse("--main=0", "--contexts", "none", "--types", "a, b", "--exclude_types", "x", "--subtree", "--echo=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Query().Encode(), "contexts=none&echo=1&exclude_types=x&main=0&subtree=1&types=a%2Cb"; got != want {
+		t.Errorf("query %s, want %s", got, want)
+	}
+	if f, _ := parse(); len(f.Query()) != 0 {
+		t.Errorf("no flags: %v", f.Query())
+	}
+	if _, err := parse("--contexts", ""); err == nil {
+		t.Error("--contexts '' accepted")
+	}
+	// A value the gateway does not know is the gateway's to refuse.
+	if f, err := parse("--routing", "sideways"); err != nil || f.Routing != "sideways" {
+		t.Errorf("%+v %v", f, err)
+	}
+}
+
+func TestHistoryFlag(t *testing.T) {
+	for in, want := range map[string]int{"": 0, "0": 0, "20": 20, "all": client.HistoryAll} {
+		if n, err := historyFlag(in); err != nil || n != want {
+			t.Errorf("%q: %d %v", in, n, err)
+		}
+	}
+	for _, bad := range []string{"-1", "some", "1.5"} {
+		if _, err := historyFlag(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestResumeFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tail.id")
+	r, err := openResumeFile(path)
+	if err != nil || r.last != "" {
+		t.Fatal(r, err)
+	}
+	for _, id := range []string{"env-1", "env-2", "env-2"} {
+		if err := r.save(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, _ := os.ReadFile(path); string(b) != "env-2\n" {
+		t.Errorf("the file holds %q", b)
+	}
+	if r, err := openResumeFile(path); err != nil || r.last != "env-2" {
+		t.Errorf("%+v %v", r, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("files left behind: %v", entries)
+	}
+	if err := os.WriteFile(path, []byte("two words\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openResumeFile(path); err == nil {
+		t.Error("a file that holds no id accepted")
+	}
+	if _, err := openResumeFile(filepath.Join(dir, "no-such-dir", "tail.id")); err == nil {
+		t.Error("a file that cannot be written accepted")
+	}
+}
+
+func TestFoldLines(t *testing.T) {
+	list := []json.RawMessage{
+		json.RawMessage(`{"id":"1","kind":"chat"}`),
+		json.RawMessage(`{"id":"2","kind":"conclusion","context":{"id":"r1"}}`),
+		json.RawMessage(`{"id":"3","kind":"system/context","context":{"id":"r1","type":"reasoning"}}`),
+		json.RawMessage(`{"id":"4","kind":"step","context":{"id":"r1"}}`), // r1 again: a new, active context
+		json.RawMessage(`{"id":"5","kind":"step","context":"a/b"}`),
+	}
+	if got := foldLines(list, true); !slices.Equal(got, []bool{false, true, false, false, false}) {
+		t.Errorf("folded: %v", got)
+	}
+	if got := foldLines(list, false); slices.Contains(got, true) {
+		t.Errorf("unfolded: %v", got)
+	}
+}
+
+func TestPrettyReplay(t *testing.T) {
+	p := newPrinter(false)
+	p.loc = time.UTC
+	now := time.Now()
+	learnContexts(p.ctxs, []json.RawMessage{json.RawMessage(`{"kind":"system/context","context":{"id":"r1","type":"reasoning","parent":"t1"}}`)})
+	replay := view{replayed: true, folded: true}
+	for _, c := range []struct {
+		line string
+		v    view
+		want string
+	}{
+		{`{"ts":"2026-11-22T10:00:00Z","from":"a","kind":"start","context":{"id":"t1","type":"task"}}`, replay,
+			`10:00:00.000 a               start                 [t1 task]`},
+		{`{"ts":"2026-11-22T10:00:01Z","from":"a","kind":"conclusion","context":{"id":"r1"},"payload":{"summary":"B"}}`, view{replayed: true, folded: true, fold: true},
+			`10:00:01.000 a               conclusion              [r1 reasoning] ⤶ fold {"summary":"B"}`},
+		{`{"ts":"2026-11-22T10:00:01Z","from":"system:gateway","kind":"system/context","context":{"id":"r1","type":"reasoning","parent":"t1"},"payload":{"event":"concluded","reason":"conclusion","stats":{"messages":4,"participants":["a"]}}}`, replay,
+			`10:00:01.000 system:gateway  system/context          [r1 reasoning] concluded (conclusion): 4 messages from 1 participants ⤶ folded: 3 of its envelopes left out`},
+		{`{"ts":"2026-11-22T10:00:02Z","from":"b","kind":"activity","lifecycle":{"mode":"transient","summary":"15 rows"},"payload":{"collapsed":true,"summary":"15 rows","consumed_by":"e9"}}`, replay,
+			`10:00:02.000 b               activity              ⊟ collapsed, consumed by e9: 15 rows`},
+		// Live, the same payload is only a payload.
+		{`{"ts":"2026-11-22T10:00:02Z","from":"b","kind":"activity","lifecycle":{"mode":"transient","summary":"15 rows"},"payload":{"collapsed":true,"summary":"15 rows","consumed_by":"e9"}}`, view{},
+			`10:00:02.000 b               activity              {"collapsed":true,"summary":"15 rows","consumed_by":"e9"}`},
+	} {
+		if got := p.formatView([]byte(c.line), now, c.v); got != c.want {
+			t.Errorf("\n got %q\nwant %q", got, c.want)
+		}
+	}
+	folded, collapsed := 12, 1
+	resumed, notResumed := true, false
+	for h, want := range map[*wire.HistoryInfo]string{
+		{Replayed: 3, Folded: &folded, Collapsed: &collapsed}: "; 3 envelopes of history follow, folded (12 left out, 1 collapsed)",
+		{Replayed: 1}:                       "; 1 envelope of history follow, unfolded",
+		{Resumed: &resumed, Replayed: 7}:    "; resumed: 7 missed envelopes follow",
+		{Resumed: &notResumed, Replayed: 0}: "; could not resume: envelopes may be missing",
+		{Resumed: &notResumed, Replayed: 5}: "; could not resume (envelopes may be missing): 5 envelopes of history follow",
+	} {
+		if got := historySummary(h); got != want {
+			t.Errorf("%+v: %q, want %q", h, got, want)
+		}
+	}
+}
+
+func TestNewLimiter(t *testing.T) {
+	if newLimiter(0) != nil {
+		t.Error("rate 0 paces")
+	}
+	l := newLimiter(20)
+	start := time.Now()
+	for range 3 {
+		if err := wait(context.Background(), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// It starts empty: three tokens at 20/s take about 150 ms.
+	if d := time.Since(start); d < 120*time.Millisecond {
+		t.Errorf("3 tokens at 20/s in %v: the limiter did not start empty", d)
+	}
+}
+
+func TestRefusalText(t *testing.T) {
+	got := refusalText(&client.RefusedError{StatusCode: 400, Code: wire.CodeInvalidPod, Message: "pod <x>"}, "connection")
+	if got != `the gateway refused the connection (HTTP 400 invalid_pod): {"error":"invalid_pod","message":"pod <x>"}` {
+		t.Errorf("%s", got)
+	}
+	if got := refusalText(&client.RefusedError{StatusCode: 502, Message: "bad gateway"}, "request"); got != "the gateway refused the request (HTTP 502): bad gateway" {
+		t.Errorf("%s", got)
 	}
 }

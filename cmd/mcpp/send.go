@@ -9,16 +9,28 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/time/rate"
+
+	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/wire"
 )
 
 var sendCommand = command{
-	synopsis: "--pod NAME --kind KIND [--to a,b] [--context JSON|PATH] [--payload JSON|@FILE|-] [--id ID]\n       mcpp send --pod NAME --stdin [--kind KIND] [--to a,b] [--context JSON|PATH]",
-	summary:  "Send one envelope, or one per line of standard input.",
-	usage: `Envelope flags:
+	synopsis: "--pod NAME --kind KIND [--to a,b] [--context JSON|PATH] [--payload JSON|@FILE|-] [--id ID]\n       mcpp send --pod NAME --stdin [--kind KIND] [--to a,b] [--context JSON|PATH] [--rate N]",
+	summary:  "Send one envelope, or one per line of standard input, without joining the pod.",
+	usage: `send does not join the pod: it POSTs to /pods/NAME/envelopes (SPEC section
+6), so nobody in the pod sees a join or a leave, and the gateway answers
+each envelope in its HTTP answer. Each envelope is checked and relayed as
+if the participant had sent it over WebSocket (its own tails with --echo
+get it too).
+
+Envelope flags:
   --kind KIND             the envelope's kind (required without --stdin)
   --to a,b                address it to these participants (default: everyone)
   --context JSON|PATH     a context: a value starting with { is the JSON
@@ -31,43 +43,40 @@ var sendCommand = command{
   --correlation-id ID     the correlation_id field
 
   --stdin                 send one envelope per line of standard input: each
-                          non-empty line is a whole envelope JSON object. A
-                          line without an id gets a new one; --kind, --to,
-                          --context and --correlation-id fill the fields a
-                          line lacks. --payload and --id do not apply.
-                          The lines are paced to stay under the rate and
-                          burst the gateway announces in its welcome (and
-                          its per-context rate for lines with a context).
-  --wait DURATION         how long to wait for the gateway's errors after the
-                          last envelope (default 500ms)
+                          non-empty line is a whole envelope JSON object,
+                          sent as it is. A line without an id gets a new
+                          one; --kind, --to, --context and --correlation-id
+                          fill the fields a line lacks. --payload and --id
+                          do not apply. Lines go one a request, in order.
+  --rate N                with --stdin, send at most N lines a second
+                          (default 90, under the gateway's default --rate
+                          of 100; 0 does not pace). Lines are paced from
+                          the start, as if the gateway's bucket were empty
+  --context-rate N        with --stdin, at most N lines a second that have
+                          a context (default 45, under the gateway's
+                          default --context-rate of 50)
+                          A line the gateway refuses as rate_limited or
+                          context_rate_limited all the same (a gateway with
+                          lower limits) is sent again once its
+                          retry_after_ms has passed.
+  --wait DURATION         how long to wait for the gateway's answer to each
+                          request (default 10s; 0: no limit). The answer
+                          holds the gateway's verdict on every envelope of
+                          the request, so nothing comes after it.
 
-After sending, send asks the gateway for a no-op answer (gateway/filter with
-an empty payload) and waits up to --wait for it: the gateway answers one
-connection in order, so every system/error about the envelopes sent has
-come by then. Each error is printed on standard error (code and message,
-with the envelope id, and the line with --stdin) and send exits 1;
-otherwise it exits 0. send joins with a filter that receives nothing but
-what is addressed to it; joining as the participant id of a running tail
-replaces that tail's connection.
+Each refused envelope is printed on standard error (code and message, with
+the envelope id, and the line with --stdin), and send exits 1; otherwise it
+exits 0. Without --participant, in open mode, send uses a new id
+anon-XXXXXXXXXXXX each time.
 `,
 	run: runSend,
-}
-
-// outEnvelope is an envelope send builds, fields in the order of SPEC
-// section 2.
-type outEnvelope struct {
-	ID            string          `json:"id"`
-	To            []string        `json:"to,omitempty"`
-	Kind          string          `json:"kind"`
-	CorrelationID string          `json:"correlation_id,omitempty"`
-	Context       json.RawMessage `json:"context,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
 }
 
 type sendFlags struct {
 	kind, to, context, payload, id, correlationID string
 	stdin                                         bool
 	wait                                          time.Duration
+	rate, contextRate                             float64
 }
 
 func runSend(ctx context.Context, e *env, args []string) error {
@@ -82,7 +91,9 @@ func runSend(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&sf.id, "id", "", "")
 	fs.StringVar(&sf.correlationID, "correlation-id", "", "")
 	fs.BoolVar(&sf.stdin, "stdin", false, "")
-	fs.DurationVar(&sf.wait, "wait", 500*time.Millisecond, "")
+	fs.DurationVar(&sf.wait, "wait", 10*time.Second, "")
+	fs.Float64Var(&sf.rate, "rate", 90, "")
+	fs.Float64Var(&sf.contextRate, "context-rate", 45, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -94,6 +105,9 @@ func runSend(ctx context.Context, e *env, args []string) error {
 	if sf.wait < 0 {
 		return usagef("--wait must not be negative")
 	}
+	if sf.rate < 0 || sf.contextRate < 0 || math.IsNaN(sf.rate) || math.IsNaN(sf.contextRate) {
+		return usagef("--rate and --context-rate must be 0 (no pacing) or more")
+	}
 	var ctxJSON json.RawMessage
 	if given["context"] {
 		var err error
@@ -102,186 +116,177 @@ func runSend(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	to := splitList(sf.to)
+	s := &sender{e: e, cf: &cf, sf: &sf}
+	s.opts = cf.publishOptions()
 
-	// The envelopes to send: one, or a reader of lines.
-	var one []byte
-	var lines *bufio.Scanner
 	if sf.stdin {
 		if given["payload"] || given["id"] {
 			return usagef("--payload and --id do not apply to --stdin: each line is a whole envelope")
 		}
-		lines = bufio.NewScanner(e.stdin)
-		lines.Buffer(make([]byte, 64<<10), 16<<20)
-	} else {
-		if sf.kind == "" {
-			return usagef("--kind is required")
-		}
-		env := outEnvelope{ID: sf.id, To: to, Kind: sf.kind, CorrelationID: sf.correlationID, Context: ctxJSON}
-		if env.ID == "" {
-			env.ID = newID()
-		}
-		if given["payload"] {
-			p, err := payloadFlag(sf.payload, e.stdin)
-			if err != nil {
-				return err
-			}
-			env.Payload = p
-		}
-		var err error
-		if one, err = json.Marshal(env); err != nil {
-			return usagef("%v", err)
-		}
+		return s.lines(ctx, to, ctxJSON)
 	}
-
-	conn, err := cf.dial(ctx, quietQuery())
+	if sf.kind == "" {
+		return usagef("--kind is required")
+	}
+	env := &wire.Envelope{ID: sf.id, To: to, Kind: sf.kind, Context: ctxJSON}
+	if sf.correlationID != "" {
+		env.CorrelationID = wire.CorrelationID{sf.correlationID}
+	}
+	if env.ID == "" {
+		env.ID = uuid.NewString()
+	}
+	if given["payload"] {
+		p, err := payloadFlag(sf.payload, e.stdin)
+		if err != nil {
+			return err
+		}
+		env.Payload = p
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	r, err := s.publish(ctx, b)
 	if err != nil {
 		return err
 	}
-	s := &sender{stderr: e.stderr, sent: map[string]string{}, barrierID: "mcpp-sync-" + newID(), barrier: make(chan struct{})}
-	r := startRequest(conn, s.handle)
-	defer r.close()
-	if err := r.waitWelcome(ctx); err != nil {
-		return err
-	}
-
-	if one != nil {
-		var h header
-		_ = json.Unmarshal(one, &h)
-		s.track(h.ID, "")
-		if err := r.write(ctx, one); err != nil {
-			return err
-		}
-	} else {
-		// Pace by the welcome's limits.
-		var w struct {
-			Limits welcomeLimits `json:"limits"`
-		}
-		_ = json.Unmarshal(r.welcome.Payload, &w)
-		l := w.Limits
-		sendPace, ctxPace := newPacer(l.Rate, l.Burst), newPacer(l.ContextRate, l.ContextBurst)
-		n := 0
-		for lines.Scan() {
-			n++
-			line := bytes.TrimSpace(lines.Bytes())
-			if len(line) == 0 {
-				continue
-			}
-			b, id, inContext, err := fillLine(line, &sf, to, ctxJSON)
-			if err != nil {
-				_ = s.wait(r, sf.wait) // report what the lines before it got
-				return usagef("line %d of standard input: %v; it and the lines after it were not sent", n, err)
-			}
-			if inContext {
-				if err := ctxPace.take(ctx); err != nil {
-					return err
-				}
-			}
-			if err := sendPace.take(ctx); err != nil {
-				return err
-			}
-			s.track(id, fmt.Sprintf("line %d", n))
-			if err := r.write(ctx, b); err != nil {
-				return err
-			}
-		}
-		if err := lines.Err(); err != nil {
-			s.wait(r, sf.wait)
-			return fmt.Errorf("reading standard input: %v", err)
-		}
-	}
-	if err := s.wait(r, sf.wait); err != nil {
-		return err
-	}
-	if s.failures() > 0 {
+	if r.Error != nil {
+		s.refused(r, env.ID, "")
 		return errReported
 	}
 	return nil
 }
 
-// sender collects the gateway's errors about the envelopes sent.
+// sender publishes what send sends.
 type sender struct {
-	mu        sync.Mutex
-	stderr    io.Writer
-	sent      map[string]string // envelope id -> where it came from ("line 3")
-	errors    int
-	barrierID string
-	barrier   chan struct{} // closed when the barrier's answer comes
-	once      sync.Once
+	e    *env
+	cf   *connFlags
+	sf   *sendFlags
+	opts client.PublishOptions
 }
 
-// welcomeLimits are the limits of the welcome that --stdin paces itself by.
-type welcomeLimits struct {
-	Rate         float64 `json:"rate"`
-	Burst        float64 `json:"burst"`
-	ContextRate  float64 `json:"context_rate"`
-	ContextBurst float64 `json:"context_burst"`
-}
-
-func (s *sender) track(id, where string) {
-	s.mu.Lock()
-	s.sent[id] = where
-	s.mu.Unlock()
-}
-
-func (s *sender) failures() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.errors
-}
-
-// handle runs on the reading goroutine for every envelope received.
-func (s *sender) handle(line []byte) {
-	h, ok := parseHeader(line)
-	if !ok {
-		return
+// publish POSTs one envelope and returns the gateway's verdict on it.
+func (s *sender) publish(ctx context.Context, b []byte) (wire.PublishResult, error) {
+	rctx, cancel := withTimeout(ctx, s.sf.wait)
+	defer cancel()
+	res, err := client.PublishRaw(rctx, s.cf.endpoint(), s.opts, b)
+	if err != nil {
+		return wire.PublishResult{}, s.cf.explain(ctx, err, "request")
 	}
-	if h.correlates(s.barrierID) {
-		s.once.Do(func() { close(s.barrier) })
-		return // an error about the barrier itself (rate_limited) is not the user's
+	return res[0], nil
+}
+
+// refused reports a refused envelope.
+func (s *sender) refused(r wire.PublishResult, id, where string) {
+	if id == "" {
+		id = r.ID
 	}
-	if h.Kind != "system/error" {
-		return
+	var about []string
+	if id != "" {
+		about = append(about, "envelope "+id)
 	}
-	// The connection receives nothing broadcast, so every error is about
-	// an envelope it sent.
-	var ge gatewayError
-	_ = json.Unmarshal(h.Payload, &ge)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.errors++
-	about := ""
-	for _, id := range h.correlationIDs() {
-		if where, ok := s.sent[id]; ok {
-			about = " (envelope " + id
-			if where != "" {
-				about += ", " + where
+	if where != "" {
+		about = append(about, where)
+	}
+	msg := r.Error.String()
+	if len(about) > 0 {
+		msg += " (" + strings.Join(about, ", ") + ")"
+	}
+	fmt.Fprintf(s.e.stderr, "mcpp send: refused: %s\n", msg)
+}
+
+// maxRateRetries bounds how often one line refused for a rate is sent
+// again.
+const maxRateRetries = 20
+
+// lines sends one envelope per line of standard input, paced.
+func (s *sender) lines(ctx context.Context, to []string, ctxJSON json.RawMessage) error {
+	sc := bufio.NewScanner(s.e.stdin)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sendPace, ctxPace := newLimiter(s.sf.rate), newLimiter(s.sf.contextRate)
+	failures, n := 0, 0
+	for sc.Scan() {
+		n++
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		b, id, inContext, err := fillLine(line, s.sf, to, ctxJSON)
+		if err != nil {
+			return usagef("line %d of standard input: %v; it and the lines after it were not sent", n, err)
+		}
+		where := fmt.Sprintf("line %d", n)
+		for attempt := 0; ; attempt++ {
+			if inContext {
+				if err := wait(ctx, ctxPace); err != nil {
+					return err
+				}
 			}
-			about += ")"
+			if err := wait(ctx, sendPace); err != nil {
+				return err
+			}
+			r, err := s.publish(ctx, b)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return err
+				}
+				return fmt.Errorf("%v; %s may or may not have been sent, and the lines after it were not", err, where)
+			}
+			if r.Error != nil && attempt < maxRateRetries &&
+				(r.Error.Code == wire.CodeRateLimited || r.Error.Code == wire.CodeContextRateLimited) {
+				d := time.Duration(r.Error.RetryAfterMS) * time.Millisecond
+				if err := sleep(ctx, max(d, 10*time.Millisecond)); err != nil {
+					return err
+				}
+				continue
+			}
+			if r.Error != nil {
+				failures++
+				s.refused(r, id, where)
+			}
+			break
 		}
 	}
-	fmt.Fprintf(s.stderr, "mcpp send: refused: %s%s\n", ge, about)
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading standard input: %v", err)
+	}
+	if failures > 0 {
+		return errReported
+	}
+	return nil
 }
 
-// wait sends the barrier and waits up to d for its answer.
-func (s *sender) wait(r *request, d time.Duration) error {
-	b, _ := json.Marshal(outEnvelope{ID: s.barrierID, Kind: "gateway/filter", Payload: json.RawMessage(`{}`)})
-	if err := r.write(context.Background(), b); err != nil {
-		return err
+// newLimiter paces at r a second (golang.org/x/time/rate), with a burst
+// of one second's worth. It starts empty: the gateway's bucket for this
+// participant may have been drained by an earlier send. r = 0 does not
+// pace (nil).
+func newLimiter(r float64) *rate.Limiter {
+	if r <= 0 {
+		return nil
 	}
+	burst := max(1, int(math.Ceil(r)))
+	l := rate.NewLimiter(rate.Limit(r), burst)
+	l.AllowN(time.Now(), burst)
+	return l
+}
+
+// wait waits for a token of l (nil: none needed).
+func wait(ctx context.Context, l *rate.Limiter) error {
+	if l == nil {
+		return nil
+	}
+	return l.Wait(ctx)
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-s.barrier:
-		return nil
 	case <-t.C:
-		return nil // no news is good news
-	case <-r.done:
-		select {
-		case <-s.barrier:
-			return nil
-		default:
-		}
-		return closeError(r.err)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -347,7 +352,7 @@ func fillLine(line []byte, sf *sendFlags, to []string, ctxJSON json.RawMessage) 
 	if raw, ok := fields["id"]; ok {
 		_ = json.Unmarshal(raw, &id) // a non-string id is the gateway's to refuse
 	} else {
-		id = newID()
+		id = uuid.NewString()
 		addField("id", id)
 	}
 	if _, ok := fields["kind"]; !ok && sf.kind != "" {
@@ -374,48 +379,6 @@ func fillLine(line []byte, sf *sendFlags, to []string, ctxJSON json.RawMessage) 
 	}
 	b.Write(rest)
 	return b.Bytes(), id, inContext, nil
-}
-
-// pacer is a token bucket a little slower than the gateway's, so that a
-// stream of lines is not refused with rate_limited. It starts empty: the
-// gateway's bucket may have been drained by an earlier connection of the
-// same participant.
-type pacer struct {
-	rate, capacity, tokens float64
-	last                   time.Time
-}
-
-// newPacer paces at 90% of rate with half the burst; a rate of 0 (not
-// announced) does not pace.
-func newPacer(rate, burst float64) *pacer {
-	if rate <= 0 {
-		return nil
-	}
-	return &pacer{rate: rate * 0.9, capacity: max(1, burst/2), last: time.Now()}
-}
-
-// take waits for a token.
-func (p *pacer) take(ctx context.Context) error {
-	if p == nil {
-		return nil
-	}
-	now := time.Now()
-	p.tokens = min(p.capacity, p.tokens+now.Sub(p.last).Seconds()*p.rate)
-	p.last = now
-	if p.tokens < 1 {
-		d := time.Duration((1 - p.tokens) / p.rate * float64(time.Second))
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		p.tokens = 1
-		p.last = time.Now()
-	}
-	p.tokens--
-	return nil
 }
 
 // splitList splits a comma-separated flag, dropping empty entries.

@@ -2,25 +2,27 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"net/url"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
-	"unicode/utf8"
 
-	"github.com/coder/websocket"
+	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/wire"
 )
 
 var tailCommand = command{
-	synopsis: "--pod NAME [filter flags] [--count N] [--all] [--quiet] [--pretty]",
-	summary:  "Join a pod and print every envelope it receives, one line of JSON each.",
+	synopsis: "--pod NAME [filter flags] [--history N|all] [--fold=0] [--resume-file F] [--count N] [--all] [--quiet] [--pretty]",
+	summary:  "Join a pod and print every envelope it receives (and its past), one line of JSON each.",
 	usage: `Each envelope goes to standard output as one line of JSON, the bytes the
 gateway sent. system/welcome and system/presence go to standard error
 instead, unless --all. The filter is the gateway's (SPEC section 4): each
@@ -43,6 +45,32 @@ Filter flags:
   --types reasoning; conclusions only --contexts none --conclusions; one
   context --main=0 --contexts none --ids ID.
 
+History flags (SPEC section 8):
+  --history N|all       first print the pod's past: the last N envelopes the
+                        filter admits (all: all of them), oldest first, then
+                        the live ones, none missing and none twice. The past
+                        is folded: a concluded context shows only its
+                        conclusion and its system/context event, and a
+                        consumed transient envelope comes collapsed to its
+                        summary (--pretty marks both)
+  --fold=0              that past unfolded and uncollapsed, as it was relayed
+  --resume-file F       keep in file F the id of the last envelope printed
+                        that the pod's history keeps (F is replaced
+                        atomically after each one). When F exists at start,
+                        tail resumes after that id: it prints what it missed
+                        while it was not running, then live envelopes, with
+                        no gap and no duplicate (across a restart of the
+                        gateway too, when its history is on disk). When the
+                        gateway no longer has that id, tail says so on
+                        standard error (envelopes may be missing) and goes
+                        on, with the --history past if given
+  --reconnect=0         end (exit 1) when the connection is lost, instead of
+                        joining again and resuming after the last envelope
+                        printed (the default: tail reconnects, waiting
+                        longer each time, up to 10s between attempts, and
+                        says on standard error when envelopes may have been
+                        missed meanwhile)
+
 Output flags:
   --count N     exit 0 after N envelopes (welcome and presence count only
                 with --all)
@@ -50,11 +78,17 @@ Output flags:
   --quiet       do not print welcome and presence at all (unless --all)
   --pretty      a view for people: time, sender, kind, the context indented
                 by its depth, a short payload; in colour on a terminal
-                unless NO_COLOR is set
+                unless NO_COLOR is set. In the history replayed after the
+                welcome, a concluded context's conclusion is marked
+                "⤶ fold" and its system/context event says how many of its
+                envelopes were folded away; a collapsed envelope shows its
+                summary and "collapsed, consumed by ID"
 
 tail runs until --count is reached (exit 0), it is interrupted (exit 0,
-or 1 if --count was not reached) or the gateway ends the connection
-(exit 1).
+or 1 if --count was not reached) or the gateway ends the connection for
+good (exit 1): another connection took the participant id (4000), the
+gateway refuses to let it join again, or, with --reconnect=0, any end of
+the connection.
 `,
 	run: runTail,
 }
@@ -82,11 +116,12 @@ func (b *optBool) Set(s string) error {
 
 func (b *optBool) IsBoolFlag() bool { return true }
 
-func (b *optBool) query() string {
-	if b.val {
-		return "1"
+// ptr is the flag as a wire.Filter field: nil when not given.
+func (b *optBool) ptr() *bool {
+	if !b.set {
+		return nil
 	}
-	return "0"
+	return wire.Bool(b.val)
 }
 
 // optString is a string flag that knows whether it was given.
@@ -131,20 +166,43 @@ func (f *filterFlags) register(fs *flag.FlagSet) {
 	}
 }
 
-// query is the filter's query parameters: the flags given, as given.
-func (f *filterFlags) query() url.Values {
-	q := url.Values{}
-	for p, b := range f.bools {
-		if b.set {
-			q.Set(p, b.query())
+// filter is the filter of the flags given, as the client sends it (the
+// same query parameters): what the gateway judges.
+func (f *filterFlags) filter() (wire.Filter, error) {
+	w := wire.Filter{
+		Main: f.bools["main"].ptr(), Subtree: f.bools["subtree"].ptr(), Conclusions: f.bools["conclusions"].ptr(),
+		Echo: f.bools["echo"].ptr(), Batch: f.bools["batch"].ptr(),
+	}
+	for _, p := range []string{"contexts", "routing"} {
+		s := f.strings[p]
+		if s.set && strings.TrimSpace(s.val) == "" {
+			return w, usagef("--%s needs a value", p)
 		}
 	}
-	for p, s := range f.strings {
-		if s.set {
-			q.Set(p, s.val)
+	w.Contexts, w.Routing = f.strings["contexts"].val, f.strings["routing"].val
+	list := func(p string) []string {
+		if s := f.strings[p]; s.set {
+			return append([]string{}, splitList(s.val)...)
 		}
+		return nil
 	}
-	return q
+	w.Types, w.ExcludeTypes, w.IDs = list("types"), list("exclude_types"), list("ids")
+	return w, nil
+}
+
+// historyFlag reads --history: N or all.
+func historyFlag(v string) (int, error) {
+	switch v {
+	case "", "0":
+		return 0, nil
+	case wire.HistoryAll:
+		return client.HistoryAll, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, usagef("--history is a number of envelopes or all, not %q", v)
+	}
+	return n, nil
 }
 
 func runTail(ctx context.Context, e *env, args []string) error {
@@ -157,6 +215,10 @@ func runTail(ctx context.Context, e *env, args []string) error {
 	all := fs.Bool("all", false, "")
 	quiet := fs.Bool("quiet", false, "")
 	pretty := fs.Bool("pretty", false, "")
+	historyArg := fs.String("history", "", "")
+	fold := fs.Bool("fold", true, "")
+	resumePath := fs.String("resume-file", "", "")
+	reconnect := fs.Bool("reconnect", true, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -166,12 +228,47 @@ func runTail(ctx context.Context, e *env, args []string) error {
 	if *count < 0 {
 		return usagef("--count must be 0 (no limit) or more, not %d", *count)
 	}
-
-	conn, err := cf.dial(ctx, ff.query())
+	history, err := historyFlag(*historyArg)
 	if err != nil {
 		return err
 	}
-	defer conn.CloseNow()
+	filter, err := ff.filter()
+	if err != nil {
+		return err
+	}
+	stderr := &lockedWriter{w: e.stderr} // the client reports on its own goroutine
+	lastFailure := ""
+	opts := client.Options{Filter: &filter, History: history, Reconnect: client.Reconnect{
+		Disable: !*reconnect,
+		Report: func(attempt int, err error) {
+			switch {
+			case attempt == 0:
+				lastFailure = ""
+				fmt.Fprintf(stderr, "mcpp tail: %v; reconnecting\n", err)
+			case err.Error() == lastFailure:
+				fmt.Fprintf(stderr, "mcpp tail: reconnecting: attempt %d failed the same way\n", attempt)
+			default:
+				lastFailure = err.Error()
+				fmt.Fprintf(stderr, "mcpp tail: reconnecting: attempt %d failed: %v\n", attempt, err)
+			}
+		},
+	}}
+	if !*fold {
+		opts.Fold = wire.Bool(false)
+	}
+	var rf *resumeFile
+	if *resumePath != "" {
+		if rf, err = openResumeFile(*resumePath); err != nil {
+			return err
+		}
+		opts.Resume = rf.last
+	}
+
+	c, err := cf.dial(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 
 	out := bufio.NewWriterSize(e.stdout, 64<<10)
 	defer out.Flush()
@@ -184,304 +281,246 @@ func runTail(ctx context.Context, e *env, args []string) error {
 			errP.ctxs = outP.ctxs // one view of the contexts seen
 		}
 	}
+	t := &tailer{stderr: stderr, out: out, outP: outP, errP: errP, all: *all, quiet: *quiet, rf: rf, pending: c.Events, resumeFrom: opts.Resume}
 	n := 0
 	for {
-		typ, data, err := conn.Read(ctx)
+		ev, err := c.Next(ctx)
 		if err != nil {
-			_ = out.Flush()
+			if ferr := t.flush(); ferr != nil {
+				return ferr
+			}
 			if ctx.Err() != nil {
 				if *count > 0 && n < *count {
 					return fmt.Errorf("interrupted after %d of %d envelopes", n, *count)
 				}
 				return nil
 			}
-			return closeError(err)
-		}
-		if typ != websocket.MessageText {
-			continue
-		}
-		for _, line := range splitLines(data) {
-			aside := false
-			if !*all {
-				if h, ok := parseHeader(line); ok && (h.Kind == "system/welcome" || h.Kind == "system/presence") {
-					aside = true
-				}
+			// Why the client ended: a close code (4000), a reconnection
+			// refused for good, or any end with --reconnect=0.
+			var re *client.RefusedError
+			if errors.As(err, &re) {
+				return fmt.Errorf("could not join again: %s", refusalText(re, "connection"))
 			}
-			if aside {
-				if *quiet {
-					continue
-				}
-				_ = out.Flush() // keep the two streams in order on a terminal
-				if errP != nil {
-					fmt.Fprintln(e.stderr, errP.format(line, time.Now()))
-				} else {
-					fmt.Fprintf(e.stderr, "%s\n", line)
-				}
-				continue
-			}
-			if outP != nil {
-				out.WriteString(outP.format(line, time.Now()))
-			} else {
-				out.Write(line)
-			}
-			out.WriteByte('\n')
-			n++
-			if *count > 0 && n >= *count {
-				if err := out.Flush(); err != nil {
-					return err
-				}
-				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				go func() { <-cctx.Done(); _ = conn.CloseNow() }()
-				_ = conn.Close(websocket.StatusNormalClosure, "")
-				return nil
-			}
-		}
-		if err := out.Flush(); err != nil {
 			return err
 		}
-	}
-}
-
-// printer renders envelopes for people (tail --pretty).
-type printer struct {
-	color bool
-	loc   *time.Location
-	// payloadWidth is how many characters of payload are shown.
-	payloadWidth int
-	ctxs         *contextView
-}
-
-func newPrinter(color bool) *printer {
-	return &printer{color: color, loc: time.Local, payloadWidth: 100, ctxs: newContextView()}
-}
-
-// contextView remembers the contexts seen so far: their depth and type.
-type contextView struct {
-	seen map[string]seenContext
-}
-
-type seenContext struct {
-	depth int
-	typ   string
-}
-
-// maxSeen bounds the memory of a long tail; the view starts over when it
-// is reached (depths are then guessed again from what follows).
-const maxSeen = 100000
-
-func newContextView() *contextView { return &contextView{seen: map[string]seenContext{}} }
-
-// wireContext is the object form of a context.
-type wireContext struct {
-	ID     string `json:"id"`
-	Type   string `json:"type"`
-	Parent string `json:"parent"`
-}
-
-// resolve returns the context's label (id, and type when known) and its
-// depth: a path of n segments has depth n; an object context has its
-// parent's depth plus one, a parent not seen counting as a root (depth 1);
-// a root has depth 1.
-func (v *contextView) resolve(raw json.RawMessage) (id, typ string, depth int, ok bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", "", 0, false
-	}
-	if len(v.seen) >= maxSeen {
-		clear(v.seen)
-	}
-	var path string
-	if json.Unmarshal(raw, &path) == nil {
-		depth = strings.Count(path, "/") + 1
-		if s, ok := v.seen[path]; ok {
-			typ = s.typ
+		printed, err := t.handle(ev)
+		if err != nil {
+			return err
 		}
-		v.seen[path] = seenContext{depth: depth, typ: typ}
-		return path, typ, depth, true
+		n += printed
+		if *count > 0 && n >= *count {
+			if err := t.flush(); err != nil {
+				return err
+			}
+			return nil // the deferred Close leaves politely
+		}
 	}
-	var c wireContext
-	if json.Unmarshal(raw, &c) != nil {
-		return string(raw), "", 1, true
+}
+
+// tailer prints what tail receives.
+type tailer struct {
+	stderr     io.Writer
+	out        *bufio.Writer
+	outP, errP *printer // nil without --pretty
+	all, quiet bool
+	rf         *resumeFile // nil without --resume-file
+	pending    func() <-chan client.Event
+	lastID     string // the last envelope printed that history keeps, not yet in rf
+	resumeFrom string // the id of the resume file at start
+
+	// The history replayed after the current welcome.
+	replayLeft      int  // envelopes of it still to come
+	folded          bool // it is folded
+	conclusionKinds []string
+}
+
+// handle prints one event and returns how many lines went to standard
+// output (what --count counts).
+func (t *tailer) handle(ev client.Event) (int, error) {
+	switch ev := ev.(type) {
+	case *client.Welcome:
+		t.welcome(ev.Welcome, true)
+		return t.aside(ev.Raw)
+	case *client.Reconnected:
+		t.welcome(ev.Welcome, false)
+		switch {
+		case ev.Resumed:
+			fmt.Fprintf(t.stderr, "mcpp tail: reconnected; resumed after %s, nothing missed\n", ev.ResumedAfter)
+		case ev.ResumedAfter != "":
+			fmt.Fprintf(t.stderr, "mcpp tail: reconnected, but the gateway could not resume after %s: envelopes sent meanwhile may be missing\n", ev.ResumedAfter)
+		default:
+			fmt.Fprintf(t.stderr, "mcpp tail: reconnected; no envelope printed yet that history keeps, to resume after: envelopes sent meanwhile may be missing\n")
+		}
+		return t.aside(ev.Raw)
+	case *client.Presence:
+		return t.aside(ev.Raw)
+	case *client.Message:
+		return t.envelope(ev.Raw, ev.Envelope)
+	case *client.ContextEvent:
+		return t.envelope(ev.Raw, ev.Envelope)
+	case *client.GatewayError:
+		return t.envelope(ev.Raw, ev.Envelope)
 	}
-	prev, known := v.seen[c.ID]
+	return 0, nil
+}
+
+// welcome notes what history follows a welcome (the first one, or that
+// of a reconnection).
+func (t *tailer) welcome(w wire.Welcome, first bool) {
+	t.replayLeft, t.folded = 0, false
+	t.conclusionKinds = w.Limits.ConclusionKinds
+	if len(t.conclusionKinds) == 0 {
+		t.conclusionKinds = wire.DefaultConclusionKinds
+	}
+	h := w.History
+	if h == nil {
+		return
+	}
+	t.replayLeft = h.Replayed
+	t.folded = h.Folded != nil
+	if first && h.Resumed != nil && !*h.Resumed {
+		fmt.Fprintf(t.stderr, "mcpp tail: the gateway could not resume after %s (its history no longer has it, or has none): envelopes may be missing\n", t.resumeFrom)
+	}
+}
+
+// aside prints a welcome or a presence: on standard error, or on
+// standard output with --all.
+func (t *tailer) aside(raw []byte) (int, error) {
+	if t.all {
+		return t.envelope(raw, nil)
+	}
+	if t.quiet {
+		return 0, nil
+	}
+	if err := t.out.Flush(); err != nil { // keep the two streams in order on a terminal
+		return 0, err
+	}
+	if t.errP != nil {
+		fmt.Fprintln(t.stderr, t.errP.format(raw, time.Now()))
+	} else {
+		fmt.Fprintf(t.stderr, "%s\n", raw)
+	}
+	return 0, nil
+}
+
+// envelope prints one envelope on standard output; env is nil for a
+// welcome or presence printed with --all.
+func (t *tailer) envelope(raw []byte, env *wire.Envelope) (int, error) {
+	replayed := env != nil && t.replayLeft > 0 && env.InHistory()
+	if replayed {
+		t.replayLeft--
+	}
+	if t.outP != nil {
+		v := view{}
+		if replayed {
+			v = view{replayed: true, folded: t.folded}
+			v.fold = t.folded && env.ContextID() != "" && slices.Contains(t.conclusionKinds, env.Kind)
+		}
+		t.out.WriteString(t.outP.formatView(raw, time.Now(), v))
+	} else {
+		t.out.Write(raw)
+	}
+	t.out.WriteByte('\n')
+	if env != nil && env.ID != "" && env.InHistory() {
+		t.lastID = env.ID
+	}
+	// Flush when nothing else is waiting; with --resume-file after each
+	// envelope, then the file, so that it never names an envelope not
+	// yet printed.
+	if t.rf != nil || len(t.pending()) == 0 {
+		return 1, t.flush()
+	}
+	return 1, nil
+}
+
+// flush writes out what is buffered, then the resume file.
+func (t *tailer) flush() error {
+	if err := t.out.Flush(); err != nil {
+		return err
+	}
+	if t.rf != nil && t.lastID != "" {
+		if err := t.rf.save(t.lastID); err != nil {
+			return fmt.Errorf("--resume-file: %v", err)
+		}
+	}
+	return nil
+}
+
+// resumeFile is tail's --resume-file: the id of the last envelope
+// printed that the pod's history keeps.
+type resumeFile struct {
+	path string
+	last string // the id in the file
+}
+
+// openResumeFile reads the id in path, if the file exists, and checks
+// that the file can be written.
+func openResumeFile(path string) (*resumeFile, error) {
+	r := &resumeFile{path: path}
+	b, err := os.ReadFile(path)
 	switch {
-	case known && c.Parent == "":
-		depth = prev.depth // the parent was fixed at creation; later envelopes may omit it
-	case c.Parent != "":
-		if p, ok := v.seen[c.Parent]; ok {
-			depth = p.depth + 1
-		} else {
-			depth = 2 // an unknown parent counts as a root
-		}
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("--resume-file: %v", err)
 	default:
-		depth = 1
+		id := strings.TrimSpace(string(b))
+		if len(id) > 128 || strings.ContainsAny(id, " \t\r\n") {
+			return nil, fmt.Errorf("--resume-file %s does not hold an envelope id (one line, at most 128 bytes)", path)
+		}
+		r.last = id
 	}
-	typ = c.Type
-	if typ == "" && known {
-		typ = prev.typ // so was the type
-	}
-	v.seen[c.ID] = seenContext{depth: depth, typ: typ}
-	return c.ID, typ, depth, true
-}
-
-// viewEnvelope is what the pretty view reads of an envelope.
-type viewEnvelope struct {
-	TS      string          `json:"ts"`
-	From    string          `json:"from"`
-	To      json.RawMessage `json:"to"`
-	Kind    string          `json:"kind"`
-	Context json.RawMessage `json:"context"`
-	Payload json.RawMessage `json:"payload"`
-}
-
-// ANSI SGR codes.
-const (
-	sgrDim    = "2"
-	sgrBold   = "1"
-	sgrRed    = "31"
-	sgrYellow = "33"
-	sgrCyan   = "36"
-)
-
-var senderColors = []string{"32", "34", "35", "92", "93", "94", "95", "96"}
-
-func (p *printer) paint(sgr, s string) string {
-	if !p.color || s == "" {
-		return s
-	}
-	return "\x1b[" + sgr + "m" + s + "\x1b[0m"
-}
-
-// pad pads s with spaces to width characters (at least one space after).
-func pad(s string, width int) string {
-	n := utf8.RuneCountInString(s)
-	if n >= width {
-		return s + " "
-	}
-	return s + strings.Repeat(" ", width-n)
-}
-
-// format renders one envelope on one line; received is the time shown
-// when the envelope has no readable ts.
-func (p *printer) format(line []byte, received time.Time) string {
-	var v viewEnvelope
-	if json.Unmarshal(line, &v) != nil {
-		return string(line)
-	}
-	t, err := time.Parse(time.RFC3339Nano, v.TS)
+	// Fail now rather than after the first envelope.
+	tmp, err := r.temp()
 	if err != nil {
-		t = received
+		return nil, fmt.Errorf("--resume-file: %v", err)
 	}
-	var b strings.Builder
-	b.WriteString(p.paint(sgrDim, t.In(p.loc).Format("15:04:05.000")))
-	b.WriteByte(' ')
-
-	sender := v.From
-	var to []string
-	if json.Unmarshal(v.To, &to) == nil && len(to) > 0 {
-		sender += "→" + strings.Join(to, ",")
-	}
-	b.WriteString(p.paint(p.senderColor(v.From), pad(sender, 16)))
-
-	kindColor := sgrBold
-	switch {
-	case v.Kind == "system/error":
-		kindColor = sgrRed
-	case strings.HasPrefix(v.Kind, "system/"):
-		kindColor = sgrYellow
-	}
-	b.WriteString(p.paint(kindColor, pad(v.Kind, 22)))
-
-	if id, typ, depth, ok := p.ctxs.resolve(v.Context); ok {
-		label := "[" + id
-		if typ != "" {
-			label += " " + typ
-		}
-		label += "]"
-		b.WriteString(strings.Repeat("  ", depth-1))
-		b.WriteString(p.paint(sgrCyan, label))
-		b.WriteByte(' ')
-	}
-	b.WriteString(p.summary(&v))
-	return strings.TrimRight(b.String(), " ")
+	_ = tmp.Close()
+	_ = os.Remove(tmp.Name())
+	return r, nil
 }
 
-func (p *printer) senderColor(from string) string {
-	if strings.HasPrefix(from, "system:") {
-		return sgrYellow
+func (r *resumeFile) temp() (*os.File, error) {
+	dir, base := filepath.Split(r.path)
+	if dir == "" {
+		dir = "."
 	}
-	h := fnv.New32a()
-	_, _ = io.WriteString(h, from)
-	return senderColors[h.Sum32()%uint32(len(senderColors))]
+	return os.CreateTemp(dir, "."+base+".*.tmp")
 }
 
-// summary is a short form of the payload: gateway messages in words,
-// others as compact JSON, cut at payloadWidth characters.
-func (p *printer) summary(v *viewEnvelope) string {
-	s := ""
-	switch v.Kind {
-	case "system/welcome":
-		var w struct {
-			You          struct{ ID string }
-			Pod          string
-			Participants []struct{ ID string }
-		}
-		if json.Unmarshal(v.Payload, &w) == nil {
-			ids := make([]string, len(w.Participants))
-			for i, o := range w.Participants {
-				ids[i] = o.ID
-			}
-			s = fmt.Sprintf("you are %s in pod %s; %d others", w.You.ID, w.Pod, len(ids))
-			if len(ids) > 0 {
-				s += ": " + strings.Join(ids, ", ")
-			}
-		}
-	case "system/presence":
-		var pr struct {
-			Event       string
-			Participant struct{ ID string }
-		}
-		if json.Unmarshal(v.Payload, &pr) == nil {
-			s = pr.Event + " " + pr.Participant.ID
-		}
-	case "system/error":
-		var ge gatewayError
-		if json.Unmarshal(v.Payload, &ge) == nil {
-			return p.paint(sgrRed, truncate(ge.String(), p.payloadWidth*2))
-		}
-	case "system/context":
-		var c struct {
-			Event  string
-			Reason string
-			Stats  struct {
-				Messages     int64
-				Participants []string
-			}
-		}
-		if json.Unmarshal(v.Payload, &c) == nil {
-			s = fmt.Sprintf("%s (%s): %d messages from %d participants", c.Event, c.Reason, c.Stats.Messages, len(c.Stats.Participants))
-		}
+// save replaces the file with one holding id: a new file renamed over
+// the old one, so that a reader (or a tail killed meanwhile) sees the old
+// id or the new one, never a part.
+func (r *resumeFile) save(id string) error {
+	if id == r.last {
+		return nil
 	}
-	if s != "" {
-		return truncate(s, p.payloadWidth*2)
+	f, err := r.temp()
+	if err != nil {
+		return err
 	}
-	if len(v.Payload) == 0 {
-		return ""
+	_, err = f.WriteString(id + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, v.Payload) != nil {
-		buf.Reset()
-		buf.Write(v.Payload)
+	if err == nil {
+		err = os.Rename(f.Name(), r.path)
 	}
-	return truncate(buf.String(), p.payloadWidth)
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return err
+	}
+	r.last = id
+	return nil
 }
 
-// truncate cuts s to n characters, marking the cut with "…".
-func truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
