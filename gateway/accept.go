@@ -111,7 +111,7 @@ func (g *Gateway) originAllowed(r *http.Request) bool {
 
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !g.accepting.Load() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the gateway is shutting down"))
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeShuttingDown, "the gateway is shutting down: connect to another gateway, or later"))
 		return
 	}
 	a, status, e := g.admit(r)

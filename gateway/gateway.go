@@ -473,12 +473,16 @@ func (g *Gateway) historyFirstSeq(pods []*Pod) uint64 {
 
 // Shutdown stops accepting participants and envelopes, delivers what is
 // queued, and closes every connection with 1001; connections still busy
-// when ctx ends are dropped. Then NATS stops.
+// when ctx ends are dropped. Then the listener closes and NATS stops.
+//
+// While it drains, the listener still answers: /healthz, upgrades and
+// publishes get 503 (a load balancer sees the node leaving, a client gets
+// a reason), and an envelope a participant sends gets a retryable
+// shutting_down while its connection can carry it (SPEC section 7).
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	if !g.accepting.Swap(false) {
 		return nil
 	}
-	_ = g.httpServer.Shutdown(ctx)
 	g.draining.Store(true)
 	// Everything accepted so far is published; let NATS hand it to the
 	// pods' fan-out before the queues are drained.
@@ -510,6 +514,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	}
+	// Every participant is gone: the listener may close. Requests still
+	// in flight (a publish) get a moment to finish.
+	hctx, hcancel := context.WithTimeout(context.Background(), time.Second)
+	if err := g.httpServer.Shutdown(hctx); err != nil {
+		_ = g.httpServer.Close()
+	}
+	hcancel()
 	close(g.janitorStop)
 	<-g.janitorDone
 	for _, p := range g.allPods() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/google/uuid"
 
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
@@ -257,7 +258,7 @@ func (in *ingress) publish(body []byte) {
 func (in *ingress) refuse(e *envelope.Error, correlationID string) {
 	in.g.metrics.errors.WithLabelValues(string(e.Code)).Inc()
 	if p := in.from.conn; p != nil {
-		p.Deliver(direct(p.ID, p.Protocol, "system/error", correlationID, errorPayload(e)))
+		p.Answer(direct(p.ID, p.Protocol, "system/error", correlationID, errorPayload(e)))
 		return
 	}
 	pl := errorPayload(e)
@@ -270,8 +271,12 @@ func (in *ingress) refuse(e *envelope.Error, correlationID string) {
 // reply answers a gateway request.
 func (in *ingress) reply(kind string, payload any) {
 	if p := in.from.conn; p != nil {
-		p.Deliver(direct(p.ID, p.Protocol, kind, in.env.ID, payload))
+		p.Answer(direct(p.ID, p.Protocol, kind, in.env.ID, payload))
 		return
 	}
-	in.from.results = append(in.from.results, publishResult{ID: in.env.ID, Answer: payload})
+	id := in.env.ID
+	if id == "" {
+		id = uuid.NewString() // as for any envelope without one (SPEC section 2)
+	}
+	in.from.results = append(in.from.results, publishResult{ID: id, Answer: payload})
 }

@@ -399,7 +399,7 @@ func (p *Pod) join(r *participant.Participant, want historyWant) {
 		rep.first = welcome
 		r.Start(rep)
 	} else {
-		r.Deliver(welcome)
+		r.Answer(welcome)
 		r.Start(nil)
 	}
 	switch {

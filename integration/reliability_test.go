@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -167,5 +169,91 @@ func TestDepthHoldsFromTheLeafUp(t *testing.T) {
 	list, _ := s.expectKind("system/contexts").payload()["contexts"].([]any)
 	if c, _ := list[0].(map[string]any); len(list) != 1 || c["depth"] != float64(5) {
 		t.Fatalf("C12 in gateway/contexts: %v, want depth 5", list)
+	}
+}
+
+// TestShutdownAnswersWhileDraining: once shutdown begins, and for as long
+// as the drain lasts (here a participant with a backlog it does not read
+// yet), the listener still answers: /healthz and a new upgrade get 503
+// (shutting_down), so that a load balancer sees the node leaving and a
+// client gets a reason; an envelope a participant sends meanwhile is
+// answered with a retryable shutting_down, after what was queued for it
+// and before its 1001.
+func TestShutdownAnswersWhileDraining(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, func(c *gateway.Config) {
+		c.Rate, c.Burst = 1e6, 1000000
+		c.SendQueue, c.SendQueueBytes = 4096, 1<<30
+		c.WriteTimeout = time.Minute
+	})
+	const pod = "draining"
+	aconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"alice"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aconn.CloseNow()
+	alice := &rawPeer{t: t, ID: "alice", conn: aconn, msgs: make(chan []byte, 1<<14), done: make(chan struct{})}
+	// alice reads nothing until the drain is under way: her backlog keeps it
+	// going.
+	bob := dialPeer(t, g, pod, "bob", "", 64)
+	const n = 200 // 12.8 MiB: more than the sockets hold
+	for i := 0; i < n; i++ {
+		if err := bob.write(websocket.MessageText, envelopeOfSize(t, fmt.Sprintf("b-%04d", i), "chat", 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "bob's envelopes accepted", func() bool {
+		return metric(t, g.URL, "mcpp_envelopes_in_total") == n
+	})
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		shut <- g.Shutdown(ctx)
+	}()
+	eventually(t, 5*time.Second, "/healthz answering 503", func() bool {
+		status, body, err := httpGet(g.URL + "/healthz")
+		if err != nil {
+			t.Fatalf("/healthz during the drain: %v (the listener must still answer)", err)
+		}
+		return status == http.StatusServiceUnavailable && strings.Contains(body, "shutting down")
+	})
+	if status, code := refusal(t, g.WS, limQuery(pod, "carol"), nil); status != http.StatusServiceUnavailable || code != "shutting_down" {
+		t.Fatalf("an upgrade during the drain: %d %q, want 503 shutting_down", status, code)
+	}
+	if err := aconn.Write(context.Background(), websocket.MessageText, []byte(`{"kind":"chat","id":"late"}`)); err != nil {
+		t.Fatal(err)
+	}
+	go alice.readLoop()
+	var gotErr bool
+	for got := 0; ; got++ {
+		b := alice.next(20 * time.Second)
+		if b == nil {
+			break
+		}
+		m, _ := decodeWire(b)
+		if m.Kind == "system/error" {
+			var e struct {
+				Error     string `json:"error"`
+				Retryable bool   `json:"retryable"`
+			}
+			_ = json.Unmarshal(m.Payload, &e)
+			if e.Error != "shutting_down" || !e.Retryable || string(m.CorrelationID) != `"late"` {
+				t.Fatalf("alice's late envelope answered %s %s", m.CorrelationID, m.Payload)
+			}
+			gotErr = true
+		}
+	}
+	if code := alice.waitClosed(10 * time.Second); code != websocket.StatusGoingAway {
+		t.Fatalf("alice closed with %d, want 1001", code)
+	}
+	if !gotErr {
+		t.Fatal("alice's envelope sent during the drain got no shutting_down")
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, _, err := httpGet(g.URL + "/healthz"); err == nil {
+		t.Fatal("the listener still answers after the shutdown")
 	}
 }

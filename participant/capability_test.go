@@ -74,11 +74,11 @@ func FuzzMatch(f *testing.F) {
 func TestQueueBounded(t *testing.T) {
 	q := newQueue(3, 0)
 	for i := 0; i < 3; i++ {
-		if !q.Push([]byte{byte(i)}) {
+		if !q.Push([]byte{byte(i)}, false) {
 			t.Fatalf("push %d refused", i)
 		}
 	}
-	if q.Push([]byte{9}) {
+	if q.Push([]byte{9}, false) {
 		t.Fatal("a full queue accepted more")
 	}
 	got := q.PopUpTo(nil, 10, 1<<20)
@@ -86,7 +86,7 @@ func TestQueueBounded(t *testing.T) {
 		t.Fatalf("popped %v", got)
 	}
 	q.Close()
-	if q.Push([]byte{1}) {
+	if q.Push([]byte{1}, true) {
 		t.Fatal("a closed queue accepted more")
 	}
 }
@@ -95,26 +95,41 @@ func TestQueueBoundedInBytes(t *testing.T) {
 	q := newQueue(100, 10)
 	// One message is always let in, however large: an envelope over the
 	// byte bound must not cut a reader that reads.
-	if !q.Push(make([]byte, 25)) {
+	if !q.Push(make([]byte, 25), false) {
 		t.Fatal("a first message over the byte bound was refused")
 	}
-	if q.Push([]byte{1}) {
+	if q.Push([]byte{1}, false) {
 		t.Fatal("the queue holds 25 of 10 bytes and accepted more")
 	}
 	q.PopUpTo(nil, 10, 1<<20)
 	for i := 0; i < 5; i++ {
-		if !q.Push([]byte{1, 2}) {
+		if !q.Push([]byte{1, 2}, false) {
 			t.Fatalf("push %d (of 2 bytes, %d queued) refused", i, 2*i)
 		}
 	}
-	if q.Push([]byte{3}) {
+	if q.Push([]byte{3}, false) {
 		t.Fatal("10 bytes queued, and 1 more was accepted")
 	}
 	if n, b := q.Size(); n != 5 || b != 10 {
 		t.Fatalf("size %d messages, %d bytes; want 5, 10", n, b)
 	}
 	q.PopUpTo(nil, 2, 1<<20)
-	if n, b := q.Size(); n != 3 || b != 6 || !q.Push([]byte{1, 2, 3, 4}) {
+	if n, b := q.Size(); n != 3 || b != 6 || !q.Push([]byte{1, 2, 3, 4}, false) {
 		t.Fatalf("after popping 2: %d messages, %d bytes, and 4 more bytes refused", n, b)
+	}
+}
+
+func TestQueueDrainTakesAnswersOnly(t *testing.T) {
+	q := newQueue(10, 0)
+	q.Drain()
+	if q.Push([]byte{1}, false) {
+		t.Fatal("a draining queue took a delivery")
+	}
+	if !q.Push([]byte{2}, true) {
+		t.Fatal("a draining queue refused an answer")
+	}
+	q.Close()
+	if q.Push([]byte{3}, true) {
+		t.Fatal("a closed queue took an answer")
 	}
 }

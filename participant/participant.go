@@ -120,14 +120,23 @@ func (p *Participant) Done() <-chan struct{} { return p.done }
 // Queued is the number of messages waiting to be written, and their bytes.
 func (p *Participant) Queued() (n, bytes int) { return p.queue.Size() }
 
-// Deliver queues b, which the caller must never change afterwards (it is
-// shared with every other recipient). When the queue is full the
-// participant is cut with 4008 and Deliver reports false.
-func (p *Participant) Deliver(b []byte) bool {
+// Deliver queues b, an envelope of the pod, which the caller must never
+// change afterwards (it is shared with every other recipient). When the
+// queue is full the participant is cut with 4008 and Deliver reports
+// false; once the participant is closing it takes no more.
+func (p *Participant) Deliver(b []byte) bool { return p.push(b, false) }
+
+// Answer queues b, a message of the gateway to this participant alone (its
+// welcome, an error, the answer to a request): like Deliver, but also
+// while the participant is closing, until its close frame is written, so
+// that what it sent in the meantime is still answered.
+func (p *Participant) Answer(b []byte) bool { return p.push(b, true) }
+
+func (p *Participant) push(b []byte, answer bool) bool {
 	if p.cut.Load() {
 		return false
 	}
-	if p.queue.Push(b) {
+	if p.queue.Push(b, answer) {
 		p.wakeWriter()
 		return true
 	}
@@ -187,10 +196,10 @@ func (p *Participant) Close(code websocket.StatusCode, reason string) {
 }
 
 // CloseAfterDrain lets the writer send what is queued, then close with
-// code. Further deliveries are refused.
+// code. Further deliveries are refused, answers are queued until then.
 func (p *Participant) CloseAfterDrain(code websocket.StatusCode, reason string) {
 	p.drain.CompareAndSwap(nil, &closeFrame{code, reason})
-	p.queue.Close()
+	p.queue.Drain()
 	p.wakeWriter()
 }
 

@@ -15,6 +15,9 @@ type Queue struct {
 	limit      int
 	limitBytes int
 	closed     bool
+	// draining refuses what the fan-out delivers but not the gateway's
+	// answers to the participant, until closed.
+	draining bool
 	// ready holds a token while the queue may be non-empty; the writer
 	// waits on it.
 	ready chan struct{}
@@ -27,11 +30,12 @@ func newQueue(limit, limitBytes int) *Queue {
 }
 
 // Push appends b. It reports false when the queue is full (in number, or
-// in bytes: one message is always let in, whatever its size) or closed;
-// the caller then cuts the participant.
-func (q *Queue) Push(b []byte) bool {
+// in bytes: one message is always let in, whatever its size) or closed, or
+// draining and b is not an answer; the caller then cuts the participant
+// (unless it is closing anyway).
+func (q *Queue) Push(b []byte, answer bool) bool {
 	q.mu.Lock()
-	if q.closed || q.n >= q.limit || (q.limitBytes > 0 && q.n > 0 && q.bytes+len(b) > q.limitBytes) {
+	if q.closed || (q.draining && !answer) || q.n >= q.limit || (q.limitBytes > 0 && q.n > 0 && q.bytes+len(b) > q.limitBytes) {
 		q.mu.Unlock()
 		return false
 	}
@@ -112,6 +116,14 @@ func (q *Queue) Size() (n, bytes int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.n, q.bytes
+}
+
+// Drain refuses further pushes but answers; what is queued can still be
+// popped.
+func (q *Queue) Drain() {
+	q.mu.Lock()
+	q.draining = true
+	q.mu.Unlock()
 }
 
 // Close refuses further pushes; what is queued can still be popped.
