@@ -8,18 +8,18 @@ import (
 // metrics are the gateway's Prometheus metrics, on a registry of its own so
 // that several gateways can live in one process (the tests do).
 type metrics struct {
-	registry      *prometheus.Registry
-	connections   prometheus.Gauge
-	pods          prometheus.Gauge
-	envelopesIn   prometheus.Counter
-	deliveries    prometheus.Counter
-	writes        prometheus.Counter
-	errors        *prometheus.CounterVec
-	refusals      *prometheus.CounterVec
-	cuts          *prometheus.CounterVec
-	conclusions   *prometheus.CounterVec
-	historyHolds  prometheus.Counter
-	historyLost   prometheus.Counter
+	registry     *prometheus.Registry
+	connections  prometheus.Gauge
+	pods         prometheus.Gauge
+	envelopesIn  prometheus.Counter
+	deliveries   prometheus.Counter
+	writes       prometheus.Counter
+	errors       *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
+	cuts         *prometheus.CounterVec
+	conclusions  *prometheus.CounterVec
+	historyHolds prometheus.Counter
+	historyLost  prometheus.Counter
 }
 
 func newMetrics(activeContexts func() float64, historyState func() (entries, bytes float64)) *metrics {
