@@ -13,8 +13,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/mcpp/gateway/gateway"
@@ -29,6 +32,8 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("mcpp-gateway", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	profileListen := fs.String("profile-listen", "", "serve Go's profiles (net/http/pprof) on this address, e.g. 127.0.0.1:6060 (default: none)")
+	version := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mcpp-gateway [flags]\n\nThe MCPP pod gateway. Every flag can also be set as MCPP_<FLAG> (upper case, - as _).\n\n")
 		fs.PrintDefaults()
@@ -43,6 +48,10 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "mcpp-gateway:", err)
 		return 2
 	}
+	if *version {
+		fmt.Println("mcpp-gateway", gateway.Version(), runtime.Version())
+		return 0
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpp-gateway: --log-level:", err)
@@ -55,6 +64,21 @@ func run(args []string) int {
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
+	}
+	if *profileListen != "" {
+		// On an address of its own, never the participants': profiles
+		// are for the operator.
+		pl, err := net.Listen("tcp", *profileListen)
+		if err != nil {
+			log.Error("cannot listen for profiles", "addr", *profileListen, "err", err)
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go func() { _ = http.Serve(pl, mux) }()
+		log.Info("profiles", "url", "http://"+pl.Addr().String()+"/debug/pprof/")
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

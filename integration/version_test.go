@@ -1,0 +1,16 @@
+package integration
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestGatewayVersion: mcpp-gateway --version prints its version and exits 0.
+func TestGatewayVersion(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(limGatewayBinary(t), "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "mcpp-gateway ") || !strings.Contains(string(out), "go1.") {
+		t.Fatalf("mcpp-gateway --version: %v\n%s", err, out)
+	}
+}
