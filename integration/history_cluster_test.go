@@ -1,0 +1,358 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The history across the nodes of a cluster (SPEC sections 7 and 8): one
+// order per pod on every node, resume on another node, and no envelope
+// lost or twice while the history stream's leader fails over.
+
+// histCluster starts n gateway processes in one embedded NATS cluster,
+// like startCluster, with perNode's arguments for node i as well.
+func histCluster(t *testing.T, n int, perNode func(i int) []string, extra ...string) []*limProcess {
+	t.Helper()
+	cports := make([]int, n)
+	var routes []string
+	for i := range cports {
+		cports[i] = freePort(t)
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", cports[i]))
+	}
+	nodes := make([]*limProcess, n)
+	for i := range nodes {
+		args := append([]string{"--listen", "127.0.0.1:0", "--cluster-name", "mcpp-test",
+			"--cluster-listen", fmt.Sprintf("127.0.0.1:%d", cports[i]), "--routes", strings.Join(routes, ","),
+			"--cluster-heartbeat", "200ms", "--log-level", "debug", "--rate", "10000", "--burst", "10000"}, extra...)
+		nodes[i] = limStart(t, nil, append(args, perNode(i)...)...)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, n := range nodes {
+				t.Logf("node %d's log:\n%s", i+1, n.stderr)
+			}
+		}
+	})
+	for _, n := range nodes {
+		eventually(t, 60*time.Second, "the node's history stream", func() bool {
+			status, _, _ := httpGet(n.gw.URL + "/healthz")
+			return status == http.StatusOK
+		})
+	}
+	waitConnected(t, nodes)
+	return nodes
+}
+
+// TestHistoryCluster: two senders on two nodes, receivers on all three:
+// every receiver sees the pod's envelopes in one order, which is the order
+// gateway/history and a joiner's replay give on any node. A participant
+// that drops on one node resumes on another, nothing missing, nothing
+// twice.
+func TestHistoryCluster(t *testing.T) {
+	nodes := startCluster(t, 3, "--history", "1000", "--context-timeout", "1s")
+	n1, n2, n3 := nodes[0].gw, nodes[1].gw, nodes[2].gw
+
+	t.Run("one order", func(t *testing.T) {
+		const pod, each = "hist-cluster-order", 200
+		var rx []*client
+		for i, g := range []*testGateway{n1, n2, n3} {
+			rx = append(rx, g.dial(t, pod, fmt.Sprintf("rx%d", i+1), ""))
+		}
+		alice := n1.dial(t, pod, "alice", "")
+		bob := n2.dial(t, pod, "bob", "")
+		var wg sync.WaitGroup
+		for _, c := range []*client{alice, bob} {
+			wg.Add(1)
+			go func(c *client) {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("%s-%d", c.ID, i), "kind": "ord", "payload": map[string]any{"seq": i}})
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					err := c.conn.Write(ctx, websocket.MessageText, b)
+					cancel()
+					if err != nil {
+						t.Errorf("%s: write: %v", c.ID, err)
+						return
+					}
+					time.Sleep(time.Millisecond) // let the two interleave
+				}
+			}(c)
+		}
+		wg.Wait()
+		var orders [][]string
+		for _, c := range rx {
+			var ids []string
+			deadline := time.Now().Add(20 * time.Second)
+			for len(ids) < 2*each && time.Now().Before(deadline) {
+				m := c.next(time.Until(deadline))
+				if m == nil {
+					break
+				}
+				if m.kind() == "ord" {
+					ids = append(ids, m.str("id"))
+				}
+			}
+			if len(ids) != 2*each {
+				t.Fatalf("%s got %d of %d envelopes", c.ID, len(ids), 2*each)
+			}
+			orders = append(orders, ids)
+		}
+		// Each sender's envelopes in the order sent, interleaved.
+		next := map[string]int{}
+		interleaved := 0
+		for i, id := range orders[0] {
+			who, _, _ := strings.Cut(id, "-")
+			if id != fmt.Sprintf("%s-%d", who, next[who]) {
+				t.Fatalf("rx1: envelope %d is %s, want %s-%d", i, id, who, next[who])
+			}
+			next[who]++
+			if i > 0 && !strings.HasPrefix(orders[0][i-1], who+"-") {
+				interleaved++
+			}
+		}
+		for i := 1; i < len(orders); i++ {
+			if a, b := strings.Join(orders[0], ","), strings.Join(orders[i], ","); a != b {
+				j := 0
+				for j < len(orders[0]) && orders[0][j] == orders[i][j] {
+					j++
+				}
+				t.Fatalf("rx%d's order differs from rx1's from envelope %d: %v vs %v", i+1, j, orders[i][j:min(j+5, len(orders[i]))], orders[0][j:min(j+5, len(orders[0]))])
+			}
+		}
+		t.Logf("%d envelopes from two nodes, %d switches between the senders, one order on three nodes", 2*each, interleaved)
+
+		// gateway/history and a joiner's replay give the same order, on every node.
+		for i, g := range []*testGateway{n1, n2, n3} {
+			q := g.dial(t, pod, fmt.Sprintf("q%d", i+1), "")
+			got, more := histPage(q, "h", map[string]any{"limit": 1000})
+			if more {
+				t.Errorf("node %d: gateway/history says more", i+1)
+			}
+			histEq(t, fmt.Sprintf("gateway/history on node %d", i+1), got, orders[0])
+			_, _, replay := histJoin(t, g, pod, fmt.Sprintf("j%d", i+1), "history=all")
+			histEq(t, fmt.Sprintf("history=all on node %d", i+1), histLabels(replay), orders[0])
+		}
+	})
+
+	t.Run("resume on another node", func(t *testing.T) {
+		const pod = "hist-cluster-resume"
+		alice := n2.dial(t, pod, "alice", "echo=1")
+		bob := n1.dial(t, pod, "bob", "")
+		alice.expectPresence("join", "bob", 5*time.Second)
+		histSendSeen(alice, histChat("x1"), histChat("x2"), histChat("x3"))
+		for _, id := range []string{"x1", "x2", "x3"} {
+			bob.expectEnvelope("chat", id)
+		}
+		if err := bob.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+			t.Fatal(err)
+		}
+		alice.expectPresence("leave", "bob", 5*time.Second)
+		histSendSeen(alice, histChat("x4"), histIn("x5", "step", histReasoning("C")), histIn("x6", "conclusion", histReasoning("C")))
+		histAwaitEvent(alice, "C")
+		histSendSeen(alice, histChat("x7"))
+
+		bob2, info, got := histJoin(t, n3, pod, "bob", "resume=x3")
+		histEq(t, "bob resumed on node 3", histLabels(got), []string{"x4", "x5", "x6", "ev:C", "x7"})
+		histWantInfo(t, "bob", info, map[string]any{"resumed": true, "replayed": 5})
+		histLive(t, alice, "x8", bob2)
+		alice.send(histChat("x9"))
+		if m := bob2.nextOf(); m.str("id") != "x9" {
+			t.Fatalf("bob: got %v, want x9 (a duplicate?)", m)
+		}
+	})
+
+	// Every node times the context out; the pod still has one conclusion:
+	// one event in the history, and one for each participant. (The
+	// creator goes on sending after the envelope that created it.)
+	t.Run("a timeout is one event", func(t *testing.T) {
+		const pod = "hist-cluster-timeout"
+		alice := n1.dial(t, pod, "alice", "echo=1")
+		bob := n2.dial(t, pod, "bob", "")
+		carol := n3.dial(t, pod, "carol", "")
+		alice.expectPresence("join", "carol", 5*time.Second)
+		z := strings.Repeat("Z", 100)
+		histSendSeen(alice, histIn("t1", "step", histReasoning("T")),
+			map[string]any{"id": z, "kind": "chat", "payload": strings.Repeat("Q", 200)})
+		histAwaitEvent(alice, "T")
+		// Every node's registry has concluded T: whatever event a node
+		// publishes for it is published.
+		for i, g := range []*testGateway{n1, n2, n3} {
+			probe := g.dial(t, pod, fmt.Sprintf("probe%d", i+1), "main=0&contexts=none")
+			eventually(t, 10*time.Second, fmt.Sprintf("T concluded on node %d", i+1), func() bool {
+				probe.send(map[string]any{"id": "c", "kind": "gateway/contexts", "payload": map[string]any{"id": "T", "state": "all"}})
+				list, _ := probe.nextOf().payload()["contexts"].([]any)
+				return len(list) == 1 && list[0].(map[string]any)["state"] == "concluded"
+			})
+		}
+		histSendSeen(alice, histChat("after"))
+		got, _ := histPage(alice, "h", map[string]any{"fold": false})
+		histEq(t, "the history", got, []string{"t1", z, "ev:T", "after"})
+		for _, c := range []*client{bob, carol} {
+			var labels []string
+			for {
+				m := c.nextOf()
+				if labels = append(labels, histLabel(m)); m.str("id") == "after" {
+					break
+				}
+			}
+			histEq(t, c.ID+" received", labels, []string{"t1", z, "ev:T", "after"})
+		}
+	})
+}
+
+// histServerName is the name of the NATS server listening on port.
+func histServerName(t *testing.T, port int) string {
+	t.Helper()
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port), nats.DontRandomize(), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("nats.Connect on %d: %v", port, err)
+	}
+	defer nc.Close()
+	return nc.ConnectedServerName()
+}
+
+// histStreamLeader is the server name of the history stream's leader, asked
+// of the server on port (with all, once its two other replicas are
+// current).
+func histStreamLeader(t *testing.T, port int, all bool) string {
+	t.Helper()
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port), nats.DontRandomize(), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("nats.Connect on %d: %v", port, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := ""
+	eventually(t, 30*time.Second, "the history stream's leader and current replicas", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, "MCPP_HISTORY")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || (all && len(info.Cluster.Replicas) != 2) {
+			return false
+		}
+		for _, r := range info.Cluster.Replicas {
+			if all && (!r.Current || r.Offline) {
+				return false
+			}
+		}
+		leader = info.Cluster.Leader
+		return true
+	})
+	return leader
+}
+
+// TestHistoryClusterFailover: the history stream's leader is killed
+// (SIGKILL) while a sender on another node streams 400 numbered envelopes:
+// a receiver on the third node gets all 400, once each, in order.
+func TestHistoryClusterFailover(t *testing.T) {
+	ports := []int{freePort(t), freePort(t), freePort(t)}
+	nodes := histCluster(t, 3, func(i int) []string { return []string{"--nats-port", fmt.Sprint(ports[i])} }, "--history", "1000")
+	names := make([]string, len(nodes))
+	for i := range nodes {
+		names[i] = histServerName(t, ports[i])
+	}
+	leaderName := histStreamLeader(t, ports[0], true)
+	leader := -1
+	for i, name := range names {
+		if name == leaderName {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatalf("the stream's leader %q is none of the nodes %v", leaderName, names)
+	}
+	var others []int
+	for i := range nodes {
+		if i != leader {
+			others = append(others, i)
+		}
+	}
+	sIdx, rIdx := others[0], others[1]
+	t.Logf("nodes %v; the history stream's leader is node %d; sender on node %d, receiver on node %d", names, leader+1, sIdx+1, rIdx+1)
+
+	const pod, total = "hist-failover", 400
+	rx := nodes[rIdx].gw.dial(t, pod, "rx", "")
+	tx := nodes[sIdx].gw.dial(t, pod, "tx", "")
+	rx.expectPresence("join", "tx", 10*time.Second)
+	tx.send(histChat("warm"))
+	rx.expectEnvelope("chat", "warm")
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < total; i++ {
+			b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("f%d", i), "kind": "seq", "payload": map[string]any{"seq": i}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := tx.conn.Write(ctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				t.Errorf("tx: write %d: %v", i, err)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+
+	var seqs []int
+	killed := time.Time{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(seqs) < total && time.Now().Before(deadline) {
+		m := rx.next(time.Until(deadline))
+		if m == nil {
+			break
+		}
+		if m.kind() == "system/error" {
+			t.Fatalf("rx: %v", m)
+		}
+		if m.kind() != "seq" {
+			continue
+		}
+		seqs = append(seqs, seqOf(m))
+		if len(seqs) == 50 {
+			if err := nodes[leader].cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			killed = time.Now()
+			deadline = killed.Add(30 * time.Second)
+		}
+	}
+	wg.Wait()
+	if s := histContiguous(seqs, 0, total-1); s != "" {
+		t.Fatalf("the receiver, while the leader died: %s", s)
+	}
+	took := time.Since(killed)
+	// Nothing more: no envelope twice.
+	tx.send(histChat("after"))
+	if m := rx.nextOf(); m.str("id") != "after" {
+		t.Fatalf("rx: got %v after the 400, want the next envelope", m)
+	}
+	holds := metric(t, nodes[sIdx].gw.URL, "mcpp_history_holds_total")
+	lost := metric(t, nodes[sIdx].gw.URL, "mcpp_history_lost_total")
+	if lost != 0 {
+		t.Errorf("the sender's node counts %v frames lost", lost)
+	}
+	how := "the stream never missed a frame (no hold)"
+	if holds >= 1 {
+		how = fmt.Sprintf("the sender's node held and republished its frames (%v holds)", holds)
+	}
+	t.Logf("all %d received once, in order, %v after the leader (node %d) was killed; %s; the new leader: %s",
+		total, took.Round(time.Millisecond), leader+1, how, histStreamLeader(t, ports[sIdx], false))
+}
