@@ -63,6 +63,10 @@ type Config struct {
 	NATSURL          string
 	ClusterHeartbeat time.Duration
 
+	// MCPSessionTimeout ends an MCP session (SPEC section 9) that has
+	// made no request for this long; its participant leaves the pod.
+	MCPSessionTimeout time.Duration
+
 	// Logger receives the gateway's logs; nil means slog.Default().
 	Logger *slog.Logger `flag:"-"`
 }
@@ -99,6 +103,7 @@ func DefaultConfig() Config {
 		History:                   1000,
 		HistoryAge:                24 * time.Hour,
 		HistoryBytes:              256 << 20,
+		MCPSessionTimeout:         30 * time.Minute,
 	}
 }
 
@@ -144,6 +149,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.HistoryBytes, "history-bytes", "bytes of history kept for all pods together; the oldest go first (e.g. 256MiB)")
 	fs.StringVar(&c.HistoryDir, "history-dir", c.HistoryDir, "keep the history on disk in this directory, so that it survives a restart (default: in memory)")
 	fs.IntVar(&c.HistoryReplicas, "history-replicas", c.HistoryReplicas, "copies of the history over the embedded cluster's nodes (0: 1 alone, 3 or the cluster's size in a cluster)")
+	fs.DurationVar(&c.MCPSessionTimeout, "mcp-session-timeout", c.MCPSessionTimeout, "an MCP session (/mcp) with no request for this long ends, and its participant leaves the pod")
 }
 
 // ApplyEnv sets every flag of fs that was not given on the command line
@@ -216,6 +222,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--history-replicas must be 0 (automatic) to 5")
 	case c.HistoryReplicas > 1 && c.ClusterName == "" && c.NATSURL == "":
 		return fmt.Errorf("--history-replicas above 1 needs a cluster (--cluster-name) or an external NATS (--nats-url)")
+	case c.MCPSessionTimeout <= 0:
+		return fmt.Errorf("--mcp-session-timeout must be positive")
 	case c.History == 0 && (c.HistoryDir != "" || c.HistoryReplicas > 0):
 		return fmt.Errorf("--history-dir and --history-replicas need history on (--history above 0)")
 	}

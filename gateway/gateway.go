@@ -241,6 +241,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ws", g.serveWS)
 	mux.HandleFunc("/pods/{pod}/envelopes", g.servePublish)
+	mux.Handle("/mcp", g.mcpHandler())
 	mux.HandleFunc("/healthz", g.serveHealth)
 	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
 	mux.Handle("/", viewerHandler())

@@ -45,8 +45,11 @@ type Pod struct {
 	// back a second time and is dropped.
 	delivered map[string]uint64
 
-	mu      sync.Mutex // guards members, pending, dead
+	mu      sync.Mutex // guards members, guests, pending, dead
 	members map[string]*participant.Participant
+	// guests are the members with no connection (MCP sessions), by id.
+	// An id is a member here once, as a connection or as a guest.
+	guests  map[string]*guest
 	pending int  // upgrades admitted but not yet joined
 	dead    bool // removed from the gateway; joiners must look again
 	// remote are the members connected to other gateway nodes, by id.
@@ -80,6 +83,7 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 	p := &Pod{
 		Name: name, subject: PodSubject(name), gw: gw,
 		members:   make(map[string]*participant.Participant),
+		guests:    make(map[string]*guest),
 		remote:    make(map[string]remoteMember),
 		ready:     make(chan struct{}),
 		delivered: map[string]uint64{},
@@ -284,12 +288,13 @@ func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 		delete(p.members, id.ID)
 		p.rebuildSnapshot()
 	}
+	oldGuest := p.dropGuestLocked(id.ID)
 	p.remote[id.ID] = remoteMember{identity: id, node: strings.Clone(m.Origin)}
 	p.mu.Unlock()
 	if old != nil {
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant on another gateway node")
 	}
-	return old == nil && !wasRemote
+	return old == nil && oldGuest == nil && !wasRemote
 }
 
 // remoteLeave records a leave on another node and reports whether to tell
@@ -334,7 +339,8 @@ func (p *Pod) syncMembers() {
 		defer p.mu.Unlock()
 		for _, r := range replies {
 			for _, id := range r.Members {
-				if _, here := p.members[id.ID]; !here {
+				_, here := p.members[id.ID]
+				if _, guest := p.guests[id.ID]; !here && !guest {
 					p.remote[id.ID] = remoteMember{identity: id, node: r.Node}
 				}
 			}
@@ -350,7 +356,7 @@ func (p *Pod) reserve(id string) (ok, dead bool) {
 	if p.dead {
 		return false, true
 	}
-	if _, replacing := p.members[id]; !replacing && len(p.members)+p.pending >= p.gw.cfg.MaxParticipantsPerPod {
+	if !p.hasRoomLocked(id) {
 		return false, false
 	}
 	p.pending++
@@ -377,17 +383,10 @@ func (p *Pod) join(r *participant.Participant, want historyWant) {
 	defer p.mu.Unlock()
 	p.pending--
 	old := p.members[r.ID]
+	oldGuest := p.dropGuestLocked(r.ID)
 	_, elsewhere := p.remote[r.ID]
 	delete(p.remote, r.ID)
-	others := make([]identity, 0, len(p.members)+len(p.remote))
-	for id, m := range p.members {
-		if id != r.ID {
-			others = append(others, identityOf(m))
-		}
-	}
-	for _, m := range p.remote {
-		others = append(others, m.identity)
-	}
+	others := p.identitiesLocked(r.ID)
 	info, rep := p.replayFor(r, want)
 	welcome := p.gw.welcome(p, r, others, info)
 	// Presence is published with p.mu held: every one published before
@@ -405,6 +404,8 @@ func (p *Pod) join(r *participant.Participant, want historyWant) {
 	switch {
 	case old != nil:
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")
+	case oldGuest != nil:
+		// Replaced, as a connection would be: nobody is told.
 	case elsewhere:
 		// The other node closes its connection when it sees this join.
 		p.publishPresence(envelope.FrameJoin, r, envelope.FlagReplace)
@@ -429,12 +430,19 @@ func (p *Pod) leave(r *participant.Participant) {
 
 // publishPresence sends a presence event; history never keeps it.
 func (p *Pod) publishPresence(kind envelope.FrameKind, r *participant.Participant, flags uint8) {
+	p.publishPresenceOf(kind, identityOf(r), flags)
+}
+
+// publishPresenceOf sends a presence event about who, a connection or a
+// guest.
+func (p *Pod) publishPresenceOf(kind envelope.FrameKind, who identity, flags uint8) {
 	event := "join"
 	if kind == envelope.FrameLeave {
 		event = "leave"
 	}
-	body, id := presence(event, r)
-	m := envelope.Meta{Kind: kind, Flags: flags | envelope.FlagLive, Origin: p.gw.nodeID, From: r.ID, ID: id,
+	msg := newSystemMessage(envelope.ProtocolMCPP, "system/presence", map[string]any{"event": event, "participant": who})
+	body, id := msg.bytes(), msg.ID
+	m := envelope.Meta{Kind: kind, Flags: flags | envelope.FlagLive, Origin: p.gw.nodeID, From: who.ID, ID: id,
 		Protocol: protocolSpan}
 	p.published.Add(1)
 	p.log.publishLive(&m, body)
@@ -455,7 +463,7 @@ func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
 // while it has participants or contexts (its history outlives it, and its
 // participants' rate buckets are the gateway's).
 func (p *Pod) idle() bool {
-	return len(p.members) == 0 && p.pending == 0 && p.Registry.Empty()
+	return len(p.members) == 0 && len(p.guests) == 0 && p.pending == 0 && p.Registry.Empty()
 }
 
 func (p *Pod) close() {
@@ -473,3 +481,123 @@ func (p *Pod) sweep(now time.Time) {
 // drained reports whether every frame this node put into the pod's log has
 // come back out of it (and so has been handed to the members).
 func (p *Pod) drained() bool { return p.unseen() == 0 }
+
+// guest is a member with no connection: an MCP session (SPEC section 9).
+// It is present like any member (welcomes, presence, member lists, the
+// pod's participant cap), but the fan-out hands it nothing: it reads the
+// pod's history through a cursor of its own, so nothing is queued for it.
+type guest struct {
+	identity
+	// replaced is called when a newer member of the same id (a connection
+	// or a guest, on any node) takes its place; as for a connection,
+	// nobody is told. It is called with the pod's lock held: it must
+	// return at once and not call the pod.
+	replaced func()
+}
+
+// joinGuest makes g a member under join's rules: it replaces a member of
+// the same id here (a connection is closed with 4000) or on another node,
+// and only a new id is announced. It fails when the pod is full or was
+// removed (dead: look it up again).
+func (p *Pod) joinGuest(g *guest) (ok, dead bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return false, true
+	}
+	if !p.hasRoomLocked(g.ID) {
+		return false, false
+	}
+	old := p.members[g.ID]
+	if old != nil {
+		delete(p.members, g.ID)
+		p.rebuildSnapshot()
+		old.Close(participant.StatusReplaced, "replaced by an MCP session of the same participant")
+	}
+	oldGuest := p.dropGuestLocked(g.ID)
+	_, elsewhere := p.remote[g.ID]
+	delete(p.remote, g.ID)
+	p.guests[g.ID] = g
+	switch {
+	case old != nil || oldGuest != nil:
+	case elsewhere:
+		p.publishPresenceOf(envelope.FrameJoin, g.identity, envelope.FlagReplace)
+	default:
+		p.publishPresenceOf(envelope.FrameJoin, g.identity, 0)
+	}
+	return true, false
+}
+
+// leaveGuest removes g unless something newer has replaced it; the
+// caller then lets the gateway forget the pod if it is idle
+// (maybeRemovePod).
+func (p *Pod) leaveGuest(g *guest) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.guests[g.ID] == g {
+		delete(p.guests, g.ID)
+		p.publishPresenceOf(envelope.FrameLeave, g.identity, 0)
+	}
+}
+
+// dropGuestLocked removes the guest of id, if any, telling it it was
+// replaced, and returns it.
+func (p *Pod) dropGuestLocked(id string) *guest {
+	g := p.guests[id]
+	if g != nil {
+		delete(p.guests, id)
+		g.replaced()
+	}
+	return g
+}
+
+// hasRoomLocked reports whether id may join: it is a member here already
+// (and would be replaced), or the pod is under --max-participants-per-pod.
+func (p *Pod) hasRoomLocked(id string) bool {
+	_, conn := p.members[id]
+	_, guest := p.guests[id]
+	return conn || guest || len(p.members)+len(p.guests)+p.pending < p.gw.cfg.MaxParticipantsPerPod
+}
+
+// localIdentities lists the members on this node, connections and
+// guests: what this node answers when another asks for its members.
+func (p *Pod) localIdentities() []identity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]identity, 0, len(p.members)+len(p.guests))
+	for _, m := range p.members {
+		out = append(out, identityOf(m))
+	}
+	for _, g := range p.guests {
+		out = append(out, g.identity)
+	}
+	return out
+}
+
+// participants lists the pod's members on every node.
+func (p *Pod) participants() []identity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.identitiesLocked("")
+}
+
+// identitiesLocked lists the pod's members on every node but except.
+func (p *Pod) identitiesLocked(except string) []identity {
+	out := make([]identity, 0, len(p.members)+len(p.guests)+len(p.remote))
+	for id, m := range p.members {
+		if id != except {
+			out = append(out, identityOf(m))
+		}
+	}
+	for id, g := range p.guests {
+		if id != except {
+			out = append(out, g.identity)
+		}
+	}
+	for id, m := range p.remote {
+		if id != except {
+			out = append(out, m.identity)
+		}
+	}
+	return out
+}

@@ -1,0 +1,272 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/participant"
+)
+
+// mcpMember is one participant's presence in one pod through /mcp on this
+// node: what SPEC section 9 calls its session. It begins with the
+// participant's first request (or initialize) and ends when its last MCP
+// session ends, when it has made no request for --mcp-session-timeout,
+// when a newer member of the same id (a connection or a session, on any
+// node) replaces it, or when the gateway shuts down. The MCP sessions of
+// one participant share it: one presence, one filter, one cursor.
+type mcpMember struct {
+	e       *mcpEndpoint
+	id, key string
+	caps    participant.Capabilities
+	pod     *Pod
+	guest   *guest
+	buckets *limits.Buckets
+	filter  atomic.Pointer[filter.Filter]
+	ready   chan struct{} // closed once started (or failed to)
+	done    chan struct{} // closed when it ends: waiting reads return
+
+	// readMu serializes reads, which move the cursor: the sequence in the
+	// pod's history up to which it has read.
+	readMu sync.Mutex
+	cursor uint64
+
+	mu       sync.Mutex
+	over     bool
+	active   int // requests being served: while any is, it is not idle
+	idle     *time.Timer
+	sessions map[*mcp.ServerSession]struct{}
+}
+
+// Why a member ends, for the log.
+const (
+	endIdle     = "idle past --mcp-session-timeout"
+	endSessions = "its MCP sessions ended"
+	endReplaced = "replaced by a newer connection or session of the same participant"
+	endShutdown = "the gateway is shutting down"
+)
+
+// errSessionEnded answers a tool call of a member that has ended.
+var errSessionEnded = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+	Message: "this MCP session has ended (idle past --mcp-session-timeout, replaced by a newer connection or session of the same participant, or the gateway is shutting down): start a new session"}
+
+// acquire returns the participant's member, started (joined to the pod)
+// if it was not, and held for the request: release it when done.
+func (e *mcpEndpoint) acquire(ctx context.Context, pod, id string, caps participant.Capabilities, f *filter.Filter) (*mcpMember, int, *envelope.Error) {
+	key := bucketKey(pod, id)
+	for {
+		e.mu.Lock()
+		select {
+		case <-e.stopping:
+			e.mu.Unlock()
+			return nil, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeShuttingDown, "the gateway is shutting down")
+		default:
+		}
+		m, starting := e.members[key], false
+		if m == nil {
+			m = &mcpMember{e: e, id: id, key: key, caps: caps, ready: make(chan struct{}), done: make(chan struct{}),
+				sessions: map[*mcp.ServerSession]struct{}{}}
+			m.filter.Store(f)
+			e.members[key] = m
+			starting = true
+		}
+		e.mu.Unlock()
+		if starting {
+			if status, refusal := m.start(ctx, pod); refusal != nil {
+				m.mu.Lock()
+				m.over = true // others waiting for it start their own
+				m.mu.Unlock()
+				e.forget(m)
+				close(m.done)
+				close(m.ready)
+				return nil, status, refusal
+			}
+			close(m.ready)
+		}
+		select {
+		case <-m.ready:
+		case <-ctx.Done():
+			return nil, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the request ended while the participant was joining")
+		}
+		if m.hold() {
+			return m, 0, nil
+		}
+		// It ended (or failed to start) meanwhile: start another.
+		e.mu.Lock()
+		if e.members[key] == m {
+			delete(e.members, key)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// start joins the pod as a guest. Like a WebSocket participant, it counts
+// as a connection (--max-connections) and a participant of the pod
+// (--max-participants-per-pod).
+func (m *mcpMember) start(ctx context.Context, name string) (int, *envelope.Error) {
+	g := m.e.g
+	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
+		g.connCount.Add(-1)
+		return http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections)
+	}
+	m.guest = &guest{identity: identity{ID: m.id, Capabilities: m.caps}, replaced: func() { go m.end(endReplaced) }}
+	for {
+		p, refusal := g.pod(name)
+		if refusal != nil {
+			g.connCount.Add(-1)
+			return http.StatusServiceUnavailable, refusal
+		}
+		wctx, cancel := context.WithTimeout(ctx, historyOpenTimeout)
+		err := p.waitReady(wctx)
+		cancel()
+		if err != nil {
+			g.connCount.Add(-1)
+			g.maybeRemovePod(p)
+			return http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q is still reading its history; try again", name)
+		}
+		p.syncMembers()
+		// The first read returns what comes after the participant joined.
+		m.cursor = p.index.Last()
+		ok, dead := p.joinGuest(m.guest)
+		if dead {
+			continue // removed as we looked it up; a new one will be made
+		}
+		if !ok {
+			g.connCount.Add(-1)
+			g.maybeRemovePod(p)
+			return http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q has %d participants, the limit", name, g.cfg.MaxParticipantsPerPod)
+		}
+		m.pod = p
+		break
+	}
+	m.buckets = g.buckets.Acquire(m.key)
+	g.log.Debug("MCP participant joined", "pod", name, "participant", m.id)
+	return 0, nil
+}
+
+// hold marks a request as being served, and reports false when the member
+// has ended.
+func (m *mcpMember) hold() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.over {
+		return false
+	}
+	m.active++
+	if m.idle != nil {
+		m.idle.Stop()
+	}
+	return true
+}
+
+// release ends a request begun with hold; the member's idle time starts
+// when no request is being served.
+func (m *mcpMember) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.active--
+	if m.active > 0 || m.over {
+		return
+	}
+	timeout := m.e.g.cfg.MCPSessionTimeout
+	if m.idle == nil {
+		m.idle = time.AfterFunc(timeout, m.expire)
+	} else {
+		m.idle.Reset(timeout)
+	}
+}
+
+// expire ends the member when its idle timer fires, unless a request came
+// meanwhile.
+func (m *mcpMember) expire() {
+	m.mu.Lock()
+	busy := m.active > 0
+	m.mu.Unlock()
+	if !busy {
+		m.end(endIdle)
+	}
+}
+
+// attach adds an MCP session; it reports false when the member has ended.
+func (m *mcpMember) attach(ss *mcp.ServerSession) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.over {
+		return false
+	}
+	m.sessions[ss] = struct{}{}
+	return true
+}
+
+// detach removes a session that closed (DELETE, or the SDK closed it); the
+// member ends with its last session.
+func (m *mcpMember) detach(ss *mcp.ServerSession) {
+	m.mu.Lock()
+	_, ok := m.sessions[ss]
+	delete(m.sessions, ss)
+	last := ok && len(m.sessions) == 0
+	m.mu.Unlock()
+	if last {
+		m.end(endSessions)
+	}
+}
+
+// ended reports whether the member has ended.
+func (m *mcpMember) ended() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.over
+}
+
+// end leaves the pod (unless a newer member replaced this one: nobody is
+// told then) and closes the member's MCP sessions, whose next requests
+// the SDK answers with 404. It is idempotent, and must not be called from
+// a request of one of those sessions (closing waits for them).
+func (m *mcpMember) end(why string) {
+	m.mu.Lock()
+	if m.over {
+		m.mu.Unlock()
+		return
+	}
+	m.over = true
+	close(m.done)
+	if m.idle != nil {
+		m.idle.Stop()
+	}
+	sessions := m.sessions
+	m.sessions = nil
+	m.mu.Unlock()
+
+	e, g := m.e, m.e.g
+	e.forget(m)
+	if why != endReplaced {
+		m.pod.leaveGuest(m.guest)
+	}
+	if why != endShutdown {
+		g.maybeRemovePod(m.pod) // at shutdown the gateway closes every pod itself
+	}
+	g.buckets.Release(m.key, timeNow())
+	g.connCount.Add(-1)
+	g.log.Debug("MCP participant left", "pod", m.pod.Name, "participant", m.id, "why", why)
+	for ss := range sessions {
+		e.unbind(ss.ID())
+		_ = ss.Close()
+	}
+}
+
+// forget removes m from the endpoint's members.
+func (e *mcpEndpoint) forget(m *mcpMember) {
+	e.mu.Lock()
+	if e.members[m.key] == m {
+		delete(e.members, m.key)
+	}
+	e.mu.Unlock()
+}

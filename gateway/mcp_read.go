@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/history"
+)
+
+// pod_read's bounds (SPEC section 9).
+const (
+	defaultReadLimit = 50
+	maxReadLimit     = 1000
+	maxReadWait      = 30 * time.Second
+)
+
+// read returns, oldest first, at most limit envelopes of the pod's
+// history after the member's cursor that its filter admits, folded as a
+// replay folds them (SPEC sections 8 and 9), and moves the cursor past
+// them. With nothing there it waits up to wait for the history to change
+// (Index.Changed: no polling), so that an agent's read returns as soon as
+// something arrives. The answer holds at most 4 × --max-message-bytes of
+// envelopes, like gateway/history's; more says there is more to read.
+func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*historyAnswer, error) {
+	x := m.pod.index
+	var timer <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timer = t.C
+	}
+	for {
+		// Taken before looking, so that a change after the look wakes us.
+		changed := x.Changed()
+		answer, err := m.readOnce(ctx, x, limit)
+		if err != nil || len(answer.Envelopes) > 0 || timer == nil {
+			return answer, err
+		}
+		select {
+		case <-changed:
+		case <-timer:
+			timer = nil // look once more, and answer what is there
+		case <-ctx.Done():
+			return nil, fmt.Errorf("pod_read: %w", ctx.Err())
+		case <-m.done:
+			return nil, errSessionEnded
+		case <-m.e.stopping:
+			return answer, nil
+		}
+	}
+}
+
+// readOnce reads what is there after the cursor. A look that finds
+// nothing still moves the cursor past the entries the filter did not
+// admit, so that a waiting read never looks at them again.
+func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (*historyAnswer, error) {
+	m.readMu.Lock()
+	defer m.readMu.Unlock()
+	f := m.filter.Load()
+	sel := x.Since(m.cursor, limit, true, func(meta *envelope.Meta) bool { return f.Admits(meta, m.id) })
+	answer := &historyAnswer{Envelopes: []json.RawMessage{}, More: sel.More}
+	// One answer carries at most what gateway/history's does (at least
+	// one envelope): the rest is read next time.
+	bytes, n := 0, 0
+	for n < len(sel.Entries) && (n == 0 || bytes+sel.Entries[n].Size <= 4*m.e.g.cfg.MaxMessageBytes) {
+		bytes += sel.Entries[n].Size
+		n++
+	}
+	if n < len(sel.Entries) {
+		sel.Entries, sel.Last, answer.More = sel.Entries[:n], sel.Entries[n-1].Seq, true
+	}
+	if len(sel.Entries) == 0 {
+		m.cursor = sel.Last
+		return answer, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, replayReadTimeout)
+	defer cancel()
+	err := m.pod.render(rctx, envelope.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
+	var missing *history.MissingError
+	switch got := len(answer.Envelopes); {
+	case err == nil:
+		m.cursor = sel.Last
+	case errors.As(err, &missing):
+		// Discarded by --history-bytes or --history-age since the index
+		// chose it: what came before it is read, and the next read goes on
+		// after it.
+		m.cursor, answer.More = missing.Seq, true
+	case got > 0:
+		m.cursor, answer.More = sel.Entries[got-1].Seq, true
+	default:
+		return nil, fmt.Errorf("pod_read: reading the pod's history: %w", err)
+	}
+	return answer, nil
+}

@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpp/gateway/contexts"
+	"github.com/mcpp/gateway/envelope"
+)
+
+// The tools that send: each builds one envelope and runs it through the
+// same ingress as a WebSocket message (as POST /pods/NAME/envelopes does,
+// without a connection), so the same rules, codes, capabilities and rate
+// buckets apply.
+
+// outgoing is an envelope a tool sends; the gateway fills the rest.
+type outgoing struct {
+	To            []string        `json:"to,omitempty"`
+	Kind          string          `json:"kind"`
+	CorrelationID json.RawMessage `json:"correlation_id,omitempty"`
+	Context       json.RawMessage `json:"context,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	Lifecycle     json.RawMessage `json:"lifecycle,omitempty"`
+}
+
+// relayed is what ingress recorded of an accepted envelope.
+type relayed struct {
+	id string
+	// depth is its context's depth (0 without a context).
+	depth int
+	// concluded are the contexts it concluded, in event order.
+	concluded []contexts.Concluded
+}
+
+// relay checks and publishes env as the member's; a refusal is a refused
+// error.
+func (m *mcpMember) relay(env outgoing) (relayed, error) {
+	data, err := json.Marshal(env)
+	if err != nil {
+		return relayed{}, refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "the envelope does not marshal: %v", err))
+	}
+	from := &sender{id: m.id, caps: m.caps, protocol: envelope.ProtocolMCPP}
+	in := ingresses.Get().(*ingress)
+	in.g, in.pod, in.from, in.buckets = m.e.g, m.pod, from, m.buckets
+	in.handle(websocket.MessageText, data)
+	// What the registry recorded stays in the ingress until its release.
+	var out relayed
+	if in.acc.Context != nil {
+		out.depth = in.acc.Context.Depth
+	}
+	out.concluded = append(out.concluded, in.acc.Concluded...)
+	in.release()
+	m.pod.throttle()
+	if len(from.results) != 1 {
+		return relayed{}, fmt.Errorf("ingress answered %d results for one envelope", len(from.results))
+	}
+	if r := from.results[0]; r.Error != nil {
+		return relayed{}, refused(r.Error)
+	}
+	out.id = from.results[0].ID
+	return out, nil
+}
+
+func (e *mcpEndpoint) podSend(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
+	if strings.HasPrefix(args.Kind, "gateway/") {
+		return nil, refuse(envelope.Errorf(envelope.CodeUnknownRequest,
+			"pod_send relays envelopes to the pod; ask the gateway with pod_history, pod_contexts and pod_filter"))
+	}
+	r, err := m.relay(outgoing{To: args.To, Kind: args.Kind, CorrelationID: args.CorrelationID, Context: args.Context,
+		Payload: args.Payload, Lifecycle: args.Lifecycle})
+	if err != nil {
+		return nil, err
+	}
+	return sendResult{ID: r.id}, nil
+}
+
+// The kinds of SPEC section 9's branch and return.
+const (
+	kindBranch     = "context/branch"
+	kindConclusion = "conclusion"
+)
+
+func (e *mcpEndpoint) contextBranch(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args branchArgs) (any, error) {
+	c := contextRef{ID: uuid.NewString(), Type: args.Type, Parent: args.Parent}
+	ctxJSON, _ := json.Marshal(c)
+	payload, _ := json.Marshal(map[string]string{"description": args.Description})
+	r, err := m.relay(outgoing{Kind: kindBranch, Context: ctxJSON, Payload: payload})
+	if err != nil {
+		return nil, err
+	}
+	return branchResult{Context: branchContext{ID: c.ID, Type: c.Type, Parent: c.Parent, Depth: r.depth}}, nil
+}
+
+func (e *mcpEndpoint) contextReturn(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args returnArgs) (any, error) {
+	if !e.g.conclusionKinds[kindConclusion] {
+		return nil, refuse(envelope.Errorf(envelope.CodeInvalidEnvelope,
+			"this gateway's --conclusion-kinds leave out %q, so a sub-context cannot be returned from here: send one of its conclusion kinds with pod_send", kindConclusion))
+	}
+	open := m.pod.Registry.Query(contexts.Query{State: contexts.StateActive, ID: args.Context, Limit: 1})
+	switch {
+	case len(open) == 0:
+		return nil, refuse(envelope.Errorf(envelope.CodeInvalidContext,
+			"sub-context %q is not open (it concluded, timed out, or was never opened): there is nothing to return from", args.Context))
+	case open[0].Creator != m.id:
+		return nil, refuse(envelope.Errorf(envelope.CodeAuthViolation,
+			"sub-context %q was opened by %s: only the participant that opened it returns from it", args.Context, open[0].Creator))
+	}
+	ctxJSON, _ := json.Marshal(contextRef{ID: args.Context})
+	payload, _ := json.Marshal(map[string]string{"summary": args.Summary})
+	r, err := m.relay(outgoing{Kind: kindConclusion, Context: ctxJSON, Payload: payload})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range r.concluded {
+		if c.ID == args.Context {
+			return returnResult{Context: c.ID, Stats: mcpCtxStat{
+				Messages: c.Messages, Bytes: c.Bytes, Participants: c.Participants, Depth: c.Depth,
+				Created: contexts.FormatTime(c.Created), LastActivity: contexts.FormatTime(c.LastActivity),
+				Concluded: contexts.FormatTime(c.At),
+			}}, nil
+		}
+	}
+	// Between the check and the conclusion the context timed out, and the
+	// conclusion opened and closed a new one of the same id: unlikely.
+	return nil, fmt.Errorf("sub-context %q concluded, but not by this conclusion", args.Context)
+}
