@@ -39,11 +39,12 @@ type mcpMember struct {
 	readMu sync.Mutex
 	cursor uint64
 
-	mu       sync.Mutex
-	over     bool
-	active   int // requests being served: while any is, it is not idle
-	idle     *time.Timer
-	sessions map[*mcp.ServerSession]struct{}
+	mu        sync.Mutex
+	over      bool
+	active    int       // requests being served: while any is, it is not idle
+	idleSince time.Time // when the last request ended
+	idle      *time.Timer
+	sessions  map[*mcp.ServerSession]struct{}
 }
 
 // Why a member ends, for the log.
@@ -176,6 +177,7 @@ func (m *mcpMember) release() {
 	if m.active > 0 || m.over {
 		return
 	}
+	m.idleSince = time.Now()
 	timeout := m.e.g.cfg.MCPSessionTimeout
 	if m.idle == nil {
 		m.idle = time.AfterFunc(timeout, m.expire)
@@ -184,15 +186,22 @@ func (m *mcpMember) release() {
 	}
 }
 
-// expire ends the member when its idle timer fires, unless a request came
-// meanwhile.
+// expire ends the member when its idle timer fires, unless a request is
+// being served or one came and went since the timer was set (a timer that
+// fired as a request began is stale).
 func (m *mcpMember) expire() {
 	m.mu.Lock()
-	busy := m.active > 0
-	m.mu.Unlock()
-	if !busy {
-		m.end(endIdle)
+	if m.over || m.active > 0 {
+		m.mu.Unlock()
+		return
 	}
+	if left := m.e.g.cfg.MCPSessionTimeout - time.Since(m.idleSince); left > 0 {
+		m.idle.Reset(left)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	m.end(endIdle)
 }
 
 // attach adds an MCP session; it reports false when the member has ended.
