@@ -217,7 +217,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 				return limits.RateError(envelope.CodeContextRateLimited, d, "you open contexts faster than your rate allows")
 			}
 		}
-		cur = r.create(c, req.Sender, req.EnvelopeID, depth, now)
+		cur = r.create(c, req.Sender, strings.Clone(req.EnvelopeID), depth, now)
 		cur.limiter.AllowN(req.Now, 1)
 	}
 
@@ -428,6 +428,8 @@ func (r *Registry) walkAncestors(c *Context, dst []string, now int64, atConclusi
 	return dst
 }
 
+// create registers a new context. creator and incarnation are kept: the
+// caller passes strings of its own (not pointing into a message).
 func (r *Registry) create(c *envelope.Context, creator, incarnation string, depth int, now int64) *Context {
 	n := &Context{
 		ID: strings.Clone(c.ID), Type: strings.Clone(c.Type), Parent: strings.Clone(c.Parent),

@@ -10,13 +10,75 @@ import (
 	"github.com/mcpp/gateway/participant"
 )
 
-// onFrame handles one frame of the pod's log, in the log's order: the
-// pod's subject calls it on one goroutine per subscription, the history
-// stream on one goroutine per follower. seq and at are the frame's place
-// and time in the history (0 without history).
+// The fan-out works by bursts, as nats-server's read loop does: the frames
+// the log hands over while a burst is being handled wait in the pod's
+// inbox, the next burst takes them all, every frame of a burst is queued
+// for the members that take it without waking their writers, and at the
+// end of the burst each member touched is flushed once, so that its
+// writer sends the whole burst in one write. Nothing waits on a timer: a
+// lone frame is a burst of one.
+
+// inFrame is a frame of the pod's log waiting in the inbox.
+type inFrame struct {
+	seq   uint64
+	at    int64
+	frame []byte
+}
+
+// receive takes a frame from the pod's log (in the log's order: the pod's
+// subject calls it on one goroutine per subscription, the history stream
+// on one per follower) and has the fan-out handle it.
+func (p *Pod) receive(seq uint64, at int64, frame []byte) {
+	p.inMu.Lock()
+	p.inbox = append(p.inbox, inFrame{seq, at, frame})
+	start := !p.inRun
+	p.inRun = true
+	p.inMu.Unlock()
+	if start {
+		go p.fanOut()
+	}
+}
+
+// fanOut handles the inbox by bursts until it is empty, then ends: an idle
+// pod holds no goroutine.
+func (p *Pod) fanOut() {
+	var burst []inFrame
+	for {
+		p.inMu.Lock()
+		burst, p.inbox = p.inbox, burst[:0]
+		if len(burst) == 0 {
+			p.inRun = false
+			p.inMu.Unlock()
+			return
+		}
+		p.inMu.Unlock()
+		p.fanMu.Lock()
+		for i := range burst {
+			p.onFrame(burst[i].seq, burst[i].at, burst[i].frame)
+		}
+		p.flushTouched()
+		p.fanMu.Unlock()
+		clear(burst)
+		if cap(burst) > 4096 {
+			burst = nil // give a large burst's slice back
+		}
+	}
+}
+
+// flushTouched wakes the writer of every member the burst queued
+// something for. Call it with fanMu held.
+func (p *Pod) flushTouched() {
+	for _, r := range p.touched {
+		r.Flush()
+	}
+	clear(p.touched)
+	p.touched = p.touched[:0]
+	p.burst++
+}
+
+// onFrame handles one frame of the pod's log, with fanMu held. seq and at
+// are the frame's place and time in the history (0 without history).
 func (p *Pod) onFrame(seq uint64, at int64, frame []byte) {
-	p.fanMu.Lock()
-	defer p.fanMu.Unlock()
 	m := &p.meta
 	body, err := envelope.DecodeFrame(frame, m)
 	if err != nil {
@@ -39,13 +101,13 @@ func (p *Pod) onFrame(seq uint64, at int64, frame []byte) {
 		}
 	}
 	if local && p.caughtUp && m.Kind != envelope.FrameContextEvent {
-		p.seen.Add(1)
-		if !m.Live() {
-			p.backlog.Add(-int64(len(body)))
+		// Counted once it is queued for the members: a drain that sees
+		// every frame seen knows it is in their queues.
+		size := int64(len(body))
+		if m.Live() {
+			size = 0 // live frames are not in the backlog's bytes
 		}
-		if p.throttled.Load() > 0 {
-			p.wakeThrottled()
-		}
+		defer p.seenOne(size)
 	}
 	if p.index != nil {
 		p.index.Apply(seq, at, m, len(body))
@@ -97,6 +159,15 @@ func (p *Pod) onFrame(seq uint64, at int64, frame []byte) {
 	p.gw.metrics.deliveries.Add(float64(n))
 }
 
+// seenOne counts one of this node's frames as back out of the log.
+func (p *Pod) seenOne(size int64) {
+	p.seen.Add(1)
+	p.backlog.Add(-size)
+	if p.throttled.Load() > 0 {
+		p.wakeThrottled()
+	}
+}
+
 // applyPast rebuilds the registry from a frame of the pod's past, whoever
 // sent it: its envelopes (a live frame's marker without its size) and its
 // conclusions.
@@ -134,19 +205,34 @@ func stamp(at int64) time.Time {
 	return time.Unix(0, at)
 }
 
-// deliver hands body to the local members that take it and returns how
-// many did. Participants that speak MCPx get the body with its protocol
-// rewritten, made once and shared.
+// deliver queues body for the local members that take it, as one text
+// frame built once and shared by all of them (MCPx participants share one
+// with the protocol rewritten), and returns how many took it. Their
+// writers are woken at the end of the burst (flushTouched). Call it with
+// fanMu held.
 func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
-	var mcpx []byte
+	var frame, mcpx []byte
 	pick := func(r *participant.Participant) []byte {
-		if r.Protocol != envelope.ProtocolMCPX {
-			return body
+		if r.Protocol == envelope.ProtocolMCPX {
+			if mcpx == nil {
+				mcpx = participant.TextFrame(asMCPX(body, m.Protocol))
+			}
+			return mcpx
 		}
-		if mcpx == nil {
-			mcpx = asMCPX(body, m.Protocol)
+		if frame == nil {
+			frame = participant.TextFrame(body)
 		}
-		return mcpx
+		return frame
+	}
+	take := func(r *participant.Participant) bool {
+		if !r.Enqueue(pick(r)) {
+			return false
+		}
+		if r.FlushMark != p.burst {
+			r.FlushMark = p.burst
+			p.touched = append(p.touched, r)
+		}
+		return true
 	}
 	n := 0
 	members := *p.snapshot.Load()
@@ -156,13 +242,13 @@ func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
 			if r.ID == m.From || (local && m.Seq <= r.JoinSeq) {
 				continue
 			}
-			if r.Deliver(pick(r)) {
+			if take(r) {
 				n++
 			}
 		}
 	default:
 		for _, r := range members {
-			if r.Filter().Admits(m, r.ID) && r.Deliver(pick(r)) {
+			if r.Filter().Admits(m, r.ID) && take(r) {
 				n++
 			}
 		}

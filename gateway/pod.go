@@ -39,6 +39,16 @@ type Pod struct {
 	ready    chan struct{}
 	// meta is the fan-out's scratch header, under fanMu.
 	meta envelope.Meta
+	// inbox holds the frames the log handed over while the fan-out was
+	// busy; inRun is set while a fan-out goroutine handles it.
+	inMu  sync.Mutex
+	inbox []inFrame
+	inRun bool
+	// touched are the members the current burst queued something for,
+	// flushed at its end; burst numbers the bursts (FlushMark), from 1, a
+	// new participant's mark being 0. Under fanMu.
+	touched []*participant.Participant
+	burst   uint64
 	// delivered is, with history, the last frame number (Meta.Seq) the
 	// fan-out handled of each origin node: a frame republished after the
 	// stream failed over, which the stream had stored after all, comes
@@ -87,6 +97,7 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 		remote:    make(map[string]remoteMember),
 		ready:     make(chan struct{}),
 		delivered: map[string]uint64{},
+		burst:     1,
 	}
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)
@@ -110,7 +121,7 @@ func newPod(gw *Gateway, name string) (*Pod, error) {
 	}
 	// The fan-out handles no frame before upTo is known.
 	p.fanMu.Lock()
-	upTo, err := p.log.follow(p.onFrame)
+	upTo, err := p.log.follow(p.receive)
 	if err != nil {
 		p.fanMu.Unlock()
 		p.log.close()
@@ -321,11 +332,14 @@ func (p *Pod) removeNode(node string) {
 		}
 	}
 	p.mu.Unlock()
+	p.fanMu.Lock()
+	defer p.fanMu.Unlock()
 	for _, id := range gone {
 		m := envelope.Meta{Kind: envelope.FrameLeave, Origin: node, From: id.ID, Protocol: protocolSpan}
 		body := newSystemMessage(envelope.ProtocolMCPP, "system/presence", map[string]any{"event": "leave", "participant": id}).bytes()
 		p.gw.metrics.deliveries.Add(float64(p.deliver(&m, body, false)))
 	}
+	p.flushTouched()
 }
 
 // syncMembers learns, once, the members other nodes have in the pod.

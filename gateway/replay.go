@@ -140,7 +140,7 @@ const replayReadTimeout = 10 * time.Second
 // Next implements participant.Source.
 func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
 	if s.first != nil {
-		dst = append(dst, s.first)
+		dst = append(dst, participant.TextFrame(s.first))
 		s.first = nil
 		return dst, nil
 	}
@@ -153,7 +153,7 @@ func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
 	start := len(dst)
 	ctx, cancel := context.WithTimeout(context.Background(), replayReadTimeout)
 	defer cancel()
-	err := s.p.render(ctx, s.r.Protocol, chunk, func(b []byte) { dst = append(dst, b) })
+	err := s.p.render(ctx, s.r.Protocol, chunk, func(b []byte) { dst = append(dst, participant.TextFrame(b)) })
 	done := len(dst) - start
 	var missing *history.MissingError
 	switch {

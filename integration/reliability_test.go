@@ -151,15 +151,15 @@ func TestDepthHoldsFromTheLeafUp(t *testing.T) {
 		t.Fatalf("the refusal answers %q, want n8", e.str("correlation_id"))
 	}
 	// C8 as a root fits; an observer of its subtree sees the deepest.
-	s.send(map[string]any{"kind": "note", "id": "root", "context": map[string]any{"id": "C8"}})
 	obs := g.dial(t, pod, "observer", "main=0&contexts=none&ids=C8&subtree=1")
+	s.send(map[string]any{"kind": "note", "id": "root", "context": map[string]any{"id": "C8"}})
 	for i := 9; i <= 12; i++ {
 		s.send(map[string]any{"kind": "note", "id": fmt.Sprintf("m%d", i), "context": map[string]any{"id": fmt.Sprintf("C%d", i)}})
 	}
-	for i := 9; i <= 12; i++ {
+	for _, want := range []string{"root", "m9", "m10", "m11", "m12"} {
 		m := obs.nextNonPresence(5 * time.Second)
-		if m == nil || m.str("id") != fmt.Sprintf("m%d", i) {
-			t.Fatalf("the observer of C8's subtree got %v, want m%d", m, i)
+		if m == nil || m.str("id") != want {
+			t.Fatalf("the observer of C8's subtree got %v, want %s", m, want)
 		}
 	}
 	// And C12, at depth 5, takes no child.
@@ -255,5 +255,30 @@ func TestShutdownAnswersWhileDraining(t *testing.T) {
 	}
 	if _, _, err := httpGet(g.URL + "/healthz"); err == nil {
 		t.Fatal("the listener still answers after the shutdown")
+	}
+}
+
+// TestFirstBurstDelivered: the fan-out queues a burst of envelopes for
+// each member and flushes each member once at the burst's end; the very
+// first burst of a new pod is flushed too. Many fresh pods, each with one
+// member, each get an envelope over POST at once: every member receives
+// its envelope, promptly.
+func TestFirstBurstDelivered(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, nil)
+	for i := 0; i < 60; i++ {
+		pod := fmt.Sprintf("first-%d", i)
+		bob := g.dial(t, pod, "bob", "")
+		go func() {
+			body := strings.NewReader(`{"kind":"chat","id":"hello"}`)
+			resp, err := http.Post(fmt.Sprintf("%s/pods/%s/envelopes?participant=alice", g.URL, pod), "application/json", body)
+			if err == nil {
+				resp.Body.Close()
+			}
+		}()
+		if m := bob.nextNonPresence(2 * time.Second); m == nil || m.str("id") != "hello" {
+			t.Fatalf("%s: bob got %v, want hello", pod, m)
+		}
+		_ = bob.conn.CloseNow()
 	}
 }

@@ -7,22 +7,26 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 )
 
 // A WebSocket library keeps a 4 KiB bufio.Reader and a 4 KiB bufio.Writer
 // per connection for its whole life, which is half of what an idle
-// connection costs. SmallBuffers hands it 16-byte ones instead, over a
-// net.Conn that coalesces the writes of one message in a pooled buffer
-// while the participant's writer holds it (hold/release), so that one
-// message still costs one system call and an idle connection holds no
-// write buffer at all.
-//
-// Incoming messages pay one or two extra reads for their header; incoming
-// traffic is one read per envelope, while outgoing is one write per
-// recipient, so that is the side kept cheap.
-
-const smallBuffer = 16 // the least bufio accepts
+// connection costs. SmallBuffers hands it small ones instead: a 16-byte
+// reader (incoming messages pay one or two extra reads for their header;
+// incoming traffic is one read per envelope, while outgoing is one write
+// per recipient, so that is the side kept cheap), and a writer just large
+// enough for a control frame (ping, pong, close: at most 139 bytes), which
+// the library flushes per frame, so that each of its frames reaches the
+// socket in one Write. The participant's writer writes its data frames
+// itself (frame.go), each burst in one Write too, and net.Conn keeps
+// concurrent Writes whole: the library's frames and the writer's never
+// interleave.
+const (
+	smallBuffer = 16 // the least bufio accepts
+	// controlBuffer holds a whole control frame: a header of at most 14
+	// bytes and at most 125 of payload.
+	controlBuffer = 256
+)
 
 // SmallBuffers wraps w so that the WebSocket upgrade hijacks a connection
 // with small buffers. Conn returns that connection once the upgrade is done.
@@ -30,11 +34,10 @@ func SmallBuffers(w http.ResponseWriter) *HijackWriter {
 	return &HijackWriter{ResponseWriter: w}
 }
 
-// HijackWriter is an http.ResponseWriter whose Hijack returns a
-// CoalescingConn.
+// HijackWriter is an http.ResponseWriter whose Hijack returns a Conn.
 type HijackWriter struct {
 	http.ResponseWriter
-	conn *CoalescingConn
+	conn *Conn
 }
 
 // Unwrap lets http.ResponseController reach the server's writer.
@@ -60,98 +63,56 @@ func (h *HijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// The library reads through the connection it is given once its own
 	// reader has no bytes buffered, so the connection itself must read
 	// from r too.
-	h.conn = &CoalescingConn{Conn: nc, r: r}
-	return h.conn, bufio.NewReadWriter(bufio.NewReaderSize(r, smallBuffer), bufio.NewWriterSize(h.conn, smallBuffer)), nil
+	h.conn = &Conn{Conn: nc, r: r}
+	return h.conn, bufio.NewReadWriter(bufio.NewReaderSize(r, smallBuffer), bufio.NewWriterSize(h.conn, controlBuffer)), nil
 }
 
 // Conn is the hijacked connection, or nil before the upgrade.
-func (h *HijackWriter) Conn() *CoalescingConn { return h.conn }
+func (h *HijackWriter) Conn() *Conn { return h.conn }
 
-// CoalescingConn is a net.Conn that, while held, gathers what is written in
-// a pooled buffer and writes it at once on release.
-type CoalescingConn struct {
+// Conn is a hijacked net.Conn that first reads the bytes the client sent
+// before the upgrade completed.
+//
+// It reads ahead: the library reads a message's header a few bytes at a
+// time (its reader's buffer is 16 bytes), which would cost a sender two
+// or three system calls per envelope, so Conn reads what the socket holds
+// into a pooled buffer and serves the library from it. The buffer goes
+// back to the pool as soon as it is drained, so that an idle connection
+// holds none: its reader waits in a Read with nothing buffered.
+type Conn struct {
 	net.Conn
-	r       io.Reader // the bytes read before the hijack, then the connection
-	mu      sync.Mutex
-	holding bool
-	buf     *[]byte
+	r io.Reader // the bytes read before the hijack, then the connection
+
+	ahead *[]byte // read ahead, not yet served; nil when drained
+	off   int     // what of it was served
 }
 
-var writeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+// readAhead is the most a Conn reads at once.
+const readAhead = 16 << 10
 
-// maxPooledBuffer keeps a huge message's buffer out of the pool; a write
-// of up to maxBatchBytes (plus frame headers, which append may double)
-// always fits.
-const maxPooledBuffer = 4 * maxBatchBytes
+var readAheads = sync.Pool{New: func() any { b := make([]byte, readAhead); return &b }}
 
-// Read implements net.Conn.
-func (c *CoalescingConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// Write implements net.Conn. Outside a hold (control frames written by the
-// library's reader: pongs, closes) it writes through. The lock is never
-// held across a write to the socket, so closing never waits on a peer that
-// stopped reading; net.Conn keeps concurrent writes whole.
-func (c *CoalescingConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	if !c.holding {
-		c.mu.Unlock()
-		return c.Conn.Write(p)
+// Read implements net.Conn. The library reads from one goroutine only.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.ahead == nil {
+		if len(p) >= readAhead {
+			return c.r.Read(p) // a large read needs no buffer of ours
+		}
+		b := readAheads.Get().(*[]byte)
+		n, err := c.r.Read(*b)
+		if n == 0 {
+			readAheads.Put(b)
+			return 0, err
+		}
+		*b = (*b)[:n]
+		c.ahead, c.off = b, 0
 	}
-	if c.buf == nil {
-		c.buf = writeBuffers.Get().(*[]byte)
+	n := copy(p, (*c.ahead)[c.off:])
+	c.off += n
+	if c.off == len(*c.ahead) {
+		*c.ahead = (*c.ahead)[:readAhead]
+		readAheads.Put(c.ahead)
+		c.ahead = nil
 	}
-	*c.buf = append(*c.buf, p...)
-	c.mu.Unlock()
-	return len(p), nil
-}
-
-// closeFlushTimeout bounds the last write of what was gathered when the
-// connection closes: a peer that does not read does not get it.
-const closeFlushTimeout = time.Second
-
-// Close writes what is gathered, then closes. The library writes its
-// closing frame and closes the connection from its reader goroutine; when
-// the participant's writer holds the connection at that moment the frame
-// is in the buffer, and must still go out.
-func (c *CoalescingConn) Close() error {
-	if b := c.take(); b != nil {
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
-		_, _ = c.Conn.Write(*b)
-		putWriteBuffer(b)
-	}
-	return c.Conn.Close()
-}
-
-func (c *CoalescingConn) hold() {
-	c.mu.Lock()
-	c.holding = true
-	c.mu.Unlock()
-}
-
-// take ends the hold and returns what was gathered, or nil.
-func (c *CoalescingConn) take() *[]byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.holding = false
-	b := c.buf
-	c.buf = nil
-	return b
-}
-
-// release writes what was gathered since hold, in one system call.
-func (c *CoalescingConn) release() error {
-	b := c.take()
-	if b == nil {
-		return nil
-	}
-	_, err := c.Conn.Write(*b)
-	putWriteBuffer(b)
-	return err
-}
-
-func putWriteBuffer(b *[]byte) {
-	if cap(*b) <= maxPooledBuffer {
-		*b = (*b)[:0]
-		writeBuffers.Put(b)
-	}
+	return n, nil
 }

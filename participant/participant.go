@@ -33,9 +33,9 @@ type Options struct {
 	// OnCut is called once when the participant is cut, with why (one
 	// of the Cut reasons), for the gateway's log and metrics.
 	OnCut func(reason string)
-	// OnWrite is called after each WebSocket message written, with the
-	// number of envelopes in it (for metrics).
-	OnWrite func(envelopes int)
+	// OnWrite is called after each write, with the number of WebSocket
+	// messages in it (for metrics).
+	OnWrite func(messages int)
 }
 
 // Batch limits: a batched message never holds more than this, so one
@@ -57,9 +57,15 @@ type Participant struct {
 	// JoinSeq is the node's frame sequence when it joined (set by the
 	// pod before the participant is in its fan-out).
 	JoinSeq uint64
+	// FlushMark is the pod fan-out's: the burst in which it last queued
+	// something for the participant (so that it flushes it once).
+	FlushMark uint64
+	// flushDue is set while a burst of the pod's fan-out has queued
+	// something for the participant that it will Flush at its end.
+	flushDue atomic.Bool
 
 	conn   *websocket.Conn
-	cc     *CoalescingConn // nil when the connection was not hijacked by SmallBuffers
+	nc     *Conn // the hijacked connection under conn, where the writer writes
 	opts   Options
 	queue  *Queue
 	filter atomic.Pointer[filter.Filter]
@@ -92,12 +98,12 @@ type closeFrame struct {
 	reason string
 }
 
-// New wraps an accepted connection; cc is the connection SmallBuffers
-// hijacked, or nil.
-func New(conn *websocket.Conn, cc *CoalescingConn, id, pod string, caps Capabilities, protocol string, f *filter.Filter, opts Options) *Participant {
+// New wraps an accepted connection; nc is the connection SmallBuffers
+// hijacked under it.
+func New(conn *websocket.Conn, nc *Conn, id, pod string, caps Capabilities, protocol string, f *filter.Filter, opts Options) *Participant {
 	p := &Participant{
 		ID: id, Pod: pod, Capabilities: caps, Protocol: protocol,
-		conn: conn, cc: cc, opts: opts, queue: newQueue(opts.SendQueue, opts.SendQueueBytes),
+		conn: conn, nc: nc, opts: opts, queue: newQueue(opts.SendQueue, opts.SendQueueBytes),
 		done: make(chan struct{}), park: make(chan struct{}, 1),
 	}
 	p.filter.Store(f)
@@ -120,24 +126,58 @@ func (p *Participant) Done() <-chan struct{} { return p.done }
 // Queued is the number of messages waiting to be written, and their bytes.
 func (p *Participant) Queued() (n, bytes int) { return p.queue.Size() }
 
-// Deliver queues b, an envelope of the pod, which the caller must never
-// change afterwards (it is shared with every other recipient). When the
-// queue is full the participant is cut with 4008 and Deliver reports
-// false; once the participant is closing it takes no more.
-func (p *Participant) Deliver(b []byte) bool { return p.push(b, false) }
+// Deliver queues frame, an envelope of the pod as a text frame
+// (TextFrame), which the caller must never change afterwards (it is shared
+// with every other recipient), and wakes the writer. When the queue is
+// full the participant is cut with 4008 and Deliver reports false; once
+// the participant is closing it takes no more.
+func (p *Participant) Deliver(frame []byte) bool {
+	if !p.Enqueue(frame) {
+		return false
+	}
+	p.wakeWriter()
+	return true
+}
 
-// Answer queues b, a message of the gateway to this participant alone (its
-// welcome, an error, the answer to a request): like Deliver, but also
-// while the participant is closing, until its close frame is written, so
-// that what it sent in the meantime is still answered.
-func (p *Participant) Answer(b []byte) bool { return p.push(b, true) }
+// Enqueue is Deliver without waking the writer: the pod's fan-out queues a
+// burst of envelopes for each participant and then calls Flush once for
+// each, so that the burst goes out in one write per connection. Until
+// then a writer woken by an earlier flush waits for this one rather than
+// write part of the burst: the way nats-server's writer waits while
+// producers that queued for it are about to flush, so that a busy pod's
+// envelopes go out in fewer, larger writes; nothing waits on a timer.
+func (p *Participant) Enqueue(frame []byte) bool {
+	if !p.push(frame, false) {
+		return false
+	}
+	p.flushDue.Store(true)
+	return true
+}
 
-func (p *Participant) push(b []byte, answer bool) bool {
+// Flush wakes the writer for what Enqueue queued.
+func (p *Participant) Flush() {
+	p.flushDue.Store(false)
+	p.wakeWriter()
+}
+
+// Answer queues body, a message of the gateway to this participant alone
+// (its welcome, an error, the answer to a request), and wakes the writer:
+// like Deliver, but also while the participant is closing, until its close
+// frame is written, so that what it sent in the meantime is still
+// answered.
+func (p *Participant) Answer(body []byte) bool {
+	if !p.push(TextFrame(body), true) {
+		return false
+	}
+	p.wakeWriter()
+	return true
+}
+
+func (p *Participant) push(frame []byte, answer bool) bool {
 	if p.cut.Load() {
 		return false
 	}
-	if p.queue.Push(b, answer) {
-		p.wakeWriter()
+	if p.queue.Push(frame, answer) {
 		return true
 	}
 	if p.cut.Load() || p.drain.Load() != nil {
@@ -155,7 +195,10 @@ func (p *Participant) cutFor(reason string) {
 	}
 }
 
+// wakeWriter tells the writer there is something to write, starting it
+// when it is not running.
 func (p *Participant) wakeWriter() {
+	p.queue.signal()
 	if p.started.Load() && !p.writerOn.Load() && p.writerOn.CompareAndSwap(false, true) {
 		go p.writeLoop()
 	}
@@ -290,11 +333,7 @@ func closeReason(s string) string {
 }
 
 func (p *Participant) writeLoop() {
-	var (
-		items = make([][]byte, 0, 16)
-		one   = make([][]byte, 1)
-		buf   []byte
-	)
+	items := make([][]byte, 0, 16)
 	for {
 		for !p.cut.Load() {
 			if p.source != nil {
@@ -309,35 +348,25 @@ func (p *Participant) writeLoop() {
 				}
 			}
 			if p.source == nil {
+				if p.flushDue.Load() && p.drain.Load() == nil {
+					if n, bytes := p.queue.Size(); n < maxBatchItems && bytes < maxBatchBytes {
+						break // the burst under way flushes again at its end
+					}
+				}
 				items = p.queue.PopUpTo(items[:0], maxBatchItems, maxBatchBytes)
 			}
 			if len(items) == 0 {
 				break
 			}
-			msgs := items
-			if len(items) > 1 && p.filter.Load().Batch {
-				buf = buf[:0]
-				for i, it := range items {
-					if i > 0 {
-						buf = append(buf, '\n')
-					}
-					buf = append(buf, it...)
-				}
-				one[0] = buf
-				msgs = one
-			}
-			if err := p.write(msgs); err != nil {
+			msgs, err := p.write(items, p.filter.Load().Batch)
+			if err != nil {
 				p.Kill()
 				return
 			}
 			if p.opts.OnWrite != nil {
-				p.opts.OnWrite(len(msgs))
+				p.opts.OnWrite(msgs)
 			}
 			clear(items)
-			one[0] = nil
-			if cap(buf) > maxBatchBytes*4 {
-				buf = nil
-			}
 		}
 		if cf := p.drain.Load(); cf != nil && p.queue.Len() == 0 && !p.cut.Swap(true) {
 			_ = p.conn.Close(cf.code, cf.reason)
@@ -360,28 +389,41 @@ func (p *Participant) writeLoop() {
 	}
 }
 
-// write sends messages, each its own WebSocket message, in one system
-// call: what queued up while the previous write was on its way goes out
-// together, with no timer and so no added latency. The context is
-// Background so that the library sets up no per-write timer; Watch cuts a
-// write that outlasts WriteTimeout.
-func (p *Participant) write(msgs [][]byte) error {
+// write sends frames (each a whole text frame), in one system call: what
+// queued up while the previous write was on its way goes out together, with
+// no timer and so no added latency. With batch (and more than one) it
+// sends their bodies as one message instead, a line each. It reports how
+// many WebSocket messages it wrote. There is no per-write timer: Watch
+// cuts a write that outlasts WriteTimeout.
+func (p *Participant) write(frames [][]byte, batch bool) (int, error) {
+	bp := writeBuffers.Get().(*[]byte)
+	buf := (*bp)[:0]
+	msgs := len(frames)
+	if batch && len(frames) > 1 {
+		n := len(frames) - 1
+		for _, f := range frames {
+			n += len(frameBody(f))
+		}
+		buf = AppendTextHeader(buf, n)
+		for i, f := range frames {
+			if i > 0 {
+				buf = append(buf, '\n')
+			}
+			buf = append(buf, frameBody(f)...)
+		}
+		msgs = 1
+	} else {
+		for _, f := range frames {
+			buf = append(buf, f...)
+		}
+	}
 	p.writeStart.Store(time.Now().UnixNano())
-	defer p.writeStart.Store(0)
 	p.writes.Add(1)
-	if p.cc != nil {
-		p.cc.hold()
+	_, err := p.nc.Conn.Write(buf)
+	p.writeStart.Store(0)
+	if cap(buf) <= maxPooledBuffer {
+		*bp = buf[:0]
+		writeBuffers.Put(bp)
 	}
-	var err error
-	for _, m := range msgs {
-		if err = p.conn.Write(context.Background(), websocket.MessageText, m); err != nil {
-			break
-		}
-	}
-	if p.cc != nil {
-		if rerr := p.cc.release(); err == nil {
-			err = rerr
-		}
-	}
-	return err
+	return msgs, err
 }

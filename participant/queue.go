@@ -18,8 +18,8 @@ type Queue struct {
 	// draining refuses what the fan-out delivers but not the gateway's
 	// answers to the participant, until closed.
 	draining bool
-	// ready holds a token while the queue may be non-empty; the writer
-	// waits on it.
+	// ready holds a token while the queue may have something the writer
+	// has not been told of (signal); the writer waits on it.
 	ready chan struct{}
 }
 
@@ -46,11 +46,15 @@ func (q *Queue) Push(b []byte, answer bool) bool {
 	q.n++
 	q.bytes += len(b)
 	q.mu.Unlock()
+	return true
+}
+
+// signal tells a waiting writer that the queue may be non-empty.
+func (q *Queue) signal() {
 	select {
 	case q.ready <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 func (q *Queue) grow() {
