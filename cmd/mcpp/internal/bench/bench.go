@@ -32,6 +32,8 @@ servers itself (no --gateway), each server's CPU time per delivery.
   mcpp bench --subscribers 100 --baseline --peer nats # and nats-server over WebSocket, same load
   mcpp bench --subscribers 100 --versus "--history 0" # and the gateway with other flags
   mcpp bench --idle 10000 --baseline                 # RSS per idle connection
+  mcpp bench --stalled 100 --size 1000000 --stalled-envelopes 64  # RSS with readers that stop reading
+  mcpp bench --soak 30m                              # mixed traffic; resources per minute, start against end
   mcpp bench --gateway ws://HOST:PORT --subscribers 10   # a gateway that runs elsewhere
   mcpp bench --gateway ws://A:8081,ws://B:8082           # a cluster: subscribers spread over the nodes
 
@@ -63,6 +65,12 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		idle       = fs.Int("idle", 0, "instead of traffic: open this many idle connections and report RSS per connection")
 		gatewayArg = fs.String("gateway-args", "", "extra flags for the started gateway (space-separated)")
 		versus     = fs.String("versus", "", "also alternate with the gateway started with these extra flags (space-separated, e.g. \"--history 0\"), reported as versus, and report gateway/versus")
+		stalled    = fs.Int("stalled", 0, "instead of fan-out: this many pods, each one sender and one reader that stops reading; report the gateway's RSS peak and end, and its cuts (the gateway runs with its defaults but the rates)")
+		stalledN   = fs.Int("stalled-envelopes", 64, "--stalled: envelopes of --size bytes each sender sends")
+		settle     = fs.Duration("settle", 0, "--stalled: wait after the last envelope is accepted before the end figures (default 2m30s: the Go runtime collects at least every 2 minutes, then gives memory back); --soak: time without traffic after the warm-up and at the end (default 5m)")
+		soak       = fs.Duration("soak", 0, "instead of fan-out: this long of mixed traffic against one gateway (churn, contexts, filters, floods, stalls, history, POST); its resources every --sample-every, and at the start against the end")
+		sampleFor  = fs.Duration("sample-every", time.Minute, "--soak: how often the gateway's resources are sampled")
+		soakWarmup = fs.Duration("soak-warmup", 2*time.Minute, "--soak: traffic (and a settle period) before the start is taken")
 	)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
@@ -74,6 +82,28 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 || *subs < 1 || *pubs < 1 || *size < 64 || *rounds < 1 || (*gw != "" && (*baseline || *versus != "")) {
 		fmt.Fprintln(stderr, "mcpp bench: bad arguments (--baseline needs bench to start the servers itself; --size at least 64)")
 		return 2
+	}
+	if *stalled != 0 {
+		if *settle == 0 {
+			*settle = 150 * time.Second
+		}
+		sl := stalledLoad{Pods: *stalled, Envelopes: *stalledN, Size: *size, Settle: *settle}
+		other := *baseline || *versus != "" || *peer != "" || *idle > 0 || *soak != 0
+		if msg := checkStalled(sl, *gw != "", other, memAvailable()); msg != "" {
+			fmt.Fprintln(stderr, "mcpp bench:", msg)
+			return 2
+		}
+	}
+	if *soak != 0 {
+		if *settle == 0 {
+			*settle = 5 * time.Minute
+		}
+		other := *baseline || *versus != "" || *peer != "" || *idle > 0 || *stalled != 0
+		plan := soakPlan{Warmup: *soakWarmup, Duration: *soak, Settle: *settle, Every: *sampleFor}
+		if msg := checkSoak(plan, *gw != "", other); msg != "" {
+			fmt.Fprintln(stderr, "mcpp bench:", msg)
+			return 2
+		}
 	}
 	if msg := checkPeer(*peer, *gw != "", *filters, *idle > 0); msg != "" {
 		fmt.Fprintln(stderr, "mcpp bench:", msg)
@@ -99,6 +129,10 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		Warmup: *warmup, Duration: *duration, Window: *window, Rate: *rate, Filters: *filters, Batch: *batch}
 	var err error
 	switch {
+	case *stalled > 0:
+		err = b.stalled(ctx, stalledLoad{Pods: *stalled, Envelopes: *stalledN, Size: *size, Settle: *settle})
+	case *soak > 0:
+		err = b.soak(ctx, soakPlan{Warmup: *soakWarmup, Duration: *soak, Settle: *settle, Every: *sampleFor})
 	case *idle > 0:
 		err = b.idle(ctx, *idle, *baseline)
 	case *gw != "":
