@@ -34,13 +34,13 @@ const (
 
 // The codes of a refused upgrade (docs/protocol.md section 1), besides
 // CodeInvalidFilter and CodeUnsupportedProtocol, which refuse an upgrade
-// too (with 400).
+// too (with 400), and CodeShuttingDown (503: the gateway is draining).
 const (
 	CodeInvalidPod         Code = "invalid_pod"         // 400: the pod name is not 1 to 64 of [A-Za-z0-9._-]
 	CodeInvalidParticipant Code = "invalid_participant" // 400: the participant id is malformed (or missing, for publishing in open mode)
 	CodeUnauthorized       Code = "unauthorized"        // 401: no token, or an unknown one
 	CodeForbidden          Code = "forbidden"           // 403: the token may not join this pod (or the browser origin is not allowed)
-	CodeOverCapacity       Code = "over_capacity"       // 503: a connection, participant or pod cap is reached, or the gateway is shutting down
+	CodeOverCapacity       Code = "over_capacity"       // 503: a connection, participant or pod cap is reached, or the pod (or the history stream) is not ready yet
 )
 
 // EnvelopeCodes are the codes of system/error in the order of the table
@@ -57,7 +57,7 @@ var EnvelopeCodes = []Code{
 // (docs/protocol.md section 1).
 var UpgradeCodes = []Code{
 	CodeInvalidPod, CodeInvalidParticipant, CodeUnauthorized, CodeForbidden,
-	CodeOverCapacity, CodeInvalidFilter, CodeUnsupportedProtocol,
+	CodeOverCapacity, CodeInvalidFilter, CodeUnsupportedProtocol, CodeShuttingDown,
 }
 
 // Retryable reports whether the same envelope (or upgrade) may succeed if
@@ -74,7 +74,10 @@ func (c Code) Retryable() bool {
 
 // HTTPStatus is the HTTP status that comes with the code when it refuses
 // an upgrade or a publish request (docs/protocol.md sections 1 and 6), or
-// 0 for a code that is only ever sent in a system/error.
+// 0 for a code that is only ever sent in a system/error. Two refusals of
+// a publish request differ: a method other than POST is 405
+// (CodeInvalidEnvelope), and a Content-Type other than JSON or
+// newline-delimited JSON is 415 (CodeInvalidJSON).
 func (c Code) HTTPStatus() int {
 	switch c {
 	case CodeInvalidPod, CodeInvalidParticipant, CodeInvalidFilter, CodeUnsupportedProtocol, CodeInvalidJSON:
@@ -83,7 +86,7 @@ func (c Code) HTTPStatus() int {
 		return 401
 	case CodeForbidden:
 		return 403
-	case CodeOverCapacity:
+	case CodeOverCapacity, CodeShuttingDown:
 		return 503
 	}
 	return 0
@@ -98,6 +101,7 @@ const (
 	CloseNormal        CloseCode = 1000 // the other side closed politely
 	CloseGoingAway     CloseCode = 1001 // the gateway is shutting down
 	CloseMessageTooBig CloseCode = 1009 // a message over twice max_message_bytes
+	CloseInternalError CloseCode = 1011 // the replay of the pod's history was interrupted: resume again
 	CloseReplaced      CloseCode = 4000 // another connection joined the pod with the same participant id
 	CloseSlowConsumer  CloseCode = 4008 // this connection did not read fast enough: its send queue filled
 )
@@ -111,6 +115,8 @@ func (c CloseCode) String() string {
 		return "1001 going away: the gateway is shutting down"
 	case CloseMessageTooBig:
 		return "1009 message too big"
+	case CloseInternalError:
+		return "1011 internal error: the replay was interrupted; resume again"
 	case CloseReplaced:
 		return "4000 replaced: another connection joined with the same participant id"
 	case CloseSlowConsumer:

@@ -6,6 +6,10 @@
 // client in another language can be written from this package: what
 // follows is what goes over the wire, in the order a client meets it.
 //
+// The jsonschema tags of some fields are their descriptions in the JSON
+// Schemas of the gateway's MCP tools, which are derived from these types
+// (docs/protocol.md section 9); encoding/json ignores them.
+//
 // # 1. Joining a pod
 //
 // A participant joins a pod (a named room) with a WebSocket upgrade,
@@ -24,8 +28,9 @@
 // A refused upgrade is a plain HTTP answer whose JSON body is a Refusal
 // ({"error": CODE, "message": TEXT}): 400 CodeInvalidPod,
 // CodeInvalidParticipant, CodeInvalidFilter, CodeUnsupportedProtocol; 401
-// CodeUnauthorized; 403 CodeForbidden; 503 CodeOverCapacity (see
-// Code.HTTPStatus).
+// CodeUnauthorized; 403 CodeForbidden; 503 CodeOverCapacity (a cap is
+// reached, or the pod is not ready yet) or CodeShuttingDown (the gateway is
+// draining: connect to another node, or later). See Code.HTTPStatus.
 //
 // # 2. The welcome, then the past
 //
@@ -103,11 +108,16 @@
 // CloseCode says why: CloseReplaced (4000: another connection joined with
 // your participant id; do not reconnect), CloseSlowConsumer (4008: you
 // read too slowly), CloseGoingAway (1001: the gateway is shutting down),
-// CloseMessageTooBig (1009: a message over twice Limits.MaxMessageBytes).
+// CloseMessageTooBig (1009: a message over twice Limits.MaxMessageBytes),
+// CloseInternalError (1011: the replay of the pod's history was
+// interrupted; resume again).
 //
 // # 8. Publishing without joining
 //
-// POST PublishPath(pod) takes one envelope (application/json) or one per
-// line (application/x-ndjson), authenticated as the upgrade is, and
-// answers a PublishAnswer: one PublishResult per envelope, in order.
+// POST PublishPath(pod) takes one envelope (Content-Type
+// application/json) or one per line (application/x-ndjson), authenticated
+// as the upgrade is, and answers a PublishAnswer: one PublishResult per
+// envelope, in order. Any other Content-Type is refused with 415
+// (CodeInvalidJSON), and a browser origin is checked as for the upgrade
+// (403 CodeForbidden), so that a web page cannot publish with a form.
 package wire

@@ -121,11 +121,17 @@ func (e *Envelope) ContextID() string {
 // (a system/* kind).
 func (e *Envelope) IsSystem() bool { return strings.HasPrefix(e.Kind, "system/") }
 
-// InHistory reports whether a pod's history keeps the envelope, which is
-// what a resume (QueryResume) can start after (docs/protocol.md section
-// 8): every relayed envelope except those whose lifecycle mode is
-// ephemeral, and system/context events; not welcomes, presence, errors or
-// answers to requests.
+// InHistory reports whether a pod's history keeps the envelope
+// (docs/protocol.md section 8): every relayed envelope except those whose
+// lifecycle mode is ephemeral, and system/context events; not welcomes,
+// presence, errors or answers to requests.
+//
+// The id of the last such envelope received is the safe choice for a
+// resume (QueryResume), and the one this package's users make. The
+// gateway also resumes from the id of an ephemeral envelope or a presence
+// event it delivered, for as long as it remembers where they were (as
+// many of them as history entries, per pod); an id it does not know
+// resumes nothing (HistoryInfo.Resumed false).
 func (e *Envelope) InHistory() bool {
 	if e.IsSystem() {
 		return e.Kind == KindContext

@@ -20,19 +20,19 @@ import (
 //	{"error": "rate_limited", "message": "…", "retryable": true, "retry_after_ms": 40}
 type ErrorPayload struct {
 	// Code is the error field: what rule was broken.
-	Code    Code   `json:"error"`
-	Message string `json:"message"` // for people
+	Code    Code   `json:"error" jsonschema:"the refusal's code (docs/protocol.md section 5), e.g. rate_limited, capability_violation, invalid_context"`
+	Message string `json:"message" jsonschema:"what was wrong, in words"` // for people
 	// Retryable says whether the same envelope may succeed later
 	// (Code.Retryable).
-	Retryable bool `json:"retryable"`
+	Retryable bool `json:"retryable" jsonschema:"true when the same envelope (or call) may succeed later"`
 	// RetryAfterMS is set for the rate limits: how long until the same
 	// envelope would be accepted.
-	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty" jsonschema:"for the rate limits: wait this long before retrying"`
 
 	// AttemptedKind and YourCapabilities are the details of
 	// capability_violation.
-	AttemptedKind    string   `json:"attempted_kind,omitempty"`
-	YourCapabilities []string `json:"your_capabilities,omitzero"`
+	AttemptedKind    string   `json:"attempted_kind,omitempty" jsonschema:"capability_violation: the kind no capability matched"`
+	YourCapabilities []string `json:"your_capabilities,omitzero" jsonschema:"capability_violation: the sender's capabilities"`
 
 	// Details holds every other field, as raw JSON by name: the details of
 	// codes this package does not know yet.

@@ -12,8 +12,8 @@ import (
 //
 //	{"id": "alice", "capabilities": ["mcp/*", "chat"]}
 type Identity struct {
-	ID           string   `json:"id"`
-	Capabilities []string `json:"capabilities"`
+	ID           string   `json:"id" jsonschema:"the participant's id: use it in to"`
+	Capabilities []string `json:"capabilities" jsonschema:"the kinds it may send (patterns: * matches all, mcp/* a prefix)"`
 }
 
 // Welcome is the payload of system/welcome, the first message of every
@@ -90,6 +90,7 @@ type Limits struct {
 	History                   int      `json:"history"`                      // entries of history kept per pod; 0: history is off
 	HistoryAgeMS              int64    `json:"history_age_ms"`               // oldest history entry kept
 	HistoryBytes              int64    `json:"history_bytes"`                // history kept for all pods together
+	MCPSessionTimeoutMS       int64    `json:"mcp_session_timeout_ms"`       // an MCP participant that makes no request for this long leaves (section 9)
 }
 
 // Presence is the payload of system/presence, sent to the others when a
@@ -135,13 +136,13 @@ const (
 // ContextStats are a concluded context's statistics, in ContextEvent
 // (docs/protocol.md section 3). Times are in TimeFormat.
 type ContextStats struct {
-	Messages     int64    `json:"messages"`     // envelopes relayed in the context
-	Bytes        int64    `json:"bytes"`        // their sizes, summed
-	Participants []string `json:"participants"` // their distinct senders
-	Depth        int      `json:"depth"`
-	Created      string   `json:"created"`
-	LastActivity string   `json:"last_activity"`
-	Concluded    string   `json:"concluded"`
+	Messages     int64    `json:"messages" jsonschema:"envelopes relayed in the context, the conclusion included"`
+	Bytes        int64    `json:"bytes" jsonschema:"their sizes, summed"`
+	Participants []string `json:"participants" jsonschema:"their distinct senders"`
+	Depth        int      `json:"depth" jsonschema:"its nesting depth: 1 for a root"`
+	Created      string   `json:"created" jsonschema:"when it opened (RFC 3339)"`
+	LastActivity string   `json:"last_activity" jsonschema:"its last envelope (RFC 3339)"`
+	Concluded    string   `json:"concluded" jsonschema:"when it concluded (RFC 3339)"`
 }
 
 // The states of a context, in ContextInfo and ContextsRequest.
@@ -161,19 +162,19 @@ const (
 //	 "bytes": 812, "participants": ["alice"], "created": "…",
 //	 "last_activity": "…", "concluded": null}
 type ContextInfo struct {
-	ID           string   `json:"id"`
-	Type         *string  `json:"type"`
-	Parent       *string  `json:"parent"`
-	Depth        int      `json:"depth"`
-	State        string   `json:"state"`  // StateActive or StateConcluded
-	Reason       *string  `json:"reason"` // as ContextEvent's, once concluded
-	Creator      string   `json:"creator"`
-	Messages     int64    `json:"messages"`
-	Bytes        int64    `json:"bytes"`
-	Participants []string `json:"participants"` // the distinct senders
-	Created      string   `json:"created"`
-	LastActivity string   `json:"last_activity"`
-	Concluded    *string  `json:"concluded"`
+	ID           string   `json:"id" jsonschema:"the context's id"`
+	Type         *string  `json:"type" jsonschema:"its type, or null"`
+	Parent       *string  `json:"parent" jsonschema:"its parent's id, or null for a root"`
+	Depth        int      `json:"depth" jsonschema:"its nesting depth: 1 for a root"`
+	State        string   `json:"state" jsonschema:"active or concluded"`
+	Reason       *string  `json:"reason" jsonschema:"why it concluded (conclusion, timeout or parent_concluded), or null while active"`
+	Creator      string   `json:"creator" jsonschema:"the participant that opened it"`
+	Messages     int64    `json:"messages" jsonschema:"envelopes relayed in it"`
+	Bytes        int64    `json:"bytes" jsonschema:"their sizes, summed"`
+	Participants []string `json:"participants" jsonschema:"the distinct senders"`
+	Created      string   `json:"created" jsonschema:"when it opened (RFC 3339)"`
+	LastActivity string   `json:"last_activity" jsonschema:"its last envelope (RFC 3339)"`
+	Concluded    *string  `json:"concluded" jsonschema:"when it concluded (RFC 3339), or null while active"`
 }
 
 // ContextsRequest is the payload of gateway/contexts (docs/protocol.md
@@ -182,16 +183,16 @@ type ContextInfo struct {
 //
 //	{"state": "all", "type": "reasoning", "limit": 10}
 type ContextsRequest struct {
-	State string `json:"state,omitempty"` // StateActive, StateConcluded or StateAll
-	ID    string `json:"id,omitempty"`    // only this context
-	Type  string `json:"type,omitempty"`  // only contexts of this type
-	Limit int    `json:"limit,omitempty"`
+	State string `json:"state,omitempty" jsonschema:"active (default): open contexts; concluded: those concluded within --context-retention; all: both"`
+	ID    string `json:"id,omitempty" jsonschema:"only the context with this id"`
+	Type  string `json:"type,omitempty" jsonschema:"only contexts of this type"`
+	Limit int    `json:"limit,omitempty" jsonschema:"the most to list, oldest first (default 1000)"`
 }
 
 // ContextsAnswer is the payload of system/contexts, the answer to
 // gateway/contexts (docs/protocol.md section 6).
 type ContextsAnswer struct {
-	Contexts []ContextInfo `json:"contexts"`
+	Contexts []ContextInfo `json:"contexts" jsonschema:"the contexts, oldest first"`
 }
 
 // HistoryRequest is the payload of gateway/history (docs/protocol.md
@@ -200,19 +201,27 @@ type ContextsAnswer struct {
 //
 //	{"before": "env-90", "context": "task-1", "limit": 50, "fold": false}
 type HistoryRequest struct {
-	Before  string `json:"before,omitempty"`  // envelopes older than this id (exclusive)
-	After   string `json:"after,omitempty"`   // envelopes newer than this id (exclusive)
-	Context string `json:"context,omitempty"` // this context and its descendants only
-	Limit   int    `json:"limit,omitempty"`   // 1 to 1000; default 100
-	Fold    *bool  `json:"fold,omitempty"`    // default true; false: unfolded and uncollapsed
+	Before  string `json:"before,omitempty" jsonschema:"return envelopes older than the envelope with this id (exclusive); not with after"`
+	After   string `json:"after,omitempty" jsonschema:"return envelopes newer than the envelope with this id (exclusive); not with before"`
+	Context string `json:"context,omitempty" jsonschema:"keep only this context id and its descendants"`
+	Limit   int    `json:"limit,omitempty" jsonschema:"the most envelopes to return (1 to 1000, default 100)"`
+	Fold    *bool  `json:"fold,omitempty" jsonschema:"true (default): a concluded context shows only its conclusion and its system/context event, and consumed transient envelopes their summary; false: everything as relayed"`
 }
 
 // HistoryAnswer is the payload of system/history (docs/protocol.md
-// section 6). More is true when older (or, with After, newer) envelopes
-// were left out. With history off, Envelopes is empty and More false.
-type HistoryAnswer struct {
-	Envelopes []Envelope `json:"envelopes"`
-	More      bool       `json:"more"`
+// section 6), each envelope decoded.
+type HistoryAnswer = HistoryAnswerOf[Envelope]
+
+// HistoryAnswerOf is the payload of system/history with its envelopes
+// held as E: HistoryAnswer decodes each into an Envelope, and
+// HistoryAnswerOf[json.RawMessage] keeps each one's bytes as the gateway
+// wrote them (which is how the gateway writes the answer, and how a
+// client that stores or forwards envelopes unchanged reads it). More is
+// true when older (or, with After, newer) envelopes were left out. With
+// history off, Envelopes is empty and More false.
+type HistoryAnswerOf[E any] struct {
+	Envelopes []E  `json:"envelopes" jsonschema:"envelopes of the pod, oldest first, as relayed: protocol, id, ts, from, to, kind, correlation_id, context, payload, lifecycle; system/context envelopes report a concluded context and its stats"`
+	More      bool `json:"more" jsonschema:"true when envelopes were left out that asking again returns: older ones, or newer ones after the last"`
 }
 
 // Collapsed is the payload with which history replays a consumed
@@ -268,16 +277,16 @@ const (
 //	 "ids": [], "subtree": false, "conclusions": false, "routing": "all",
 //	 "echo": false, "batch": false}
 type Filter struct {
-	Main         *bool    `json:"main,omitempty"`         // envelopes without a context (default true)
-	Contexts     string   `json:"contexts,omitempty"`     // ContextsAll (default) or ContextsNone: every envelope in a context
-	Types        []string `json:"types,omitzero"`         // also admit contexts of these types
-	ExcludeTypes []string `json:"exclude_types,omitzero"` // never admit contexts of these types
-	IDs          []string `json:"ids,omitzero"`           // also admit these context ids
-	Subtree      *bool    `json:"subtree,omitempty"`      // IDs also admit their descendants
-	Conclusions  *bool    `json:"conclusions,omitempty"`  // also admit conclusion-kind envelopes (and system/context) of any context
-	Routing      string   `json:"routing,omitempty"`      // RoutingAll (default) or RoutingDirected: drop envelopes addressed only to others
-	Echo         *bool    `json:"echo,omitempty"`         // receive your own envelopes
-	Batch        *bool    `json:"batch,omitempty"`        // several envelopes per WebSocket message, one per line
+	Main         *bool    `json:"main,omitempty" jsonschema:"admit envelopes of the main conversation (no context); default true"`
+	Contexts     string   `json:"contexts,omitempty" jsonschema:"all (default): every envelope in a context; none: only those the fields below admit"`
+	Types        []string `json:"types,omitzero" jsonschema:"also admit contexts of these types"`
+	ExcludeTypes []string `json:"exclude_types,omitzero" jsonschema:"never admit contexts of these types (wins over every other field)"`
+	IDs          []string `json:"ids,omitzero" jsonschema:"also admit these context ids"`
+	Subtree      *bool    `json:"subtree,omitempty" jsonschema:"ids also admit their descendants"`
+	Conclusions  *bool    `json:"conclusions,omitempty" jsonschema:"also admit the conclusion-kind envelopes (and system/context events) of every context"`
+	Routing      string   `json:"routing,omitempty" jsonschema:"all (default): everything; directed: drop envelopes addressed only to others"`
+	Echo         *bool    `json:"echo,omitempty" jsonschema:"also receive your own envelopes"`
+	Batch        *bool    `json:"batch,omitempty" jsonschema:"several envelopes per WebSocket message, one per line (no effect on MCP tools)"`
 }
 
 // Bool returns a pointer to b, for Filter's and HistoryRequest's fields.

@@ -57,7 +57,8 @@ func compact(s string) string {
 	return b.String()
 }
 
-// Section 2: the envelope, written back in the SPEC's order, one line.
+// Section 2: the envelope, written back in the section's order, on one
+// line.
 func TestEnvelopeSection2(t *testing.T) {
 	const literal = `{"protocol": "mcpp/v0.1", "id": "2f6b", "ts": "2026-11-22T10:00:00.123Z",
  "from": "alice", "to": ["bob"], "kind": "mcp/request:tools/call",
@@ -71,7 +72,7 @@ func TestEnvelopeSection2(t *testing.T) {
 	}
 	out, _ := json.Marshal(e)
 	if string(out) != compact(literal) {
-		t.Fatalf("not written in the SPEC's order, on one line:\n got  %s\n want %s", out, compact(literal))
+		t.Fatalf("not written in section 2's order, on one line:\n got  %s\n want %s", out, compact(literal))
 	}
 	c, err := ParseContext(e.Context)
 	if err != nil || c.ID != "reason-789" || c.Type != "reasoning" || c.Parent != "ctx-123" || string(c.Metadata) != "{}" {
@@ -193,17 +194,17 @@ func TestWelcome(t *testing.T) {
             "max_contexts_per_participant": 256, "max_contexts_per_pod": 10000,
             "max_participants_per_pod": 1000, "max_connections": 10000, "max_pods": 1000,
             "send_queue": 1024, "send_queue_bytes": 8388608, "history": 1000,
-            "history_age_ms": 86400000, "history_bytes": 268435456},
+            "history_age_ms": 86400000, "history_bytes": 268435456, "mcp_session_timeout_ms": 1800000},
  "history": {"replayed": 3, "folded": 12, "collapsed": 1}}`
 	w := roundTrip[Welcome](t, literal)
 	if w.You.ID != "alice" || len(w.Participants) != 1 || w.Pod != "lab" || *w.Filter.Main != true ||
 		w.Filter.Contexts != ContextsAll || w.Limits.Rate != 100 || w.Limits.SendQueueBytes != 8<<20 ||
-		w.Limits.History != 1000 || w.History.Replayed != 3 || w.History.Resumed != nil ||
+		w.Limits.History != 1000 || w.Limits.MCPSessionTimeoutMS != 1800000 || w.History.Replayed != 3 || w.History.Resumed != nil ||
 		!slices.Equal(w.Limits.ConclusionKinds, DefaultConclusionKinds) {
 		t.Fatalf("%+v", w)
 	}
 	// Without history= or resume=, no history object.
-	w2 := roundTrip[Welcome](t, `{"you":{"id":"a","capabilities":[]},"participants":[],"pod":"p","filter":{"main":false},"limits":{"max_message_bytes":1,"max_context_bytes":0,"max_depth":0,"rate":0,"burst":0,"context_rate":0,"context_burst":0,"context_create_rate":0,"context_create_burst":0,"context_timeout_ms":0,"context_retention_ms":0,"conclusion_kinds":null,"max_contexts_per_participant":0,"max_contexts_per_pod":0,"max_participants_per_pod":0,"max_connections":0,"max_pods":0,"send_queue":0,"send_queue_bytes":0,"history":0,"history_age_ms":0,"history_bytes":0}}`)
+	w2 := roundTrip[Welcome](t, `{"you":{"id":"a","capabilities":[]},"participants":[],"pod":"p","filter":{"main":false},"limits":{"max_message_bytes":1,"max_context_bytes":0,"max_depth":0,"rate":0,"burst":0,"context_rate":0,"context_burst":0,"context_create_rate":0,"context_create_burst":0,"context_timeout_ms":0,"context_retention_ms":0,"conclusion_kinds":null,"max_contexts_per_participant":0,"max_contexts_per_pod":0,"max_participants_per_pod":0,"max_connections":0,"max_pods":0,"send_queue":0,"send_queue_bytes":0,"history":0,"history_age_ms":0,"history_bytes":0,"mcp_session_timeout_ms":0}}`)
 	if w2.History != nil {
 		t.Fatalf("%+v", w2.History)
 	}
@@ -287,7 +288,10 @@ func TestCodes(t *testing.T) {
 		}
 	}
 	status := map[Code]int{CodeInvalidPod: 400, CodeInvalidParticipant: 400, CodeUnauthorized: 401, CodeForbidden: 403,
-		CodeOverCapacity: 503, CodeInvalidFilter: 400, CodeUnsupportedProtocol: 400}
+		CodeOverCapacity: 503, CodeInvalidFilter: 400, CodeUnsupportedProtocol: 400, CodeShuttingDown: 503}
+	if len(UpgradeCodes) != len(status) {
+		t.Errorf("%d upgrade codes, want %d", len(UpgradeCodes), len(status))
+	}
 	for _, c := range UpgradeCodes {
 		if c.HTTPStatus() != status[c] {
 			t.Errorf("%s: HTTPStatus %d, want %d", c, c.HTTPStatus(), status[c])
@@ -297,7 +301,7 @@ func TestCodes(t *testing.T) {
 		t.Error("over_capacity, duplicate_id or rate_limited")
 	}
 	for code, want := range map[CloseCode]string{CloseReplaced: "4000 replaced", CloseSlowConsumer: "4008 slow consumer",
-		CloseGoingAway: "1001 going away", CloseMessageTooBig: "1009 message too big"} {
+		CloseGoingAway: "1001 going away", CloseMessageTooBig: "1009 message too big", CloseInternalError: "1011 internal error"} {
 		if !strings.HasPrefix(code.String(), want) {
 			t.Errorf("%d: %q", int(code), code.String())
 		}
@@ -373,6 +377,18 @@ func TestHistory(t *testing.T) {
 	}
 	roundTrip[Collapsed](t, `{"collapsed": true, "summary": "s", "consumed_by": "env-50"}`)
 	roundTrip[HistoryAnswer](t, `{"envelopes": [], "more": false}`)
+
+	// Held raw, each envelope keeps its bytes: its field order and its
+	// fields of any kind, as the gateway wrote them.
+	const env = `{"id":"e1","kind":"k","x-extra":[1],"protocol":"mcpp/v0.1","payload":{"b":1,"a":2}}`
+	raw := roundTrip[HistoryAnswerOf[json.RawMessage]](t, `{"envelopes": [`+env+`], "more": false}`)
+	if len(raw.Envelopes) != 1 || string(raw.Envelopes[0]) != env {
+		t.Fatalf("%s", raw.Envelopes)
+	}
+	out, _ := json.Marshal(raw)
+	if string(out) != `{"envelopes":[`+env+`],"more":false}` {
+		t.Fatalf("got %s", out)
+	}
 }
 
 // Section 8: the lifecycle objects, and what history keeps.
