@@ -1,13 +1,13 @@
-// Package contexts is a pod's context registry (SPEC section 3): which
-// sub-contexts exist, their type, parent and depth fixed when the first
-// envelope named them, how many envelopes and bytes each carried and who
-// sent them, and when each concludes: by a conclusion-kind envelope, by
-// falling idle for the timeout, or with its parent.
+// Package contexts is a pod's context registry (docs/protocol.md section 3):
+// which sub-contexts exist, their type, parent and depth fixed when the first
+// envelope named them, how many envelopes and bytes each carried and who sent
+// them, and when each concludes: by a conclusion-kind envelope, by falling
+// idle for the timeout, or with its parent.
 //
 // The registry is the one place that decides an envelope's context rules:
-// Accept applies them in the order of SPEC section 5's table (conflict,
-// cycle, depth, then caps and rates) and records the envelope only when
-// every check passed. What it concluded comes back with everything the
+// Accept applies them in the order of the table of docs/protocol.md section 5
+// (conflict, cycle, depth, then caps and rates) and records the envelope only
+// when every check passed. What it concluded comes back with everything the
 // gateway's system/context events need, so the gateway never reads the
 // registry again while it writes them.
 //

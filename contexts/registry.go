@@ -11,19 +11,7 @@ import (
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/limits"
-)
-
-// Reasons a context concludes (SPEC section 3).
-const (
-	ReasonTimeout         = "timeout"
-	ReasonConclusion      = "conclusion"
-	ReasonParentConcluded = "parent_concluded"
-)
-
-// Context states.
-const (
-	StateActive    = "active"
-	StateConcluded = "concluded"
+	"github.com/mcpp/gateway/wire"
 )
 
 // Config holds the rules of a pod's contexts.
@@ -114,9 +102,9 @@ type Request struct {
 	Size       int
 	Now        time.Time
 	// Duplicate is the history's duplicate_id verdict, nil when the id is
-	// new, and SenderRate the sender's own rate verdict, nil when within
-	// its rate. SPEC section 5 reports them after the context errors that
-	// come before them in the table, and before the caps and
+	// new, and SenderRate the sender's own rate verdict, nil when within its
+	// rate. docs/protocol.md section 5 reports them after the context errors
+	// that come before them in the table, and before the caps and
 	// context_rate_limited that come after.
 	Duplicate  *envelope.Error
 	SenderRate *envelope.Error
@@ -132,8 +120,8 @@ type Accepted struct {
 }
 
 // Concluded is a context that has just concluded, with everything its
-// system/context event needs (SPEC section 3), so that whoever writes the
-// event never reads the registry again.
+// system/context event needs (docs/protocol.md section 3), so that whoever
+// writes the event never reads the registry again.
 type Concluded struct {
 	ID, Type, Parent, Reason string
 	// Incarnation is the id of the envelope that created the context.
@@ -162,30 +150,30 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	now := req.Now.UnixNano()
 
 	cur := r.byID[c.ID]
-	if cur != nil && cur.State != StateActive {
+	if cur != nil && cur.State != wire.StateActive {
 		cur = nil // naming a concluded id opens a new context
 	}
 	depth := 0
 	if cur != nil {
 		if c.Type != "" && c.Type != cur.Type {
-			return envelope.Errorf(envelope.CodeContextConflict, "context %q was created with type %q, not %q", c.ID, cur.Type, c.Type)
+			return envelope.Errorf(wire.CodeContextConflict, "context %q was created with type %q, not %q", c.ID, cur.Type, c.Type)
 		}
 		if c.Parent != "" && c.Parent != cur.Parent {
-			return envelope.Errorf(envelope.CodeContextConflict, "context %q was created with parent %q, not %q", c.ID, cur.Parent, c.Parent)
+			return envelope.Errorf(wire.CodeContextConflict, "context %q was created with parent %q, not %q", c.ID, cur.Parent, c.Parent)
 		}
 	} else {
 		if c.Parent == c.ID || r.inChain(c.Parent, c.ID) {
-			return envelope.Errorf(envelope.CodeContextCycle, "context %q would be its own ancestor", c.ID)
+			return envelope.Errorf(wire.CodeContextCycle, "context %q would be its own ancestor", c.ID)
 		}
 		depth = r.depthOf(c)
 		if depth > r.cfg.MaxDepth {
-			return envelope.Errorf(envelope.CodeContextDepthExceeded, "context %q would have depth %d, over the limit of %d", c.ID, depth, r.cfg.MaxDepth)
+			return envelope.Errorf(wire.CodeContextDepthExceeded, "context %q would have depth %d, over the limit of %d", c.ID, depth, r.cfg.MaxDepth)
 		}
 		// Contexts created earlier may name this id as their parent (a
 		// chain built from the leaf up): they become its descendants, and
 		// no chain may grow past the limit that way either.
 		if deepest := r.deepest(c.ID, depth); deepest > r.cfg.MaxDepth {
-			return envelope.Errorf(envelope.CodeContextDepthExceeded,
+			return envelope.Errorf(wire.CodeContextDepthExceeded,
 				"context %q would make the registered contexts below it reach depth %d, over the limit of %d", c.ID, deepest, r.cfg.MaxDepth)
 		}
 	}
@@ -194,12 +182,12 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	}
 	if cur == nil {
 		if r.active >= r.cfg.MaxPerPod {
-			e := envelope.Errorf(envelope.CodeContextLimitExceeded, "the pod has %d active contexts, the limit", r.active)
+			e := envelope.Errorf(wire.CodeContextLimitExceeded, "the pod has %d active contexts, the limit", r.active)
 			e.Details = map[string]any{"limit": r.cfg.MaxPerPod, "scope": "pod"}
 			return e
 		}
 		if n := r.byCreator[req.Sender]; n >= r.cfg.MaxPerParticipant {
-			e := envelope.Errorf(envelope.CodeContextLimitExceeded, "you have %d active contexts, the limit", n)
+			e := envelope.Errorf(wire.CodeContextLimitExceeded, "you have %d active contexts, the limit", n)
 			e.Details = map[string]any{"limit": r.cfg.MaxPerParticipant, "scope": "participant"}
 			return e
 		}
@@ -209,12 +197,12 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	}
 	if cur != nil {
 		if ok, d := limits.Take(cur.limiter, req.Now); !ok {
-			return limits.RateError(envelope.CodeContextRateLimited, d, "context %q is over its rate of %g envelopes a second", c.ID, r.cfg.ContextRate.Per)
+			return limits.RateError(wire.CodeContextRateLimited, d, "context %q is over its rate of %g envelopes a second", c.ID, r.cfg.ContextRate.Per)
 		}
 	} else {
 		if req.Create != nil {
 			if ok, d := limits.Take(req.Create, req.Now); !ok {
-				return limits.RateError(envelope.CodeContextRateLimited, d, "you open contexts faster than your rate allows")
+				return limits.RateError(wire.CodeContextRateLimited, d, "you open contexts faster than your rate allows")
 			}
 		}
 		cur = r.create(c, req.Sender, strings.Clone(req.EnvelopeID), depth, now)
@@ -231,7 +219,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	acc.Ancestors = r.ancestors(cur, acc.Ancestors[:0], now)
 	acc.Concluded = acc.Concluded[:0]
 	if r.cfg.ConclusionKinds[req.Kind] {
-		acc.Concluded = r.concludedEvents(r.conclude(cur, ReasonConclusion, now, nil), acc.Concluded)
+		acc.Concluded = r.concludedEvents(r.conclude(cur, wire.ReasonConclusion, now, nil), acc.Concluded)
 		if len(r.retained) > r.cfg.MaxPerPod {
 			r.forget(now)
 		}
@@ -286,7 +274,7 @@ func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender, env
 	r.ancestors(cur, nil, ns)
 	var out []Concluded
 	if conclusion {
-		out = r.concludedEvents(r.conclude(cur, ReasonConclusion, ns, nil), nil)
+		out = r.concludedEvents(r.conclude(cur, wire.ReasonConclusion, ns, nil), nil)
 		if len(r.retained) > r.cfg.MaxPerPod {
 			r.forget(ns)
 		}
@@ -320,9 +308,9 @@ func (r *Registry) ApplyEvent(id, incarnation, reason string, now time.Time) {
 	r.schedule()
 }
 
-// depthOf computes the depth of a new context (SPEC section 3). A path
-// carries its ancestry; when its parent is registered deeper than the path
-// says, the registered depth counts, so that mixing the two forms cannot
+// depthOf computes the depth of a new context (docs/protocol.md section 3). A
+// path carries its ancestry; when its parent is registered deeper than the
+// path says, the registered depth counts, so that mixing the two forms cannot
 // get around the limit.
 func (r *Registry) depthOf(c *envelope.Context) int {
 	if c.Parent == "" {
@@ -381,7 +369,7 @@ func (r *Registry) inChain(from, id string) bool {
 }
 
 func (r *Registry) activeCtx(id string) *Context {
-	if c := r.byID[id]; c != nil && c.State == StateActive {
+	if c := r.byID[id]; c != nil && c.State == wire.StateActive {
 		return c
 	}
 	return nil
@@ -398,14 +386,14 @@ func (r *Registry) ancestors(c *Context, dst []string, now int64) []string {
 // before it concluded: the contexts that concluded with it (a cascade
 // concludes the parent before its children's events are written) still
 // count, so that a subtree filter admits the event exactly when it would
-// admit a conclusion-kind envelope in c (SPEC section 4).
+// admit a conclusion-kind envelope in c (docs/protocol.md section 4).
 func (r *Registry) walkAncestors(c *Context, dst []string, now int64, atConclusion bool) []string {
 	id := c.Parent
 	for i := 0; id != "" && i < r.cfg.MaxDepth; i++ {
 		dst = append(dst, id)
 		p := r.activeCtx(id)
 		if p == nil && atConclusion {
-			if q := r.byID[id]; q != nil && q.State == StateConcluded && q.Concluded == c.Concluded {
+			if q := r.byID[id]; q != nil && q.State == wire.StateConcluded && q.Concluded == c.Concluded {
 				p = q // concluded with c, in the same cascade or sweep
 			}
 		}
@@ -433,7 +421,7 @@ func (r *Registry) walkAncestors(c *Context, dst []string, now int64, atConclusi
 func (r *Registry) create(c *envelope.Context, creator, incarnation string, depth int, now int64) *Context {
 	n := &Context{
 		ID: strings.Clone(c.ID), Type: strings.Clone(c.Type), Parent: strings.Clone(c.Parent),
-		Creator: creator, Incarnation: incarnation, Depth: depth, Path: c.Path, State: StateActive,
+		Creator: creator, Incarnation: incarnation, Depth: depth, Path: c.Path, State: wire.StateActive,
 		Created: now, LastActivity: now, limiter: r.cfg.ContextRate.NewLimiter(),
 		deadline: now + int64(r.cfg.Timeout), index: -1,
 	}
@@ -481,10 +469,10 @@ func (c *Context) hasSender(id string) bool {
 
 // conclude ends c and, depth first, its active children.
 func (r *Registry) conclude(c *Context, reason string, now int64, out []*Context) []*Context {
-	if c.State != StateActive {
+	if c.State != wire.StateActive {
 		return out
 	}
-	c.State, c.Reason, c.Concluded = StateConcluded, reason, now
+	c.State, c.Reason, c.Concluded = wire.StateConcluded, reason, now
 	c.limiter = nil
 	r.active--
 	if r.byCreator[c.Creator]--; r.byCreator[c.Creator] <= 0 {
@@ -501,7 +489,7 @@ func (r *Registry) conclude(c *Context, reason string, now int64, out []*Context
 	kids := r.kids[c.ID]
 	delete(r.kids, c.ID)
 	for _, k := range kids {
-		out = r.conclude(k, ReasonParentConcluded, now, out)
+		out = r.conclude(k, wire.ReasonParentConcluded, now, out)
 	}
 	return out
 }
@@ -543,7 +531,7 @@ func (r *Registry) expire(now int64) {
 			heap.Fix(&r.timeouts, 0)
 			continue
 		}
-		out = r.conclude(c, ReasonTimeout, now, out)
+		out = r.conclude(c, wire.ReasonTimeout, now, out)
 	}
 	if len(out) > 0 && r.onExpire != nil {
 		r.onExpire(r.concludedEvents(out, nil))
@@ -685,47 +673,30 @@ func (r *Registry) Counts() (active, retained int) {
 
 // Query selects contexts for gateway/contexts.
 type Query struct {
-	State string // active, concluded or all
+	State string // wire.StateActive, wire.StateConcluded or wire.StateAll
 	ID    string
 	Type  string
 	Limit int
 }
 
-// Info is one context as gateway/contexts reports it.
-type Info struct {
-	ID           string   `json:"id"`
-	Type         *string  `json:"type"`
-	Parent       *string  `json:"parent"`
-	Depth        int      `json:"depth"`
-	State        string   `json:"state"`
-	Reason       *string  `json:"reason"`
-	Creator      string   `json:"creator"`
-	Messages     int64    `json:"messages"`
-	Bytes        int64    `json:"bytes"`
-	Participants []string `json:"participants"`
-	Created      string   `json:"created"`
-	LastActivity string   `json:"last_activity"`
-	Concluded    *string  `json:"concluded"`
-}
-
 // Query answers q, oldest first. Concluded contexts are listed until the
 // retention passes, also those whose id an envelope has since reopened:
-// the new context does not hide the concluded one (SPEC section 3).
-func (r *Registry) Query(q Query) []Info {
+// the new context does not hide the concluded one (docs/protocol.md section 3).
+func (r *Registry) Query(q Query) []wire.ContextInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var sel []*Context
 	match := func(c *Context) bool {
 		return (q.ID == "" || c.ID == q.ID) && (q.Type == "" || c.Type == q.Type)
 	}
-	if q.State != StateActive {
+	if q.State != wire.StateActive {
 		for _, c := range r.retained { // concluded, oldest first
 			if match(c) {
 				sel = append(sel, c)
 			}
 		}
 	}
-	if q.State != StateConcluded {
+	if q.State != wire.StateConcluded {
 		if q.ID != "" {
 			if c := r.activeCtx(q.ID); c != nil && match(c) {
 				sel = append(sel, c)
@@ -752,17 +723,17 @@ func (r *Registry) Query(q Query) []Info {
 	if sel == nil {
 		return nil
 	}
-	out := make([]Info, len(sel))
+	out := make([]wire.ContextInfo, len(sel))
 	for i, c := range sel {
 		out[i] = c.Info()
 	}
 	return out
 }
 
-// Info describes c; call it with the registry locked (inside commit or
-// onExpire) or through Query.
-func (c *Context) Info() Info {
-	i := Info{
+// Info describes c as gateway/contexts does; call it with the registry
+// locked (inside commit or onExpire) or through Query.
+func (c *Context) Info() wire.ContextInfo {
+	i := wire.ContextInfo{
 		ID: c.ID, Depth: c.Depth, State: c.State, Creator: c.Creator,
 		Messages: c.Messages, Bytes: c.Bytes, Participants: append([]string{}, c.Senders...),
 		Created: FormatTime(c.Created), LastActivity: FormatTime(c.LastActivity),
@@ -773,7 +744,7 @@ func (c *Context) Info() Info {
 	if c.Parent != "" {
 		i.Parent = &c.Parent
 	}
-	if c.State == StateConcluded {
+	if c.State == wire.StateConcluded {
 		reason, at := c.Reason, FormatTime(c.Concluded)
 		i.Reason, i.Concluded = &reason, &at
 	}
@@ -782,7 +753,7 @@ func (c *Context) Info() Info {
 
 // FormatTime writes unix nanoseconds as the gateway's timestamps.
 func FormatTime(ns int64) string {
-	return time.Unix(0, ns).UTC().Format(envelope.TimeFormat)
+	return time.Unix(0, ns).UTC().Format(wire.TimeFormat)
 }
 
 // timeoutHeap orders active contexts by the time the registry next checks

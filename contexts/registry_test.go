@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/wire"
 )
 
 // regStart is where every registry test's clock starts.
@@ -138,7 +139,7 @@ func (h *regHarness) ok(field, kind, sender string) regResult {
 }
 
 // refused sends and fails unless the envelope is refused with code.
-func (h *regHarness) refused(field, kind, sender string, code envelope.Code) *envelope.Error {
+func (h *regHarness) refused(field, kind, sender string, code wire.Code) *envelope.Error {
 	h.t.Helper()
 	res := h.send(field, kind, sender)
 	if res.err == nil {
@@ -151,7 +152,7 @@ func (h *regHarness) refused(field, kind, sender string, code envelope.Code) *en
 }
 
 // info returns the one context the registry reports for id in state.
-func (h *regHarness) info(id, state string) Info {
+func (h *regHarness) info(id, state string) wire.ContextInfo {
 	h.t.Helper()
 	list := h.r.Query(Query{State: state, ID: id})
 	if len(list) != 1 {
@@ -195,9 +196,9 @@ func TestRegistryCreation(t *testing.T) {
 	if last.ctx != c {
 		t.Fatal("a later envelope made a new context")
 	}
-	i := h.info("r1", StateActive)
-	want := Info{
-		ID: "r1", Depth: 2, State: StateActive, Creator: "alice", Messages: 4, Bytes: 400,
+	i := h.info("r1", wire.StateActive)
+	want := wire.ContextInfo{
+		ID: "r1", Depth: 2, State: wire.StateActive, Creator: "alice", Messages: 4, Bytes: 400,
 		Participants: []string{"alice", "bob"},
 		Created:      FormatTime(created.UnixNano()), LastActivity: FormatTime(h.clock().UnixNano()),
 	}
@@ -210,7 +211,7 @@ func TestRegistryCreation(t *testing.T) {
 	}
 	// A root has depth 1 and no type or parent.
 	h.ok(`{"id":"root"}`, "x", "carol")
-	i = h.info("root", StateActive)
+	i = h.info("root", wire.StateActive)
 	if i.Depth != 1 || i.Type != nil || i.Parent != nil || i.Creator != "carol" {
 		t.Fatalf("root info %+v", i)
 	}
@@ -238,13 +239,13 @@ func TestRegistryConflict(t *testing.T) {
 		`{"id":"untyped","parent":"p"}`,       // naming a parent of a root
 		`{"id":"a/b","parent":"x"}`,           // the path's parent is a
 	} {
-		e := h.refused(field, "x", "bob", envelope.CodeContextConflict)
+		e := h.refused(field, "x", "bob", wire.CodeContextConflict)
 		if e.Code.Retryable() {
 			t.Fatal("context_conflict is not retryable")
 		}
 	}
 	// Refused envelopes do not count.
-	if i := h.info("k", StateActive); i.Messages != 1 || len(i.Participants) != 1 {
+	if i := h.info("k", wire.StateActive); i.Messages != 1 || len(i.Participants) != 1 {
 		t.Fatalf("after refusals: %+v", i)
 	}
 	// The one-segment path "k" names no parent and no type: omissions, not
@@ -259,13 +260,13 @@ func TestRegistryConflict(t *testing.T) {
 
 func TestRegistryCycle(t *testing.T) {
 	h := newRegHarness(t, nil)
-	h.refused(`{"id":"self","parent":"self"}`, "x", "alice", envelope.CodeContextCycle)
+	h.refused(`{"id":"self","parent":"self"}`, "x", "alice", wire.CodeContextCycle)
 	if h.r.Query(Query{State: "all", ID: "self"}) != nil {
 		t.Fatal("a refused context was registered")
 	}
 	h.ok(`{"id":"A","parent":"B"}`, "x", "alice") // B unknown: depth 2
-	h.refused(`{"id":"B","parent":"A"}`, "x", "alice", envelope.CodeContextCycle)
-	h.refused(`{"id":"B","parent":"A","type":"t"}`, "x", "bob", envelope.CodeContextCycle)
+	h.refused(`{"id":"B","parent":"A"}`, "x", "alice", wire.CodeContextCycle)
+	h.refused(`{"id":"B","parent":"A","type":"t"}`, "x", "bob", wire.CodeContextCycle)
 	// B as a root, or under another parent, is fine: A then hangs under B.
 	h.ok(`{"id":"B"}`, "x", "alice")
 
@@ -275,30 +276,31 @@ func TestRegistryCycle(t *testing.T) {
 	for i := 1; i <= 9; i++ {
 		long.ok(fmt.Sprintf(`{"id":"c%d","parent":"c%d"}`, i, i+1), "x", "alice")
 	}
-	long.refused(`{"id":"c10","parent":"c1"}`, "x", "alice", envelope.CodeContextCycle)
+	long.refused(`{"id":"c10","parent":"c1"}`, "x", "alice", wire.CodeContextCycle)
 	long.ok(`{"id":"c10"}`, "x", "alice")
 
 	// Mixed forms: x names parent x/y; the path x/y has parent x.
 	h.ok(`{"id":"x","parent":"x/y"}`, "x", "alice")
-	h.refused(`"x/y"`, "x", "alice", envelope.CodeContextCycle)
+	h.refused(`"x/y"`, "x", "alice", wire.CodeContextCycle)
 
-	// Conflict is reported before cycle (SPEC section 5's order).
-	h.refused(`{"id":"A","parent":"A"}`, "x", "alice", envelope.CodeContextConflict)
+	// Conflict is reported before cycle (the order of docs/protocol.md
+	// section 5).
+	h.refused(`{"id":"A","parent":"A"}`, "x", "alice", wire.CodeContextConflict)
 
 	// A concluded context no longer closes a cycle: Q concludes, then P may
 	// name Q as parent. Q reopened under P would close one (P names Q).
 	h.ok(`{"id":"Q","parent":"P"}`, "conclusion", "alice")
 	h.ok(`{"id":"P","parent":"Q"}`, "x", "alice")
-	h.refused(`{"id":"Q","parent":"P"}`, "x", "alice", envelope.CodeContextCycle)
+	h.refused(`{"id":"Q","parent":"P"}`, "x", "alice", wire.CodeContextCycle)
 	h.ok(`{"id":"Q"}`, "x", "alice")
 }
 
-// TestRegistryDepthFromTheLeafUp: SPEC 3, a chain may be built from the
-// leaf up, and depth counts the whole chain the registry knows, whichever
-// order it was built in: announce C12 under C11, then C11 under C10, and
-// so on; each joins the chain below it, and the envelope that would make
-// it longer than --max-depth is refused. Subtree ancestry and cascades
-// cover every registered descendant.
+// TestRegistryDepthFromTheLeafUp: docs/protocol.md section 3, a chain may be
+// built from the leaf up, and depth counts the whole chain the registry
+// knows, whichever order it was built in: announce C12 under C11, then C11
+// under C10, and so on; each joins the chain below it, and the envelope that
+// would make it longer than --max-depth is refused. Subtree ancestry and
+// cascades cover every registered descendant.
 func TestRegistryDepthFromTheLeafUp(t *testing.T) {
 	h := newRegHarness(t, nil) // --max-depth 5
 	for i := 12; i >= 9; i-- {
@@ -306,18 +308,18 @@ func TestRegistryDepthFromTheLeafUp(t *testing.T) {
 	}
 	// C9..C12 under an unknown C8 (a root at depth 1) are at depths 2..5.
 	for i, want := range map[int]int{9: 2, 10: 3, 11: 4, 12: 5} {
-		if d := h.info(fmt.Sprintf("C%d", i), StateActive).Depth; d != want {
+		if d := h.info(fmt.Sprintf("C%d", i), wire.StateActive).Depth; d != want {
 			t.Fatalf("C%d has depth %d, want %d", i, d, want)
 		}
 	}
 	// C8 under an unknown C7 would put C12 at depth 6.
-	h.refused(`{"id":"C8","parent":"C7"}`, "x", "alice", envelope.CodeContextDepthExceeded)
+	h.refused(`{"id":"C8","parent":"C7"}`, "x", "alice", wire.CodeContextDepthExceeded)
 	if h.r.Query(Query{State: "all", ID: "C8"}) != nil {
 		t.Fatal("the refused C8 was registered")
 	}
 	// As a root it fits: C8 1, C9 2 … C12 5.
 	h.ok(`{"id":"C8"}`, "x", "alice")
-	if d := h.info("C12", StateActive).Depth; d != 5 {
+	if d := h.info("C12", wire.StateActive).Depth; d != 5 {
 		t.Fatalf("C12 has depth %d under the root C8, want 5", d)
 	}
 	// An envelope in C12 carries its whole ancestry, to the root.
@@ -326,7 +328,7 @@ func TestRegistryDepthFromTheLeafUp(t *testing.T) {
 		t.Fatalf("C12's ancestors %s, want %s", got, want)
 	}
 	// A child of C12 would be at depth 6.
-	h.refused(`{"id":"C13","parent":"C12"}`, "x", "alice", envelope.CodeContextDepthExceeded)
+	h.refused(`{"id":"C13","parent":"C12"}`, "x", "alice", wire.CodeContextDepthExceeded)
 	// Concluding the root concludes every registered descendant.
 	res = h.ok(`{"id":"C8"}`, "conclusion", "alice")
 	if got := strings.Join(res.concluded, " "); got != "C8:conclusion C9:parent_concluded C10:parent_concluded C11:parent_concluded C12:parent_concluded" {
@@ -335,10 +337,10 @@ func TestRegistryDepthFromTheLeafUp(t *testing.T) {
 
 	// Paths: a path's segments are its depth, and what hangs below one is
 	// counted from it.
-	h.ok(`{"id":"leaf","parent":"p/q/r/s/t"}`, "x", "alice")                  // under an unknown parent: depth 2
-	h.refused(`"p/q/r/s/t"`, "x", "alice", envelope.CodeContextDepthExceeded) // depth 5, and leaf 6
+	h.ok(`{"id":"leaf","parent":"p/q/r/s/t"}`, "x", "alice")              // under an unknown parent: depth 2
+	h.refused(`"p/q/r/s/t"`, "x", "alice", wire.CodeContextDepthExceeded) // depth 5, and leaf 6
 	h.ok(`"p/q/r/s"`, "x", "alice")
-	if d := h.info("leaf", StateActive).Depth; d != 2 {
+	if d := h.info("leaf", wire.StateActive).Depth; d != 2 {
 		t.Fatalf("leaf has depth %d, want 2 (its parent is still unknown)", d)
 	}
 }
@@ -353,7 +355,7 @@ func TestRegistryDepth(t *testing.T) {
 			t.Fatalf("d%d has depth %d", i, res.ctx.Depth)
 		}
 	}
-	e := h.refused(`{"id":"d6","parent":"d5"}`, "x", "alice", envelope.CodeContextDepthExceeded)
+	e := h.refused(`{"id":"d6","parent":"d5"}`, "x", "alice", wire.CodeContextDepthExceeded)
 	if !strings.Contains(e.Message, "6") {
 		t.Fatalf("message %q does not say the depth", e.Message)
 	}
@@ -361,8 +363,8 @@ func TestRegistryDepth(t *testing.T) {
 	if res := h.ok(`"a/b/c/d/e"`, "x", "alice"); res.ctx.Depth != 5 {
 		t.Fatalf("a/b/c/d/e has depth %d", res.ctx.Depth)
 	}
-	h.refused(`"a/b/c/d/e/f"`, "x", "alice", envelope.CodeContextDepthExceeded)
-	h.refused(`"f/e/d/c/b/a"`, "x", "alice", envelope.CodeContextDepthExceeded)
+	h.refused(`"a/b/c/d/e/f"`, "x", "alice", wire.CodeContextDepthExceeded)
+	h.refused(`"f/e/d/c/b/a"`, "x", "alice", wire.CodeContextDepthExceeded)
 	// An unknown parent counts as a root at depth 1.
 	if res := h.ok(`{"id":"u2","parent":"nowhere"}`, "x", "alice"); res.ctx.Depth != 2 {
 		t.Fatalf("u2 has depth %d", res.ctx.Depth)
@@ -370,26 +372,26 @@ func TestRegistryDepth(t *testing.T) {
 	for i := 3; i <= 5; i++ {
 		h.ok(fmt.Sprintf(`{"id":"u%d","parent":"u%d"}`, i, i-1), "x", "alice")
 	}
-	h.refused(`{"id":"u6","parent":"u5"}`, "x", "alice", envelope.CodeContextDepthExceeded)
+	h.refused(`{"id":"u6","parent":"u5"}`, "x", "alice", wire.CodeContextDepthExceeded)
 	// Mixing the forms cannot get around the limit: a path under a
 	// registered deep object counts the registered depth.
 	h.ok(`{"id":"m","parent":"u3"}`, "x", "alice") // depth 4
 	if res := h.ok(`"m/n"`, "x", "alice"); res.ctx.Depth != 5 {
 		t.Fatalf("m/n has depth %d, want 5", res.ctx.Depth)
 	}
-	h.refused(`"m/n/o"`, "x", "alice", envelope.CodeContextDepthExceeded)
+	h.refused(`"m/n/o"`, "x", "alice", wire.CodeContextDepthExceeded)
 	// Depth exceeded is reported before the caps.
 	h2 := newRegHarness(t, func(c *Config) { c.MaxDepth = 2; c.MaxPerPod = 1 })
 	h2.ok(`"p"`, "x", "alice")
-	h2.refused(`"p/q/r"`, "x", "alice", envelope.CodeContextDepthExceeded)
-	h2.refused(`"p/q"`, "x", "alice", envelope.CodeContextLimitExceeded)
+	h2.refused(`"p/q/r"`, "x", "alice", wire.CodeContextDepthExceeded)
+	h2.refused(`"p/q"`, "x", "alice", wire.CodeContextLimitExceeded)
 }
 
 func TestRegistryCaps(t *testing.T) {
 	h := newRegHarness(t, func(c *Config) { c.MaxPerParticipant = 2; c.MaxPerPod = 3 })
 	h.ok(`{"id":"a1"}`, "x", "alice")
 	h.ok(`{"id":"a2"}`, "x", "alice")
-	e := h.refused(`{"id":"a3"}`, "x", "alice", envelope.CodeContextLimitExceeded)
+	e := h.refused(`{"id":"a3"}`, "x", "alice", wire.CodeContextLimitExceeded)
 	if !e.Code.Retryable() || e.Details["scope"] != "participant" || e.Details["limit"] != 2 {
 		t.Fatalf("participant cap error %+v", e)
 	}
@@ -397,7 +399,7 @@ func TestRegistryCaps(t *testing.T) {
 	h.ok(`{"id":"a1"}`, "x", "alice")
 	h.ok(`{"id":"b1"}`, "x", "bob")
 	h.ok(`{"id":"a2"}`, "x", "bob")
-	e = h.refused(`{"id":"b2"}`, "x", "bob", envelope.CodeContextLimitExceeded)
+	e = h.refused(`{"id":"b2"}`, "x", "bob", wire.CodeContextLimitExceeded)
 	if e.Details["scope"] != "pod" || e.Details["limit"] != 3 {
 		t.Fatalf("pod cap error %+v", e)
 	}
@@ -405,7 +407,7 @@ func TestRegistryCaps(t *testing.T) {
 	// A concluded context no longer counts against its creator or the pod.
 	h.ok(`{"id":"a1"}`, "conclusion", "bob")
 	h.ok(`{"id":"a3"}`, "x", "alice")
-	h.refused(`{"id":"a4"}`, "x", "alice", envelope.CodeContextLimitExceeded)
+	h.refused(`{"id":"a4"}`, "x", "alice", wire.CodeContextLimitExceeded)
 	// Nor does a context that timed out.
 	h.expire(11 * time.Second)
 	h.counts(0, 3) // four concluded; MaxPerPod bounds the retained ones too
@@ -418,21 +420,21 @@ func TestRegistryRates(t *testing.T) {
 	h := newRegHarness(t, func(c *Config) { c.ContextRate = limits.Rate{Per: 1, Burst: 2} })
 	h.ok(`{"id":"r"}`, "x", "alice")
 	h.ok(`{"id":"r"}`, "x", "bob")
-	e := h.refused(`{"id":"r"}`, "x", "carol", envelope.CodeContextRateLimited)
+	e := h.refused(`{"id":"r"}`, "x", "carol", wire.CodeContextRateLimited)
 	if e.RetryAfter <= 0 || !e.Code.Retryable() {
 		t.Fatalf("context rate error %+v", e)
 	}
-	if i := h.info("r", StateActive); i.Messages != 2 {
+	if i := h.info("r", wire.StateActive); i.Messages != 2 {
 		t.Fatalf("a refused envelope counted: %+v", i)
 	}
 	h.advance(time.Second)
 	h.ok(`{"id":"r"}`, "x", "carol")
 
 	// The sender's own rate comes after the context errors before it in
-	// SPEC section 5's table and before context_rate_limited.
-	senderRate := limits.RateError(envelope.CodeRateLimited, time.Second, "slow down")
+	// the table of docs/protocol.md section 5 and before context_rate_limited.
+	senderRate := limits.RateError(wire.CodeRateLimited, time.Second, "slow down")
 	req := &Request{Context: h.parse(`{"id":"r","type":"other"}`), Kind: "x", Sender: "alice", Size: 1, Now: h.clock(), SenderRate: senderRate}
-	if res := h.sendReq(req); res.err == nil || res.err.Code != envelope.CodeContextConflict {
+	if res := h.sendReq(req); res.err == nil || res.err.Code != wire.CodeContextConflict {
 		t.Fatalf("conflict with a sender over its rate: %v", res.err)
 	}
 	req = &Request{Context: h.parse(`{"id":"r"}`), Kind: "x", Sender: "alice", Size: 1, Now: h.clock(), SenderRate: senderRate}
@@ -455,7 +457,7 @@ func TestRegistryRates(t *testing.T) {
 		t.Fatal(res.err)
 	}
 	req.Context = h.parse(`{"id":"c2"}`)
-	if res := h.sendReq(req); res.err == nil || res.err.Code != envelope.CodeContextRateLimited || res.err.RetryAfter <= 0 {
+	if res := h.sendReq(req); res.err == nil || res.err.Code != wire.CodeContextRateLimited || res.err.RetryAfter <= 0 {
 		t.Fatalf("second context over the create burst: %v", res.err)
 	}
 	req.Context = h.parse(`{"id":"c1"}`) // an existing context takes no creation token
@@ -472,7 +474,7 @@ func TestRegistryTimeoutLazyHeap(t *testing.T) {
 	h.advance(6 * time.Second)
 	h.ok(`{"id":"busy"}`, "x", "bob") // pushes busy's deadline to t0+16s
 	// A refused envelope does not keep a context alive.
-	h.refused(`{"id":"idle","type":"other"}`, "x", "bob", envelope.CodeContextConflict)
+	h.refused(`{"id":"idle","type":"other"}`, "x", "bob", wire.CodeContextConflict)
 	if d := h.r.timeouts[0].deadline; d != t0.Add(10*time.Second).UnixNano() {
 		t.Fatalf("activity moved the heap (deadline %v): it must only move LastActivity", time.Unix(0, d))
 	}
@@ -489,8 +491,8 @@ func TestRegistryTimeoutLazyHeap(t *testing.T) {
 	if len(h.r.timeouts) != 1 || h.r.timeouts[0].deadline != t0.Add(16*time.Second).UnixNano() {
 		t.Fatalf("busy is not rescheduled to t0+16s: %+v", h.r.timeouts)
 	}
-	i := h.info("idle", StateConcluded)
-	if strp(i.Reason) != ReasonTimeout || strp(i.Concluded) != FormatTime(t0.Add(10*time.Second).UnixNano()) ||
+	i := h.info("idle", wire.StateConcluded)
+	if strp(i.Reason) != wire.ReasonTimeout || strp(i.Concluded) != FormatTime(t0.Add(10*time.Second).UnixNano()) ||
 		i.LastActivity != FormatTime(t0.UnixNano()) || i.Messages != 1 {
 		t.Fatalf("idle: %+v reason %s concluded %s", i, strp(i.Reason), strp(i.Concluded))
 	}
@@ -509,7 +511,7 @@ func TestRegistryTimeoutLazyHeap(t *testing.T) {
 	if ev := h.events(); !reflect.DeepEqual(ev, [][]string{{"busy:timeout"}}) {
 		t.Fatalf("at t0+25s: %v", ev)
 	}
-	i = h.info("busy", StateConcluded)
+	i = h.info("busy", wire.StateConcluded)
 	if i.Messages != 3 || i.Bytes != 300 || !reflect.DeepEqual(i.Participants, []string{"alice", "bob"}) {
 		t.Fatalf("busy stats %+v", i)
 	}
@@ -556,7 +558,7 @@ func TestRegistryChildActivityKeepsParentsAlive(t *testing.T) {
 		}
 	}
 	// The parent's own counters did not move.
-	if i := h.info("p", StateActive); i.Messages != 1 {
+	if i := h.info("p", wire.StateActive); i.Messages != 1 {
 		t.Fatalf("p: %+v", i)
 	}
 	h.expire(10 * time.Second)
@@ -630,7 +632,7 @@ func TestRegistryCascade(t *testing.T) {
 	for i, e := range res.concluded {
 		id, reason, _ := strings.Cut(e, ":")
 		pos[id] = i
-		if id != "R" && reason != ReasonParentConcluded {
+		if id != "R" && reason != wire.ReasonParentConcluded {
 			t.Fatalf("%s concluded with %s", id, reason)
 		}
 		if p, ok := parents[id]; ok {
@@ -649,12 +651,12 @@ func TestRegistryCascade(t *testing.T) {
 	}
 	concludedAt := FormatTime(h.clock().UnixNano())
 	for id := range parents {
-		if i := h.info(id, StateConcluded); strp(i.Concluded) != concludedAt {
+		if i := h.info(id, wire.StateConcluded); strp(i.Concluded) != concludedAt {
 			t.Fatalf("%s concluded at %s, want %s", id, strp(i.Concluded), concludedAt)
 		}
 	}
 	h.counts(1, 7)
-	if i := h.info("other", StateActive); i.State != StateActive {
+	if i := h.info("other", wire.StateActive); i.State != wire.StateActive {
 		t.Fatal("an unrelated context concluded")
 	}
 
@@ -682,7 +684,7 @@ func TestRegistryCascade(t *testing.T) {
 	for _, e := range ev[0] {
 		id, reason, _ := strings.Cut(e, ":")
 		seen[id] = true
-		if reason == ReasonParentConcluded {
+		if reason == wire.ReasonParentConcluded {
 			var parent string
 			switch id {
 			case "T/a":
@@ -730,13 +732,13 @@ func TestRegistryRetention(t *testing.T) {
 	h.ok(`{"id":"live"}`, "x", "alice")
 	h.counts(1, 2)
 	h.expire(30*time.Second - time.Nanosecond) // live times out in this sweep
-	if len(h.r.Query(Query{State: StateConcluded})) != 3 {
+	if len(h.r.Query(Query{State: wire.StateConcluded})) != 3 {
 		t.Fatal("a forgotten before its retention")
 	}
 	h.expire(time.Nanosecond) // +60s: a's retention ends
 	concludedIDs := func() string {
 		var s []string
-		for _, i := range h.r.Query(Query{State: StateConcluded}) {
+		for _, i := range h.r.Query(Query{State: wire.StateConcluded}) {
 			s = append(s, i.ID)
 		}
 		return strings.Join(s, ",")
@@ -764,7 +766,7 @@ func TestRegistryRetention(t *testing.T) {
 		h2.ok(fmt.Sprintf(`{"id":"r%d"}`, i), "conclusion", "alice")
 		h2.advance(time.Millisecond)
 	}
-	list := h2.r.Query(Query{State: StateConcluded})
+	list := h2.r.Query(Query{State: wire.StateConcluded})
 	var ids []string
 	for _, i := range list {
 		ids = append(ids, i.ID)
@@ -790,20 +792,20 @@ func TestRegistryReopen(t *testing.T) {
 	// type and parent and another creator.
 	res := h.ok(`{"id":"re","type":"workflow"}`, "x", "carol")
 	if res.ctx == first.ctx || res.ctx.Messages != 1 || res.ctx.Type != "workflow" || res.ctx.Parent != "" ||
-		res.ctx.Creator != "carol" || res.ctx.Depth != 1 || res.ctx.State != StateActive {
+		res.ctx.Creator != "carol" || res.ctx.Depth != 1 || res.ctx.State != wire.StateActive {
 		t.Fatalf("reopened %+v", res.ctx)
 	}
-	h.refused(`{"id":"re","type":"reasoning"}`, "x", "alice", envelope.CodeContextConflict)
+	h.refused(`{"id":"re","type":"reasoning"}`, "x", "alice", wire.CodeContextConflict)
 	// Both are queryable: the concluded one until its retention.
 	all := h.r.Query(Query{State: "all", ID: "re"})
-	if len(all) != 2 || all[0].State != StateConcluded || all[0].Messages != 3 || all[1].State != StateActive || all[1].Messages != 1 {
+	if len(all) != 2 || all[0].State != wire.StateConcluded || all[0].Messages != 3 || all[1].State != wire.StateActive || all[1].Messages != 1 {
 		t.Fatalf("all re: %+v", all)
 	}
 	h.expire(58 * time.Second) // t0+59s: the new one timed out (idle since t0+1s)
 	h.counts(0, 2)
 	h.expire(time.Second) // t0+60s: the first one's retention ends
 	all = h.r.Query(Query{State: "all", ID: "re"})
-	if len(all) != 1 || strp(all[0].Type) != "workflow" || strp(all[0].Reason) != ReasonTimeout {
+	if len(all) != 1 || strp(all[0].Type) != "workflow" || strp(all[0].Reason) != wire.ReasonTimeout {
 		t.Fatalf("after the first's retention: %+v", all)
 	}
 	// The reopened one is retained until its own retention.
@@ -839,14 +841,14 @@ func TestRegistryQuery(t *testing.T) {
 		q    Query
 		want string
 	}{
-		{Query{State: StateActive}, "q1,q2,q4"},
-		{Query{State: StateConcluded}, "q3"},
+		{Query{State: wire.StateActive}, "q1,q2,q4"},
+		{Query{State: wire.StateConcluded}, "q3"},
 		{Query{State: "all"}, "q1,q2,q3,q4"},
 		{Query{State: "all", Type: "reasoning"}, "q1,q3"},
-		{Query{State: StateActive, Type: "reasoning"}, "q1"},
+		{Query{State: wire.StateActive, Type: "reasoning"}, "q1"},
 		{Query{State: "all", ID: "q2"}, "q2"},
-		{Query{State: StateConcluded, ID: "q2"}, ""},
-		{Query{State: StateActive, ID: "q3"}, ""},
+		{Query{State: wire.StateConcluded, ID: "q2"}, ""},
+		{Query{State: wire.StateActive, ID: "q3"}, ""},
 		{Query{State: "all", Limit: 2}, "q1,q2"},
 		{Query{State: "all", ID: "nope"}, ""},
 	} {
@@ -885,7 +887,7 @@ func TestRegistryErrorsAreEnvelopeErrors(t *testing.T) {
 	res := h.send(`{"id":"z","type":"u"}`, "x", "alice")
 	var err error = res.err
 	var ee *envelope.Error
-	if !errors.As(err, &ee) || ee.Code != envelope.CodeContextConflict || ee.Message == "" {
+	if !errors.As(err, &ee) || ee.Code != wire.CodeContextConflict || ee.Message == "" {
 		t.Fatalf("%v", err)
 	}
 }

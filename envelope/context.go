@@ -4,9 +4,11 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpp/gateway/wire"
 )
 
-// Limits on the context field that SPEC section 3 fixes.
+// Limits on the context field that docs/protocol.md section 3 fixes.
 const (
 	MaxContextIDBytes   = 256
 	MaxContextTypeBytes = 64
@@ -23,13 +25,13 @@ type Context struct {
 	Segments int
 }
 
-// ParseContext checks the syntax of a context field (SPEC section 3): either
-// {"id", "type"?, "parent"?, "metadata"?} or a "root/child/leaf" path. The
-// registry decides the rest (conflicts, depth, cycles).
+// ParseContext checks the syntax of a context field (docs/protocol.md section
+// 3): either {"id", "type"?, "parent"?, "metadata"?} or a "root/child/leaf"
+// path. The registry decides the rest (conflicts, depth, cycles).
 func ParseContext(raw []byte, maxBytes int) (Context, *Error) {
 	var c Context
 	if len(raw) > maxBytes {
-		return c, Errorf(CodeInvalidContext, "the context field is %d bytes, over the limit of %d", len(raw), maxBytes)
+		return c, Errorf(wire.CodeInvalidContext, "the context field is %d bytes, over the limit of %d", len(raw), maxBytes)
 	}
 	v := gjson.Parse(bytesString(raw))
 	switch {
@@ -38,19 +40,19 @@ func ParseContext(raw []byte, maxBytes int) (Context, *Error) {
 	case v.IsObject():
 		return parseObject(v)
 	}
-	return c, Errorf(CodeInvalidContext, "context must be an object or a path string")
+	return c, Errorf(wire.CodeInvalidContext, "context must be an object or a path string")
 }
 
 func parsePath(p string) (Context, *Error) {
 	c := Context{ID: p, Path: true}
 	if len(p) == 0 || len(p) > MaxContextIDBytes {
-		return c, Errorf(CodeInvalidContext, "a context path must be 1 to %d bytes", MaxContextIDBytes)
+		return c, Errorf(wire.CodeInvalidContext, "a context path must be 1 to %d bytes", MaxContextIDBytes)
 	}
 	segStart := 0
 	for i := 0; i <= len(p); i++ {
 		if i == len(p) || p[i] == '/' {
 			if i == segStart {
-				return c, Errorf(CodeInvalidContext, "a context path has an empty segment")
+				return c, Errorf(wire.CodeInvalidContext, "a context path has an empty segment")
 			}
 			c.Segments++
 			segStart = i + 1
@@ -58,7 +60,7 @@ func parsePath(p string) (Context, *Error) {
 		}
 		ch := p[i]
 		if !(isAlnum(ch) || ch == '_' || ch == '-') {
-			return c, Errorf(CodeInvalidContext, "a context path's segments are made of [A-Za-z0-9_-]")
+			return c, Errorf(wire.CodeInvalidContext, "a context path's segments are made of [A-Za-z0-9_-]")
 		}
 	}
 	if i := strings.LastIndexByte(p, '/'); i >= 0 {
@@ -74,7 +76,7 @@ func parseObject(v gjson.Result) (Context, *Error) {
 		seen         uint8
 		hasID        bool
 		fieldMessage = func(name string, max int) *Error {
-			return Errorf(CodeInvalidContext, "context.%s must be a string of 1 to %d bytes without control characters", name, max)
+			return Errorf(wire.CodeInvalidContext, "context.%s must be a string of 1 to %d bytes without control characters", name, max)
 		}
 	)
 	v.ForEach(func(k, f gjson.Result) bool {
@@ -89,11 +91,11 @@ func parseObject(v gjson.Result) (Context, *Error) {
 		case "metadata":
 			bit = 8
 		default:
-			bad = Errorf(CodeInvalidContext, "context has an unknown field %q (allowed: id, type, parent, metadata)", k.Str)
+			bad = Errorf(wire.CodeInvalidContext, "context has an unknown field %q (allowed: id, type, parent, metadata)", k.Str)
 			return false
 		}
 		if seen&bit != 0 {
-			bad = Errorf(CodeInvalidContext, "context.%s appears twice", k.Str)
+			bad = Errorf(wire.CodeInvalidContext, "context.%s appears twice", k.Str)
 			return false
 		}
 		seen |= bit
@@ -118,7 +120,7 @@ func parseObject(v gjson.Result) (Context, *Error) {
 			c.Parent = f.Str
 		case "metadata":
 			if !f.IsObject() {
-				bad = Errorf(CodeInvalidContext, "context.metadata must be an object")
+				bad = Errorf(wire.CodeInvalidContext, "context.metadata must be an object")
 				return false
 			}
 		}
@@ -128,7 +130,7 @@ func parseObject(v gjson.Result) (Context, *Error) {
 		return c, bad
 	}
 	if !hasID {
-		return c, Errorf(CodeInvalidContext, "context.id is required")
+		return c, Errorf(wire.CodeInvalidContext, "context.id is required")
 	}
 	return c, nil
 }

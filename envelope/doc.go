@@ -1,6 +1,6 @@
 // Package envelope parses and checks one MCPP envelope, the JSON object that
-// participants of a pod exchange (SPEC section 2), and its optional sub-context
-// (section 3).
+// participants of a pod exchange (docs/protocol.md section 2), and its
+// optional sub-context (section 3).
 //
 // The gateway parses an envelope exactly once, at ingress. Parse records the
 // few fields the gateway acts on (kind, from, to, id, the raw context) as

@@ -1,14 +1,18 @@
 package envelope
 
-import "unsafe"
+import (
+	"unsafe"
 
-// The protocols a participant may speak (SPEC section 2).
-const (
-	ProtocolMCPP = "mcpp/v0.1"
-	ProtocolMCPX = "mcpx/v0.1"
+	"github.com/mcpp/gateway/wire"
 )
 
-// Limits on single fields that SPEC section 2 fixes.
+// The protocols a participant may speak (docs/protocol.md section 2).
+const (
+	ProtocolMCPP = wire.ProtocolMCPP
+	ProtocolMCPX = wire.ProtocolMCPX
+)
+
+// Limits on single fields that docs/protocol.md section 2 fixes.
 const (
 	MaxIDBytes          = 128
 	MaxParticipantBytes = 128
@@ -16,7 +20,7 @@ const (
 )
 
 // GatewayID is the sender of every message the gateway itself writes.
-const GatewayID = "system:gateway"
+const GatewayID = wire.GatewayID
 
 // Span is a half-open byte range [Start, End) of a message.
 type Span struct{ Start, End int }
@@ -41,12 +45,12 @@ type Envelope struct {
 	Kind         string
 	// Context is the raw JSON of the context field, or nil. It is checked
 	// by ParseContext only when the kind needs it (gateway requests ignore
-	// their context, SPEC section 6).
+	// their context, docs/protocol.md section 6).
 	Context []byte
 	// Payload is the raw JSON of the payload field, or nil.
 	Payload []byte
-	// Mode and Consumes are what the lifecycle field says (SPEC section
-	// 8); Consumes point into the message.
+	// Mode and Consumes are what the lifecycle field says (docs/protocol.md
+	// section 8); Consumes point into the message.
 	Mode     Mode
 	Consumes []string
 }
@@ -65,8 +69,8 @@ func (e *Envelope) IsSystem() bool { return hasPrefix(e.Kind, "system/") }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
-// ValidParticipantID reports whether id has the syntax of SPEC section 1:
-// 1 to 128 characters of [A-Za-z0-9._:@-].
+// ValidParticipantID reports whether id has the syntax of docs/protocol.md
+// section 1: 1 to 128 characters of [A-Za-z0-9._:@-].
 func ValidParticipantID(id string) bool {
 	if len(id) == 0 || len(id) > MaxParticipantBytes {
 		return false
@@ -80,8 +84,8 @@ func ValidParticipantID(id string) bool {
 	return true
 }
 
-// ValidPodName reports whether name has the syntax of SPEC section 1: 1 to
-// 64 characters of [A-Za-z0-9._-].
+// ValidPodName reports whether name has the syntax of docs/protocol.md
+// section 1: 1 to 64 characters of [A-Za-z0-9._-].
 func ValidPodName(name string) bool {
 	if len(name) == 0 || len(name) > MaxPodBytes {
 		return false

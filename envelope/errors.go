@@ -1,71 +1,58 @@
 package envelope
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/mcpp/gateway/wire"
 )
 
-// Code is an error code of SPEC section 5, sent in system/error payloads and
-// in the JSON body of a refused upgrade.
-type Code string
-
-// The codes, in the order of the table of SPEC section 5: when an envelope
-// breaks several rules the first of them is reported.
-const (
-	CodeInvalidJSON          Code = "invalid_json"
-	CodeInvalidEnvelope      Code = "invalid_envelope"
-	CodeUnsupportedProtocol  Code = "unsupported_protocol"
-	CodeAuthViolation        Code = "auth_violation"
-	CodeReservedKind         Code = "reserved_kind"
-	CodeCapabilityViolation  Code = "capability_violation"
-	CodeMessageTooLarge      Code = "message_too_large"
-	CodeInvalidContext       Code = "invalid_context"
-	CodeContextConflict      Code = "context_conflict"
-	CodeContextCycle         Code = "context_cycle"
-	CodeContextDepthExceeded Code = "context_depth_exceeded"
-	CodeDuplicateID          Code = "duplicate_id"
-	CodeContextLimitExceeded Code = "context_limit_exceeded"
-	CodeRateLimited          Code = "rate_limited"
-	CodeContextRateLimited   Code = "context_rate_limited"
-	CodeUnknownRequest       Code = "unknown_request"
-	CodeInvalidFilter        Code = "invalid_filter"
-	CodeShuttingDown         Code = "shutting_down"
-)
-
-// Codes of refused WebSocket upgrades (SPEC section 1).
-const (
-	CodeInvalidPod         Code = "invalid_pod"
-	CodeInvalidParticipant Code = "invalid_participant"
-	CodeUnauthorized       Code = "unauthorized"
-	CodeForbidden          Code = "forbidden"
-	CodeOverCapacity       Code = "over_capacity"
-)
-
-// Retryable reports whether the same envelope may succeed later.
-func (c Code) Retryable() bool {
-	switch c {
-	case CodeContextLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeOverCapacity, CodeShuttingDown:
-		return true
-	}
-	return false
-}
-
-// Error is a refusal of one envelope. It becomes the payload of a
-// system/error sent to the sender alone.
+// Error is a refusal of one envelope: one of the codes of
+// docs/protocol.md section 5 (wire.Code) and why. It becomes the payload
+// of a system/error sent to the sender alone (Payload).
 type Error struct {
-	Code    Code
+	Code    wire.Code
 	Message string
 	// RetryAfter is set for the rate limits: how long until the same envelope
 	// would be accepted, as the limiter computes it.
 	RetryAfter time.Duration
-	// Details are extra payload fields (capability_violation's
-	// attempted_kind and your_capabilities, for example).
-	Details map[string]any
+	// Details are extra payload fields (the caps' limit and scope, for
+	// example); capability_violation's have fields of their own.
+	Details          map[string]any
+	AttemptedKind    string
+	YourCapabilities []string
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // Errorf builds an Error with a formatted message.
-func Errorf(code Code, format string, args ...any) *Error {
+func Errorf(code wire.Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Payload is the refusal as the payload of a system/error
+// (docs/protocol.md section 5): retry_after_ms rounded up to whole
+// milliseconds, at least 1; capability_violation's your_capabilities a
+// list even when empty; Details as raw JSON.
+func (e *Error) Payload() wire.ErrorPayload {
+	p := wire.ErrorPayload{Code: e.Code, Message: e.Message, Retryable: e.Code.Retryable(),
+		AttemptedKind: e.AttemptedKind, YourCapabilities: e.YourCapabilities}
+	if e.RetryAfter > 0 {
+		p.RetryAfterMS = int64(max(1, (e.RetryAfter+time.Millisecond-1)/time.Millisecond))
+	}
+	if e.Code == wire.CodeCapabilityViolation && p.YourCapabilities == nil {
+		p.YourCapabilities = []string{} // no capability at all is still a list
+	}
+	if len(e.Details) > 0 {
+		p.Details = make(map[string]json.RawMessage, len(e.Details))
+		for k, v := range e.Details {
+			b, err := json.Marshal(v)
+			if err != nil {
+				panic("envelope: the details of an error do not marshal: " + err.Error()) // a bug, never input
+			}
+			p.Details[k] = b
+		}
+	}
+	return p
 }

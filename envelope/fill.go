@@ -4,10 +4,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/mcpp/gateway/wire"
 )
 
 // TimeFormat is how the gateway writes ts: RFC 3339, UTC, milliseconds.
-const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+const TimeFormat = wire.TimeFormat
 
 // Fill returns the envelope as it is relayed: the sender's bytes with
 // protocol, id, ts and from spliced in after the opening brace when they were

@@ -19,8 +19,8 @@ const (
 // Frame flags.
 const (
 	// FlagConclusion marks an envelope whose kind is a conclusion kind, and
-	// every system/context event: SPEC section 4 admits the event exactly
-	// when it would admit a conclusion-kind envelope in that context.
+	// every system/context event: docs/protocol.md section 4 admits the event
+	// exactly when it would admit a conclusion-kind envelope in that context.
 	FlagConclusion uint8 = 1 << 0
 	// FlagPath marks a context named by the ADR-p4m path form.
 	FlagPath uint8 = 1 << 1

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/mcpp/gateway/wire"
 )
 
 // FuzzParse checks that no input crashes the parser, that an accepted
@@ -66,7 +68,7 @@ func FuzzContext(f *testing.F) {
 		}
 		c, err := ParseContext(data, 4096)
 		if err != nil {
-			if err.Code != CodeInvalidContext {
+			if err.Code != wire.CodeInvalidContext {
 				t.Fatalf("code %s", err.Code)
 			}
 			return

@@ -2,7 +2,7 @@ package envelope
 
 import "github.com/tidwall/gjson"
 
-// Mode says how a pod's history keeps an envelope (SPEC section 8).
+// Mode says how a pod's history keeps an envelope (docs/protocol.md section 8).
 type Mode uint8
 
 // The lifecycle modes. The zero value is durable: an envelope without a
@@ -13,7 +13,7 @@ const (
 	ModeEphemeral Mode = 2 // delivered live, never stored
 )
 
-// Limits of the lifecycle field that SPEC section 8 fixes.
+// Limits of the lifecycle field that docs/protocol.md section 8 fixes.
 const (
 	MaxSummaryBytes = 1024
 	MaxConsumes     = 64

@@ -3,6 +3,8 @@ package envelope
 import (
 	"strings"
 	"testing"
+
+	"github.com/mcpp/gateway/wire"
 )
 
 func TestLifecycleAccepts(t *testing.T) {
@@ -71,13 +73,13 @@ func TestLifecycleRefuses(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var e Envelope
 			err := e.Parse([]byte(`{"kind":"k","lifecycle":` + lifecycle + `}`))
-			if err == nil || err.Code != CodeInvalidEnvelope || err.Message == "" {
+			if err == nil || err.Code != wire.CodeInvalidEnvelope || err.Message == "" {
 				t.Fatalf("lifecycle %.60s: %v, want invalid_envelope", lifecycle, err)
 			}
 		})
 	}
 	var e Envelope
-	if err := e.Parse([]byte(`{"kind":"k","lifecycle":{},"lifecycle":{}}`)); err == nil || err.Code != CodeInvalidEnvelope {
+	if err := e.Parse([]byte(`{"kind":"k","lifecycle":{},"lifecycle":{}}`)); err == nil || err.Code != wire.CodeInvalidEnvelope {
 		t.Fatalf("lifecycle twice: %v", err)
 	}
 }

@@ -6,12 +6,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpp/gateway/wire"
 )
 
-// Parse reads one message into e, reporting the first rule of SPEC section 2
-// that it breaks in the order of the error table: invalid_json, then
-// invalid_envelope, then unsupported_protocol. The checks that need the
-// sender (from, capabilities, size, context, limits) are the caller's.
+// Parse reads one message into e, reporting the first rule of
+// docs/protocol.md section 2 that it breaks in the order of the error table:
+// invalid_json, then invalid_envelope, then unsupported_protocol. The checks
+// that need the sender (from, capabilities, size, context, limits) are the
+// caller's.
 //
 // Parse rewrites raw newlines (which valid JSON allows only as white space
 // between tokens) to spaces in place, so that every accepted envelope fits on
@@ -22,14 +25,14 @@ func (e *Envelope) Parse(data []byte) *Error {
 	// encoding/json's scanner is not recursive and stops at 10,000 levels of
 	// nesting, so a hostile message cannot grow the stack.
 	if !json.Valid(data) {
-		return Errorf(CodeInvalidJSON, "the message is not valid JSON")
+		return Errorf(wire.CodeInvalidJSON, "the message is not valid JSON")
 	}
 	if !utf8.Valid(data) {
-		return Errorf(CodeInvalidJSON, "the message is not valid UTF-8")
+		return Errorf(wire.CodeInvalidJSON, "the message is not valid UTF-8")
 	}
 	start := firstNonSpace(data)
 	if start < 0 || data[start] != '{' {
-		return Errorf(CodeInvalidJSON, "the message is not a JSON object")
+		return Errorf(wire.CodeInvalidJSON, "the message is not a JSON object")
 	}
 	if bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0 {
 		for i, c := range data {
@@ -47,7 +50,7 @@ func (e *Envelope) Parse(data []byte) *Error {
 	)
 	fail := func(format string, args ...any) {
 		if bad == nil {
-			bad = Errorf(CodeInvalidEnvelope, format, args...)
+			bad = Errorf(wire.CodeInvalidEnvelope, format, args...)
 		}
 	}
 	gjson.Parse(bytesString(data)).ForEach(func(k, v gjson.Result) bool {
@@ -142,7 +145,7 @@ func (e *Envelope) Parse(data []byte) *Error {
 		return bad
 	}
 	if badProtocol {
-		return Errorf(CodeUnsupportedProtocol, "protocol %q is not supported (use %s or %s)", e.Protocol, ProtocolMCPP, ProtocolMCPX)
+		return Errorf(wire.CodeUnsupportedProtocol, "protocol %q is not supported (use %s or %s)", e.Protocol, ProtocolMCPP, ProtocolMCPX)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpp/gateway/wire"
 )
 
 func TestParseAccepts(t *testing.T) {
@@ -36,34 +38,34 @@ func TestParseAccepts(t *testing.T) {
 func TestParseRefuses(t *testing.T) {
 	cases := []struct {
 		name, in string
-		code     Code
+		code     wire.Code
 	}{
-		{"not json", `{"kind":`, CodeInvalidJSON},
-		{"array", `["kind"]`, CodeInvalidJSON},
-		{"string", `"x"`, CodeInvalidJSON},
-		{"two objects", `{"kind":"a"}{"kind":"b"}`, CodeInvalidJSON},
-		{"invalid utf-8", "{\"kind\":\"a\xff\"}", CodeInvalidJSON},
-		{"deep", strings.Repeat("[", 20000) + strings.Repeat("]", 20000), CodeInvalidJSON},
-		{"no kind", `{"payload":1}`, CodeInvalidEnvelope},
-		{"empty kind", `{"kind":""}`, CodeInvalidEnvelope},
-		{"kind number", `{"kind":1}`, CodeInvalidEnvelope},
-		{"null kind", `{"kind":null}`, CodeInvalidEnvelope},
-		{"null to", `{"kind":"a","to":null}`, CodeInvalidEnvelope},
-		{"null context", `{"kind":"a","context":null}`, CodeInvalidEnvelope},
-		{"to string", `{"kind":"a","to":"bob"}`, CodeInvalidEnvelope},
-		{"to bad id", `{"kind":"a","to":["b b"]}`, CodeInvalidEnvelope},
-		{"id empty", `{"kind":"a","id":""}`, CodeInvalidEnvelope},
-		{"id long", `{"kind":"a","id":"` + strings.Repeat("x", 129) + `"}`, CodeInvalidEnvelope},
-		{"id number", `{"kind":"a","id":7}`, CodeInvalidEnvelope},
-		{"ts number", `{"kind":"a","ts":7}`, CodeInvalidEnvelope},
-		{"from number", `{"kind":"a","from":7}`, CodeInvalidEnvelope},
-		{"correlation object", `{"kind":"a","correlation_id":{}}`, CodeInvalidEnvelope},
-		{"correlation array of numbers", `{"kind":"a","correlation_id":[1]}`, CodeInvalidEnvelope},
-		{"duplicate from", `{"kind":"a","from":"x","from":"y"}`, CodeInvalidEnvelope},
-		{"duplicate escaped", `{"kind":"a","fr\u006fm":"x","from":"y"}`, CodeInvalidEnvelope},
-		{"protocol number", `{"kind":"a","protocol":1}`, CodeInvalidEnvelope},
-		{"protocol unknown", `{"kind":"a","protocol":"mcp/v9"}`, CodeUnsupportedProtocol},
-		{"envelope error wins over protocol", `{"protocol":"mcp/v9"}`, CodeInvalidEnvelope},
+		{"not json", `{"kind":`, wire.CodeInvalidJSON},
+		{"array", `["kind"]`, wire.CodeInvalidJSON},
+		{"string", `"x"`, wire.CodeInvalidJSON},
+		{"two objects", `{"kind":"a"}{"kind":"b"}`, wire.CodeInvalidJSON},
+		{"invalid utf-8", "{\"kind\":\"a\xff\"}", wire.CodeInvalidJSON},
+		{"deep", strings.Repeat("[", 20000) + strings.Repeat("]", 20000), wire.CodeInvalidJSON},
+		{"no kind", `{"payload":1}`, wire.CodeInvalidEnvelope},
+		{"empty kind", `{"kind":""}`, wire.CodeInvalidEnvelope},
+		{"kind number", `{"kind":1}`, wire.CodeInvalidEnvelope},
+		{"null kind", `{"kind":null}`, wire.CodeInvalidEnvelope},
+		{"null to", `{"kind":"a","to":null}`, wire.CodeInvalidEnvelope},
+		{"null context", `{"kind":"a","context":null}`, wire.CodeInvalidEnvelope},
+		{"to string", `{"kind":"a","to":"bob"}`, wire.CodeInvalidEnvelope},
+		{"to bad id", `{"kind":"a","to":["b b"]}`, wire.CodeInvalidEnvelope},
+		{"id empty", `{"kind":"a","id":""}`, wire.CodeInvalidEnvelope},
+		{"id long", `{"kind":"a","id":"` + strings.Repeat("x", 129) + `"}`, wire.CodeInvalidEnvelope},
+		{"id number", `{"kind":"a","id":7}`, wire.CodeInvalidEnvelope},
+		{"ts number", `{"kind":"a","ts":7}`, wire.CodeInvalidEnvelope},
+		{"from number", `{"kind":"a","from":7}`, wire.CodeInvalidEnvelope},
+		{"correlation object", `{"kind":"a","correlation_id":{}}`, wire.CodeInvalidEnvelope},
+		{"correlation array of numbers", `{"kind":"a","correlation_id":[1]}`, wire.CodeInvalidEnvelope},
+		{"duplicate from", `{"kind":"a","from":"x","from":"y"}`, wire.CodeInvalidEnvelope},
+		{"duplicate escaped", `{"kind":"a","fr\u006fm":"x","from":"y"}`, wire.CodeInvalidEnvelope},
+		{"protocol number", `{"kind":"a","protocol":1}`, wire.CodeInvalidEnvelope},
+		{"protocol unknown", `{"kind":"a","protocol":"mcp/v9"}`, wire.CodeUnsupportedProtocol},
+		{"envelope error wins over protocol", `{"protocol":"mcp/v9"}`, wire.CodeInvalidEnvelope},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -174,7 +176,7 @@ func TestParseContext(t *testing.T) {
 		`{"id":"a","metadata":[]}`, `{"id":"a","other":1}`, `{"id":"a","id":"b"}`, `""`, `"a//b"`, `"/a"`, `"a/"`,
 		`"a b"`, `"a.b"`, `5`, `[]`, `true`}
 	for _, in := range bad {
-		if _, err := ParseContext([]byte(in), 4096); err == nil || err.Code != CodeInvalidContext {
+		if _, err := ParseContext([]byte(in), 4096); err == nil || err.Code != wire.CodeInvalidContext {
 			t.Errorf("ParseContext(%.40s) = %v, want invalid_context", in, err)
 		}
 	}

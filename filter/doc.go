@@ -1,5 +1,5 @@
-// Package filter holds a participant's filter (SPEC section 4): which
-// envelopes of its pod it wants to receive.
+// Package filter holds a participant's filter (docs/protocol.md section 4):
+// which envelopes of its pod it wants to receive.
 //
 // A Filter is parsed from the query of the WebSocket upgrade (FromQuery) or
 // updated from a gateway/filter request (Filter.Update), and compiled once

@@ -1,40 +1,32 @@
 package filter
 
 import (
+	"encoding/json"
+
 	"github.com/mcpp/gateway/envelope"
-)
-
-// Routing values.
-const (
-	RoutingAll      = "all"
-	RoutingDirected = "directed"
-)
-
-// Contexts values.
-const (
-	ContextsAll  = "all"
-	ContextsNone = "none"
+	"github.com/mcpp/gateway/wire"
 )
 
 // MaxEntries bounds each list of a filter, so that a filter's memory is
 // bounded whatever a participant asks for.
 const MaxEntries = 1024
 
-// Filter is one participant's choice of envelopes. Its exported fields are
-// its JSON form (the welcome's "filter" and the system/filter answer). A
-// Filter is immutable once built: an update builds a new one, so the fan-out
-// reads it without a lock.
+// Filter is one participant's choice of envelopes (docs/protocol.md
+// section 4). Its exported fields are its settings; its JSON form (the
+// welcome's "filter", the system/filter answer) is Wire's. A Filter is
+// immutable once built: an update builds a new one, so the fan-out reads it
+// without a lock.
 type Filter struct {
-	Main         bool     `json:"main"`
-	Contexts     string   `json:"contexts"`
-	Types        []string `json:"types"`
-	ExcludeTypes []string `json:"exclude_types"`
-	IDs          []string `json:"ids"`
-	Subtree      bool     `json:"subtree"`
-	Conclusions  bool     `json:"conclusions"`
-	Routing      string   `json:"routing"`
-	Echo         bool     `json:"echo"`
-	Batch        bool     `json:"batch"`
+	Main         bool
+	Contexts     string // wire.ContextsAll or wire.ContextsNone
+	Types        []string
+	ExcludeTypes []string
+	IDs          []string
+	Subtree      bool
+	Conclusions  bool
+	Routing      string // wire.RoutingAll or wire.RoutingDirected
+	Echo         bool
+	Batch        bool
 
 	types, excludeTypes, ids set
 	contextsAll, directed    bool
@@ -58,9 +50,29 @@ func (s set) has(v string) bool {
 	return ok
 }
 
+// Wire is the filter in its JSON form, every field set (the effective
+// filter): false booleans and empty lists are written too.
+func (f *Filter) Wire() wire.Filter {
+	list := func(l []string) []string {
+		if l == nil {
+			return []string{}
+		}
+		return l
+	}
+	return wire.Filter{
+		Main: wire.Bool(f.Main), Contexts: f.Contexts,
+		Types: list(f.Types), ExcludeTypes: list(f.ExcludeTypes), IDs: list(f.IDs),
+		Subtree: wire.Bool(f.Subtree), Conclusions: wire.Bool(f.Conclusions),
+		Routing: f.Routing, Echo: wire.Bool(f.Echo), Batch: wire.Bool(f.Batch),
+	}
+}
+
+// MarshalJSON writes Wire's JSON.
+func (f *Filter) MarshalJSON() ([]byte, error) { return json.Marshal(f.Wire()) }
+
 // Default returns the filter that admits everything.
 func Default() *Filter {
-	f := &Filter{Main: true, Contexts: ContextsAll, Routing: RoutingAll}
+	f := &Filter{Main: true, Contexts: wire.ContextsAll, Routing: wire.RoutingAll}
 	f.compile()
 	return f
 }
@@ -76,13 +88,13 @@ func (f *Filter) compile() {
 		f.IDs = []string{}
 	}
 	f.types, f.excludeTypes, f.ids = newSet(f.Types), newSet(f.ExcludeTypes), newSet(f.IDs)
-	f.contextsAll = f.Contexts == ContextsAll
-	f.directed = f.Routing == RoutingDirected
+	f.contextsAll = f.Contexts == wire.ContextsAll
+	f.directed = f.Routing == wire.RoutingDirected
 }
 
 // Admits decides whether the participant self receives the envelope or
-// context event described by m (SPEC section 4). Presence is not its
-// concern: the pod delivers presence to everyone but its subject.
+// context event described by m (docs/protocol.md section 4). Presence is not
+// its concern: the pod delivers presence to everyone but its subject.
 func (f *Filter) Admits(m *envelope.Meta, self string) bool {
 	return f.admits(m, self, f.Echo)
 }
@@ -90,7 +102,7 @@ func (f *Filter) Admits(m *envelope.Meta, self string) bool {
 // AdmitsPast decides for an entry of the pod's history (a joiner's
 // replay, gateway/history): as Admits, except that the participant's own
 // envelopes are admitted as anyone's, whatever its echo, since a returning
-// agent needs what it said (SPEC section 8).
+// agent needs what it said (docs/protocol.md section 8).
 func (f *Filter) AdmitsPast(m *envelope.Meta, self string) bool {
 	return f.admits(m, self, true)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/wire"
 )
 
 // The fuzz targets of this file check, for any input, that building a
@@ -18,7 +19,7 @@ import (
 // filter is well formed and survives a round trip through its JSON form
 // (the welcome's "filter", which a client may send back in
 // gateway/filter), and that Admits never panics and keeps the rules of
-// SPEC section 4 that hold whatever the filter says.
+// docs/protocol.md section 4 that hold whatever the filter says.
 
 const self = "me"
 
@@ -71,10 +72,10 @@ func checkAccepted(t *testing.T, f *filter.Filter) {
 	if f == nil {
 		t.Fatal("accepted without a filter")
 	}
-	if f.Contexts != filter.ContextsAll && f.Contexts != filter.ContextsNone {
+	if f.Contexts != wire.ContextsAll && f.Contexts != wire.ContextsNone {
 		t.Fatalf("contexts %q accepted", f.Contexts)
 	}
-	if f.Routing != filter.RoutingAll && f.Routing != filter.RoutingDirected {
+	if f.Routing != wire.RoutingAll && f.Routing != wire.RoutingDirected {
 		t.Fatalf("routing %q accepted", f.Routing)
 	}
 	for _, list := range [][]string{f.Types, f.ExcludeTypes, f.IDs} {
@@ -119,12 +120,12 @@ func checkAccepted(t *testing.T, f *filter.Filter) {
 		addressed := contains(m.To, self)
 		switch {
 		case addressed:
-			// SPEC 4: an envelope whose to names the participant is
-			// always delivered, whatever the filter.
+			// docs/protocol.md section 4: an envelope whose to names the
+			// participant is always delivered, whatever the filter.
 			if !got {
 				t.Fatalf("%+v addressed to %s refused by %s", m, self, b)
 			}
-		case len(m.To) > 0 && f.Routing == filter.RoutingDirected:
+		case len(m.To) > 0 && f.Routing == wire.RoutingDirected:
 			if got {
 				t.Fatalf("routing=directed admitted %+v addressed to others", m)
 			}
@@ -140,7 +141,7 @@ func checkAccepted(t *testing.T, f *filter.Filter) {
 			if got {
 				t.Fatalf("exclude_types %v admitted %+v", f.ExcludeTypes, m)
 			}
-		case f.Contexts == filter.ContextsAll || contains(f.Types, m.ContextType) || contains(f.IDs, m.ContextID):
+		case f.Contexts == wire.ContextsAll || contains(f.Types, m.ContextType) || contains(f.IDs, m.ContextID):
 			if !got {
 				t.Fatalf("%+v refused by %s", m, b)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
 // Error is an invalid filter; the gateway answers it with invalid_filter.
@@ -24,9 +25,9 @@ func errorf(format string, args ...any) *Error {
 // QueryParams are the query parameters a filter reads at the upgrade.
 var QueryParams = []string{"main", "contexts", "types", "exclude_types", "ids", "subtree", "conclusions", "routing", "echo", "batch"}
 
-// FromQuery builds a filter from the upgrade's query (SPEC section 4).
-// Parameters that are absent keep their defaults; other parameters (pod,
-// token, …) are not its business.
+// FromQuery builds a filter from the upgrade's query (docs/protocol.md
+// section 4). Parameters that are absent keep their defaults; other
+// parameters (pod, token, …) are not its business.
 func FromQuery(q url.Values) (*Filter, error) {
 	if !hasFilterParams(q) {
 		// Filters are immutable, so every participant that asks for
@@ -77,15 +78,16 @@ func FromQuery(q url.Values) (*Filter, error) {
 // Update returns the filter that a gateway/filter payload asks for: the
 // fields it names replace f's, the others keep their value. The payload is
 // read strictly: one JSON object whose keys are exactly the field names of
-// SPEC section 4 (encoding/json alone would take "Main" for "main"), each
-// at most once and none null (leave a field out to keep its value).
+// docs/protocol.md section 4 (encoding/json alone would take "Main" for
+// "main"), each at most once and none null (leave a field out to keep its
+// value).
 func (f *Filter) Update(payload []byte) (*Filter, error) {
 	if !json.Valid(payload) {
 		return nil, errorf("the filter is not one JSON object")
 	}
 	v := gjson.ParseBytes(payload)
 	if !v.IsObject() {
-		return nil, errorf("the filter must be a JSON object of the fields of SPEC section 4")
+		return nil, errorf("the filter must be a JSON object of the fields of docs/protocol.md section 4")
 	}
 	var (
 		p    patch
@@ -203,14 +205,14 @@ func (f *Filter) apply(p *patch) (*Filter, error) {
 	setBool(&n.Echo, p.Echo)
 	setBool(&n.Batch, p.Batch)
 	if p.Contexts != nil {
-		if *p.Contexts != ContextsAll && *p.Contexts != ContextsNone {
-			return nil, errorf("contexts must be %q or %q, not %q", ContextsAll, ContextsNone, *p.Contexts)
+		if *p.Contexts != wire.ContextsAll && *p.Contexts != wire.ContextsNone {
+			return nil, errorf("contexts must be %q or %q, not %q", wire.ContextsAll, wire.ContextsNone, *p.Contexts)
 		}
 		n.Contexts = *p.Contexts
 	}
 	if p.Routing != nil {
-		if *p.Routing != RoutingAll && *p.Routing != RoutingDirected {
-			return nil, errorf("routing must be %q or %q, not %q", RoutingAll, RoutingDirected, *p.Routing)
+		if *p.Routing != wire.RoutingAll && *p.Routing != wire.RoutingDirected {
+			return nil, errorf("routing must be %q or %q, not %q", wire.RoutingAll, wire.RoutingDirected, *p.Routing)
 		}
 		n.Routing = *p.Routing
 	}

@@ -13,17 +13,19 @@ import (
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
 // maxHeaderBytes bounds the upgrade request's headers (and so its query).
 const maxHeaderBytes = 32 << 10
 
-// refuse answers a refused upgrade with the JSON body of SPEC section 1.
+// refuse answers a refused upgrade or HTTP request with the JSON body of
+// docs/protocol.md section 1 (wire.Refusal).
 func (g *Gateway) refuse(w http.ResponseWriter, status int, e *envelope.Error) {
 	g.metrics.refusals.WithLabelValues(string(e.Code)).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": string(e.Code), "message": e.Message})
+	_ = json.NewEncoder(w).Encode(wire.Refusal{Code: e.Code, Message: e.Message})
 }
 
 // admission is what the checks before the upgrade decided.
@@ -40,7 +42,7 @@ type admission struct {
 // before anything is allocated for the participant.
 func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
 	if !g.originAllowed(r) {
-		return nil, http.StatusForbidden, envelope.Errorf(envelope.CodeForbidden,
+		return nil, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden,
 			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin"))
 	}
 	q := r.URL.Query()
@@ -52,14 +54,14 @@ func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
 		}
 	}
 	if !envelope.ValidPodName(a.pod) {
-		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]")
+		return nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]")
 	}
 	switch v := q.Get("protocol"); v {
 	case "":
 	case envelope.ProtocolMCPP, envelope.ProtocolMCPX:
 		a.protocol = v
 	default:
-		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeUnsupportedProtocol, "protocol must be %s or %s", envelope.ProtocolMCPP, envelope.ProtocolMCPX)
+		return nil, http.StatusBadRequest, envelope.Errorf(wire.CodeUnsupportedProtocol, "protocol must be %s or %s", envelope.ProtocolMCPP, envelope.ProtocolMCPX)
 	}
 
 	var (
@@ -71,20 +73,20 @@ func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
 	}
 	f, err := filter.FromQuery(q)
 	if err != nil {
-		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
+		return nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
 	}
 	a.filter = f
 	if a.history, err = parseHistoryWant(q); err != nil {
-		return nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.Error())
+		return nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.Error())
 	}
 	return a, 0, nil
 }
 
 // originAllowed applies the WebSocket library's origin rule before the
-// upgrade, so that a refusal is the SPEC's JSON answer and is counted: no
-// Origin (an agent, not a browser) or the gateway's own host is allowed,
-// and so is a host (or scheme://host) matching an --allowed-origins
-// pattern.
+// upgrade, so that a refusal is the JSON answer of docs/protocol.md section 1
+// and is counted: no Origin (an agent, not a browser) or the gateway's own
+// host is allowed, and so is a host (or scheme://host) matching an
+// --allowed-origins pattern.
 func (g *Gateway) originAllowed(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -111,7 +113,7 @@ func (g *Gateway) originAllowed(r *http.Request) bool {
 
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !g.accepting.Load() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeShuttingDown, "the gateway is shutting down: connect to another gateway, or later"))
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down: connect to another gateway, or later"))
 		return
 	}
 	a, status, e := g.admit(r)
@@ -121,7 +123,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
 		g.connCount.Add(-1)
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
 		return
 	}
 	var pod *Pod
@@ -138,7 +140,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		}
 		if !ok {
 			g.connCount.Add(-1)
-			g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q has %d participants, the limit", a.pod, g.cfg.MaxParticipantsPerPod))
+			g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", a.pod, g.cfg.MaxParticipantsPerPod))
 			return
 		}
 		pod = p
@@ -151,7 +153,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		pod.unreserve()
 		g.connCount.Add(-1)
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q is still reading its history; try again", a.pod))
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", a.pod))
 		return
 	}
 	pod.syncMembers()

@@ -8,12 +8,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
-// Several gateway nodes serve one set of pods over NATS (SPEC section 7).
-// Envelopes need nothing more than the pod subjects: each node subscribes
-// once per pod and fans out to its own participants. What this file adds is
-// who is where:
+// Several gateway nodes serve one set of pods over NATS (docs/protocol.md
+// section 7). Envelopes need nothing more than the pod subjects: each node
+// subscribes once per pod and fans out to its own participants. What this
+// file adds is who is where:
 //
 //   - every node publishes a heartbeat on heartbeatSubject every
 //     --cluster-heartbeat; a node not heard from for missedHeartbeats of
@@ -45,8 +46,8 @@ type cluster struct {
 
 // membersReply is a node's answer to a members request.
 type membersReply struct {
-	Node    string     `json:"node"`
-	Members []identity `json:"members"`
+	Node    string          `json:"node"`
+	Members []wire.Identity `json:"members"`
 }
 
 func startCluster(g *Gateway) (*cluster, error) {
@@ -139,7 +140,7 @@ func (c *cluster) onMembersRequest(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	reply := membersReply{Node: c.g.nodeID, Members: []identity{}}
+	reply := membersReply{Node: c.g.nodeID, Members: []wire.Identity{}}
 	if p := c.g.lookupPod(string(m.Data)); p != nil {
 		for _, r := range p.Members() {
 			reply.Members = append(reply.Members, identityOf(r))
@@ -193,14 +194,12 @@ func (c *cluster) close() {
 }
 
 // presenceIdentity reads the participant of a presence frame's body.
-func presenceIdentity(body []byte) (identity, bool) {
+func presenceIdentity(body []byte) (wire.Identity, bool) {
 	var v struct {
-		Payload struct {
-			Participant identity `json:"participant"`
-		} `json:"payload"`
+		Payload wire.Presence `json:"payload"`
 	}
 	if err := json.Unmarshal(body, &v); err != nil || !envelope.ValidParticipantID(v.Payload.Participant.ID) {
-		return identity{}, false
+		return wire.Identity{}, false
 	}
 	return v.Payload.Participant, true
 }

@@ -63,15 +63,15 @@ type Config struct {
 	NATSURL          string
 	ClusterHeartbeat time.Duration
 
-	// MCPSessionTimeout ends an MCP session (SPEC section 9) that has
-	// made no request for this long; its participant leaves the pod.
+	// MCPSessionTimeout ends an MCP session (docs/protocol.md section 9) that
+	// has made no request for this long; its participant leaves the pod.
 	MCPSessionTimeout time.Duration
 
 	// Logger receives the gateway's logs; nil means slog.Default().
 	Logger *slog.Logger `flag:"-"`
 }
 
-// DefaultConfig returns the defaults of SPEC sections 5 and 7.
+// DefaultConfig returns the defaults of docs/protocol.md sections 5 and 7.
 func DefaultConfig() Config {
 	return Config{
 		Listen:                    "127.0.0.1:8080",
@@ -254,7 +254,7 @@ func (c *Config) clustered() bool { return c.ClusterName != "" || c.NATSURL != "
 // readLimit is the largest message read before the connection is closed
 // with 1009: twice the envelope limit, and at least the limit plus 64 KiB,
 // so that a moderately oversized envelope gets message_too_large and the
-// connection stays open (SPEC section 5).
+// connection stays open (docs/protocol.md section 5).
 func (c *Config) readLimit() int64 {
 	return int64(max(2*c.MaxMessageBytes, c.MaxMessageBytes+64<<10))
 }

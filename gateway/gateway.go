@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -24,6 +23,7 @@ import (
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
 // podShards spreads the pod registry over several locks, so that joins in
@@ -315,7 +315,7 @@ func (g *Gateway) pod(name string) (*Pod, *envelope.Error) {
 		err := g.awaitHistory(ctx)
 		cancel()
 		if err != nil {
-			return nil, envelope.Errorf(envelope.CodeOverCapacity, "%v", err)
+			return nil, envelope.Errorf(wire.CodeOverCapacity, "%v", err)
 		}
 	}
 	s := g.shard(name)
@@ -325,11 +325,11 @@ func (g *Gateway) pod(name string) (*Pod, *envelope.Error) {
 		return p, nil
 	}
 	if g.podCount.Load() >= int64(g.cfg.MaxPods) {
-		return nil, envelope.Errorf(envelope.CodeOverCapacity, "the gateway serves %d pods, the limit", g.cfg.MaxPods)
+		return nil, envelope.Errorf(wire.CodeOverCapacity, "the gateway serves %d pods, the limit", g.cfg.MaxPods)
 	}
 	p, err := newPod(g, name)
 	if err != nil {
-		return nil, envelope.Errorf(envelope.CodeOverCapacity, "cannot open the pod: %v", err)
+		return nil, envelope.Errorf(wire.CodeOverCapacity, "cannot open the pod: %v", err)
 	}
 	s.pods[name] = p
 	g.metrics.pods.Set(float64(g.podCount.Add(1)))
@@ -479,7 +479,8 @@ func (g *Gateway) historyFirstSeq(pods []*Pod) uint64 {
 // While it drains, the listener still answers: /healthz, upgrades and
 // publishes get 503 (a load balancer sees the node leaving, a client gets
 // a reason), and an envelope a participant sends gets a retryable
-// shutting_down while its connection can carry it (SPEC section 7).
+// shutting_down while its connection can carry it (docs/protocol.md
+// section 7).
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	if !g.accepting.Swap(false) {
 		return nil
@@ -500,7 +501,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		all = append(all, p.Members()...)
 	}
 	for _, r := range all {
-		r.CloseAfterDrain(websocket.StatusGoingAway, "gateway shutting down")
+		r.CloseAfterDrain(participant.StatusGoingAway, "gateway shutting down")
 	}
 	for _, r := range all {
 		select {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
 var timeNow = time.Now
@@ -55,15 +57,15 @@ func (in *ingress) release() {
 	ingresses.Put(in)
 }
 
-// sender is who an envelope comes from: a participant's connection, or a
-// tool publishing over HTTP (SPEC section 6), whose answers are collected
-// for the HTTP answer instead of being sent.
+// sender is who an envelope comes from: a participant's connection, or a tool
+// publishing over HTTP (docs/protocol.md section 6), whose answers are
+// collected for the HTTP answer instead of being sent.
 type sender struct {
 	id       string
 	caps     participant.Capabilities
 	protocol string
 	conn     *participant.Participant // nil over HTTP
-	results  []publishResult          // over HTTP, one per envelope
+	results  []wire.PublishResult     // over HTTP, one per envelope
 }
 
 // filter is the sender's filter: its connection's, or the default one.
@@ -108,7 +110,8 @@ func (g *Gateway) readLoop(pod *Pod, p *participant.Participant, buckets *limits
 }
 
 // handle checks one message and publishes it, or answers system/error.
-// SPEC section 5: the first broken rule in the table's order is reported.
+// docs/protocol.md section 5: the first broken rule in the table's order is
+// reported.
 func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	g, p := in.g, in.from
 	if g.draining.Load() {
@@ -116,7 +119,7 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 		// so while its connection can still carry it.
 		var e envelope.Envelope
 		_ = e.Parse(data)
-		in.refuse(envelope.Errorf(envelope.CodeShuttingDown, "the gateway is shutting down; the envelope was not accepted: send it again to another gateway or later"), e.ID)
+		in.refuse(envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down; the envelope was not accepted: send it again to another gateway or later"), e.ID)
 		return
 	}
 	now := timeNow()
@@ -125,10 +128,10 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	// the first rule broken.
 	var rateErr *envelope.Error
 	if ok, d := limits.Take(in.buckets.Send, now); !ok {
-		rateErr = limits.RateError(envelope.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", g.cfg.Rate, g.cfg.Burst)
+		rateErr = limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", g.cfg.Rate, g.cfg.Burst)
 	}
 	if typ != websocket.MessageText {
-		in.refuse(envelope.Errorf(envelope.CodeInvalidJSON, "binary messages are not envelopes; send JSON as text"), "")
+		in.refuse(envelope.Errorf(wire.CodeInvalidJSON, "binary messages are not envelopes; send JSON as text"), "")
 		return
 	}
 	env := &in.env
@@ -138,10 +141,10 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	}
 	switch {
 	case env.HasFrom && env.From != p.id:
-		in.refuse(envelope.Errorf(envelope.CodeAuthViolation, "from must be your participant id %q", p.id), env.ID)
+		in.refuse(envelope.Errorf(wire.CodeAuthViolation, "from must be your participant id %q", p.id), env.ID)
 		return
 	case env.IsSystem():
-		in.refuse(envelope.Errorf(envelope.CodeReservedKind, "system/* kinds are the gateway's"), env.ID)
+		in.refuse(envelope.Errorf(wire.CodeReservedKind, "system/* kinds are the gateway's"), env.ID)
 		return
 	case env.IsGatewayRequest():
 		if len(data) > g.cfg.MaxMessageBytes {
@@ -153,8 +156,8 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 		}
 		return
 	case !p.caps.Allows(env.Kind):
-		e := envelope.Errorf(envelope.CodeCapabilityViolation, "no capability of yours matches kind %q", env.Kind)
-		e.Details = map[string]any{"attempted_kind": env.Kind, "your_capabilities": p.caps}
+		e := envelope.Errorf(wire.CodeCapabilityViolation, "no capability of yours matches kind %q", env.Kind)
+		e.AttemptedKind, e.YourCapabilities = env.Kind, p.caps
 		in.refuse(e, env.ID)
 		return
 	case len(data) > g.cfg.MaxMessageBytes:
@@ -218,17 +221,17 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 	}
 }
 
-// reserve claims the envelope's id in the pod's history (SPEC section 8):
-// an id the history holds, or that another envelope being published
-// claimed, is duplicate_id. Ephemeral envelopes are not checked, and ids
-// the gateway fills are new.
+// reserve claims the envelope's id in the pod's history (docs/protocol.md
+// section 8): an id the history holds, or that another envelope being
+// published claimed, is duplicate_id. Ephemeral envelopes are not checked,
+// and ids the gateway fills are new.
 func (in *ingress) reserve(id string, mode envelope.Mode) (dup *envelope.Error, reserved bool) {
 	x := in.pod.index
 	if x == nil || id == "" || mode == envelope.ModeEphemeral {
 		return nil, false
 	}
 	if !x.Reserve(id) {
-		return envelope.Errorf(envelope.CodeDuplicateID, "the pod's history already holds an envelope with id %q; the first one stands", id), false
+		return envelope.Errorf(wire.CodeDuplicateID, "the pod's history already holds an envelope with id %q; the first one stands", id), false
 	}
 	return nil, true
 }
@@ -242,14 +245,14 @@ func (in *ingress) unreserve(id string, reserved bool) {
 }
 
 func tooLarge(n, limit int) *envelope.Error {
-	return envelope.Errorf(envelope.CodeMessageTooLarge, "the message is %d bytes, over the limit of %d", n, limit)
+	return envelope.Errorf(wire.CodeMessageTooLarge, "the message is %d bytes, over the limit of %d", n, limit)
 }
 
 func (in *ingress) publish(body []byte) {
 	in.frame = in.pod.publish(&in.meta, body, in.frame)
 	in.g.metrics.envelopesIn.Inc()
 	if in.from.conn == nil {
-		in.from.results = append(in.from.results, publishResult{ID: in.env.ID})
+		in.from.results = append(in.from.results, wire.PublishResult{ID: in.env.ID})
 	}
 }
 
@@ -257,15 +260,12 @@ func (in *ingress) publish(body []byte) {
 // (over HTTP, in its entry of the answer).
 func (in *ingress) refuse(e *envelope.Error, correlationID string) {
 	in.g.metrics.errors.WithLabelValues(string(e.Code)).Inc()
+	pl := e.Payload()
 	if p := in.from.conn; p != nil {
-		p.Answer(direct(p.ID, p.Protocol, "system/error", correlationID, errorPayload(e)))
+		p.Answer(direct(p.ID, p.Protocol, wire.KindError, correlationID, pl))
 		return
 	}
-	pl := errorPayload(e)
-	if correlationID != "" {
-		pl["id"] = correlationID
-	}
-	in.from.results = append(in.from.results, publishResult{Error: pl})
+	in.from.results = append(in.from.results, wire.PublishResult{ID: correlationID, Error: &pl})
 }
 
 // reply answers a gateway request.
@@ -276,7 +276,11 @@ func (in *ingress) reply(kind string, payload any) {
 	}
 	id := in.env.ID
 	if id == "" {
-		id = uuid.NewString() // as for any envelope without one (SPEC section 2)
+		id = uuid.NewString() // as for any envelope without one (docs/protocol.md section 2)
 	}
-	in.from.results = append(in.from.results, publishResult{ID: id, Answer: payload})
+	answer, err := json.Marshal(payload)
+	if err != nil {
+		panic("gateway: an answer does not marshal: " + err.Error()) // a bug, never input
+	}
+	in.from.results = append(in.from.results, wire.PublishResult{ID: id, Answer: answer})
 }

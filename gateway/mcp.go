@@ -9,19 +9,19 @@ import (
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/wire"
 )
 
-// The MCP endpoint (SPEC section 9): /mcp?pod=NAME is a Model Context
-// Protocol server over Streamable HTTP, built on the official Go SDK, so
-// that an LLM host or an IDE agent takes part in a pod with no client
+// The MCP endpoint (docs/protocol.md section 9): /mcp?pod=NAME is a Model
+// Context Protocol server over Streamable HTTP, built on the official Go SDK,
+// so that an LLM host or an IDE agent takes part in a pod with no client
 // library. Each participant that uses it is a member of the pod with no
-// connection (a guest, pod.go), and its tool calls act as that
-// participant:
+// connection (a guest, pod.go), and its tool calls act as that participant:
 //
 //	HTTP request → serveHTTP: authenticate as /ws does, bind the MCP
 //	  session to its participant, find or start the participant's mcpMember
 //	  → the SDK's handler (with sessions, or without for 2026-07-28 clients)
-//	  → middleware: the member into the context, refusals in SPEC's shape
+//	  → middleware: the member into the context, refusals in the protocol's shape
 //	  → a tool (mcp_tools.go): relays through ingress like /ws, or reads the
 //	    pod's history through the member's cursor (mcp_read.go)
 //
@@ -104,23 +104,23 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g := e.g
 	e.hookOnce.Do(func() { g.httpServer.RegisterOnShutdown(e.shutdown) })
 	if !g.accepting.Load() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeShuttingDown, "the gateway is shutting down"))
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
 		return
 	}
 	if !g.originAllowed(r) {
-		g.refuse(w, http.StatusForbidden, envelope.Errorf(envelope.CodeForbidden,
+		g.refuse(w, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden,
 			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin")))
 		return
 	}
 	if !g.cfg.historyOn() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity,
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity,
 			"the MCP endpoint reads the pod's history, which this gateway does not keep (--history 0)"))
 		return
 	}
 	q := r.URL.Query()
 	pod := q.Get("pod")
 	if !envelope.ValidPodName(pod) {
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]: /mcp?pod=NAME"))
+		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]: /mcp?pod=NAME"))
 		return
 	}
 	id, caps, status, refusal := g.authenticate(r, pod, false)
@@ -130,7 +130,7 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := filter.FromQuery(q)
 	if err != nil {
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message))
+		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message))
 		return
 	}
 	key := bucketKey(pod, id)
@@ -143,7 +143,7 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// client starts a new session).
 		m = e.session(sid)
 		if m != nil && m.key != key {
-			g.refuse(w, http.StatusForbidden, envelope.Errorf(envelope.CodeForbidden,
+			g.refuse(w, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden,
 				"this MCP session belongs to another participant; start a session of your own"))
 			return
 		}

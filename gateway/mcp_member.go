@@ -14,10 +14,11 @@ import (
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
 // mcpMember is one participant's presence in one pod through /mcp on this
-// node: what SPEC section 9 calls its session. It begins with the
+// node: what docs/protocol.md section 9 calls its session. It begins with the
 // participant's first request (or initialize) and ends when its last MCP
 // session ends, when it has made no request for --mcp-session-timeout,
 // when a newer member of the same id (a connection or a session, on any
@@ -68,7 +69,7 @@ func (e *mcpEndpoint) acquire(ctx context.Context, pod, id string, caps particip
 		select {
 		case <-e.stopping:
 			e.mu.Unlock()
-			return nil, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeShuttingDown, "the gateway is shutting down")
+			return nil, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down")
 		default:
 		}
 		m, starting := e.members[key], false
@@ -95,7 +96,7 @@ func (e *mcpEndpoint) acquire(ctx context.Context, pod, id string, caps particip
 		select {
 		case <-m.ready:
 		case <-ctx.Done():
-			return nil, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the request ended while the participant was joining")
+			return nil, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "the request ended while the participant was joining")
 		}
 		if m.hold() {
 			return m, 0, nil
@@ -116,9 +117,9 @@ func (m *mcpMember) start(ctx context.Context, name string) (int, *envelope.Erro
 	g := m.e.g
 	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
 		g.connCount.Add(-1)
-		return http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections)
+		return http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections)
 	}
-	m.guest = &guest{identity: identity{ID: m.id, Capabilities: m.caps}, replaced: func() { go m.end(endReplaced) }}
+	m.guest = &guest{Identity: wire.Identity{ID: m.id, Capabilities: m.caps}, replaced: func() { go m.end(endReplaced) }}
 	for {
 		p, refusal := g.pod(name)
 		if refusal != nil {
@@ -131,7 +132,7 @@ func (m *mcpMember) start(ctx context.Context, name string) (int, *envelope.Erro
 		if err != nil {
 			g.connCount.Add(-1)
 			g.maybeRemovePod(p)
-			return http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q is still reading its history; try again", name)
+			return http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", name)
 		}
 		p.syncMembers()
 		// The first read returns what comes after the participant joined.
@@ -143,7 +144,7 @@ func (m *mcpMember) start(ctx context.Context, name string) (int, *envelope.Erro
 		if !ok {
 			g.connCount.Add(-1)
 			g.maybeRemovePod(p)
-			return http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q has %d participants, the limit", name, g.cfg.MaxParticipantsPerPod)
+			return http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", name, g.cfg.MaxParticipantsPerPod)
 		}
 		m.pod = p
 		break

@@ -11,21 +11,21 @@ import (
 	"github.com/mcpp/gateway/history"
 )
 
-// pod_read's bounds (SPEC section 9).
+// pod_read's bounds (docs/protocol.md section 9).
 const (
 	defaultReadLimit = 50
 	maxReadLimit     = 1000
 	maxReadWait      = 30 * time.Second
 )
 
-// read returns, oldest first, at most limit envelopes of the pod's
-// history after the member's cursor that its filter admits, folded as a
-// replay folds them (SPEC sections 8 and 9), and moves the cursor past
-// them. With nothing there it waits up to wait for the history to change
+// read returns, oldest first, at most limit envelopes of the pod's history
+// after the member's cursor that its filter admits, folded as a replay folds
+// them (docs/protocol.md sections 8 and 9), and moves the cursor past them.
+// With nothing there it waits up to wait for the history to change
 // (Index.Changed: no polling), so that an agent's read returns as soon as
 // something arrives. The answer holds at most 4 × --max-message-bytes of
 // envelopes, like gateway/history's; more says there is more to read.
-func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*historyAnswer, error) {
+func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*rawHistory, error) {
 	x := m.pod.index
 	var timer <-chan time.Time
 	if wait > 0 {
@@ -57,12 +57,12 @@ func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*h
 // readOnce reads what is there after the cursor. A look that finds
 // nothing still moves the cursor past the entries the filter did not
 // admit, so that a waiting read never looks at them again.
-func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (*historyAnswer, error) {
+func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (*rawHistory, error) {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
 	f := m.filter.Load()
 	sel := x.Since(m.cursor, limit, true, func(meta *envelope.Meta) bool { return f.Admits(meta, m.id) })
-	answer := &historyAnswer{Envelopes: []json.RawMessage{}, More: sel.More}
+	answer := &rawHistory{Envelopes: []json.RawMessage{}, More: sel.More}
 	// One answer carries at most what gateway/history's does (at least
 	// one envelope): the rest is read next time.
 	bytes, n := 0, 0

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
 // The tools that send: each builds one envelope and runs it through the
@@ -19,7 +20,11 @@ import (
 // without a connection), so the same rules, codes, capabilities and rate
 // buckets apply.
 
-// outgoing is an envelope a tool sends; the gateway fills the rest.
+// outgoing is an envelope a tool sends; the gateway fills the rest. It is
+// not a wire.Envelope: its fields are the tool's arguments as given (raw
+// JSON), so that ingress judges them exactly as it judges a WebSocket
+// message, where decoding them into wire's types first would refuse or
+// reshape some before ingress sees them.
 type outgoing struct {
 	To            []string        `json:"to,omitempty"`
 	Kind          string          `json:"kind"`
@@ -43,7 +48,7 @@ type relayed struct {
 func (m *mcpMember) relay(env outgoing) (relayed, error) {
 	data, err := json.Marshal(env)
 	if err != nil {
-		return relayed{}, refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "the envelope does not marshal: %v", err))
+		return relayed{}, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the envelope does not marshal: %v", err))
 	}
 	from := &sender{id: m.id, caps: m.caps, protocol: envelope.ProtocolMCPP}
 	in := ingresses.Get().(*ingress)
@@ -61,7 +66,7 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 		return relayed{}, fmt.Errorf("ingress answered %d results for one envelope", len(from.results))
 	}
 	if r := from.results[0]; r.Error != nil {
-		return relayed{}, refused(r.Error)
+		return relayed{}, refused{*r.Error}
 	}
 	out.id = from.results[0].ID
 	return out, nil
@@ -69,7 +74,7 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 
 func (e *mcpEndpoint) podSend(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
 	if strings.HasPrefix(args.Kind, "gateway/") {
-		return nil, refuse(envelope.Errorf(envelope.CodeUnknownRequest,
+		return nil, refuse(envelope.Errorf(wire.CodeUnknownRequest,
 			"pod_send relays envelopes to the pod; ask the gateway with pod_history, pod_contexts and pod_filter"))
 	}
 	r, err := m.relay(outgoing{To: args.To, Kind: args.Kind, CorrelationID: args.CorrelationID, Context: args.Context,
@@ -80,17 +85,10 @@ func (e *mcpEndpoint) podSend(_ context.Context, m *mcpMember, _ *mcp.CallToolRe
 	return sendResult{ID: r.id}, nil
 }
 
-// The kinds of SPEC section 9's branch and return.
-const (
-	kindBranch     = "context/branch"
-	kindConclusion = "conclusion"
-)
-
 func (e *mcpEndpoint) contextBranch(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args branchArgs) (any, error) {
-	c := contextRef{ID: uuid.NewString(), Type: args.Type, Parent: args.Parent}
-	ctxJSON, _ := json.Marshal(c)
-	payload, _ := json.Marshal(map[string]string{"description": args.Description})
-	r, err := m.relay(outgoing{Kind: kindBranch, Context: ctxJSON, Payload: payload})
+	c := wire.Context{ID: uuid.NewString(), Type: args.Type, Parent: args.Parent}
+	payload, _ := json.Marshal(wire.Branch{Description: args.Description})
+	r, err := m.relay(outgoing{Kind: wire.KindContextBranch, Context: c.JSON(), Payload: payload})
 	if err != nil {
 		return nil, err
 	}
@@ -98,32 +96,27 @@ func (e *mcpEndpoint) contextBranch(_ context.Context, m *mcpMember, _ *mcp.Call
 }
 
 func (e *mcpEndpoint) contextReturn(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args returnArgs) (any, error) {
-	if !e.g.conclusionKinds[kindConclusion] {
-		return nil, refuse(envelope.Errorf(envelope.CodeInvalidEnvelope,
-			"this gateway's --conclusion-kinds leave out %q, so a sub-context cannot be returned from here: send one of its conclusion kinds with pod_send", kindConclusion))
+	if !e.g.conclusionKinds[wire.KindConclusion] {
+		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope,
+			"this gateway's --conclusion-kinds leave out %q, so a sub-context cannot be returned from here: send one of its conclusion kinds with pod_send", wire.KindConclusion))
 	}
-	open := m.pod.Registry.Query(contexts.Query{State: contexts.StateActive, ID: args.Context, Limit: 1})
+	open := m.pod.Registry.Query(contexts.Query{State: wire.StateActive, ID: args.Context, Limit: 1})
 	switch {
 	case len(open) == 0:
-		return nil, refuse(envelope.Errorf(envelope.CodeInvalidContext,
+		return nil, refuse(envelope.Errorf(wire.CodeInvalidContext,
 			"sub-context %q is not open (it concluded, timed out, or was never opened): there is nothing to return from", args.Context))
 	case open[0].Creator != m.id:
-		return nil, refuse(envelope.Errorf(envelope.CodeAuthViolation,
+		return nil, refuse(envelope.Errorf(wire.CodeAuthViolation,
 			"sub-context %q was opened by %s: only the participant that opened it returns from it", args.Context, open[0].Creator))
 	}
-	ctxJSON, _ := json.Marshal(contextRef{ID: args.Context})
-	payload, _ := json.Marshal(map[string]string{"summary": args.Summary})
-	r, err := m.relay(outgoing{Kind: kindConclusion, Context: ctxJSON, Payload: payload})
+	payload, _ := json.Marshal(wire.Conclusion{Summary: args.Summary})
+	r, err := m.relay(outgoing{Kind: wire.KindConclusion, Context: wire.Context{ID: args.Context}.JSON(), Payload: payload})
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range r.concluded {
-		if c.ID == args.Context {
-			return returnResult{Context: c.ID, Stats: mcpCtxStat{
-				Messages: c.Messages, Bytes: c.Bytes, Participants: c.Participants, Depth: c.Depth,
-				Created: contexts.FormatTime(c.Created), LastActivity: contexts.FormatTime(c.LastActivity),
-				Concluded: contexts.FormatTime(c.At),
-			}}, nil
+	for i := range r.concluded {
+		if c := &r.concluded[i]; c.ID == args.Context {
+			return returnResult{Context: c.ID, Stats: contextStats(c)}, nil
 		}
 	}
 	// Between the check and the conclusion the context timed out, and the

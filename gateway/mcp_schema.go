@@ -6,6 +6,8 @@ import (
 	"reflect"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/mcpp/gateway/wire"
 )
 
 // schemaFor derives the JSON Schema of T, as the SDK would, with two
@@ -18,7 +20,7 @@ func schemaFor[T any](edit func(props map[string]*jsonschema.Schema)) *jsonschem
 		reflect.TypeFor[json.RawMessage](): {},
 	}})
 	if err != nil {
-		panic(fmt.Sprintf("gateway: the MCP schema of %T: %v", *new(T), err)) // a bug in mcp_types.go, met at start
+		panic(fmt.Sprintf("gateway: the MCP schema of %T: %v", *new(T), err)) // a bug in mcp_types.go or wire's tags, met at start
 	}
 	arrays(s)
 	if edit != nil {
@@ -43,13 +45,27 @@ func arrays(s *jsonschema.Schema) {
 // resultSchema is a tool's output schema: its result, or a refusal (a call
 // with isError set carries the refusal in its structured content).
 func resultSchema(ok *jsonschema.Schema) *jsonschema.Schema {
-	refusal := schemaFor[mcpRefusal](nil)
-	refusal.AdditionalProperties = nil // details, e.g. capability_violation's attempted_kind
+	refusal := schemaFor[wire.ErrorPayload](nil)
+	refusal.AdditionalProperties = nil // details, e.g. context_limit_exceeded's limit and scope
 	return &jsonschema.Schema{
 		Type:        "object",
 		Description: "the result; when the call is refused (isError), the refusal instead",
 		AnyOf:       []*jsonschema.Schema{ok, refusal},
 	}
+}
+
+// effectiveFilterSchema is pod_filter's result: a wire.Filter with every
+// field set (the effective filter, as the welcome shows it), where
+// gateway/filter's payload may leave any out.
+func effectiveFilterSchema() *jsonschema.Schema {
+	s := schemaFor[wire.Filter](nil)
+	s.Required = append([]string(nil), s.PropertyOrder...)
+	for _, p := range s.Properties {
+		if len(p.Types) == 2 && p.Types[0] == "null" {
+			p.Type, p.Types = p.Types[1], nil
+		}
+	}
+	return s
 }
 
 // Small builders for edit.
@@ -72,7 +88,8 @@ func withEnum(p *jsonschema.Schema, values ...string) {
 	}
 }
 
-// contextSchema is pod_send's context: an object or a path (SPEC section 3).
+// contextSchema is pod_send's context: an object or a path
+// (docs/protocol.md section 3).
 func contextSchema(description string) *jsonschema.Schema {
 	str := &jsonschema.Schema{Type: "string", Description: "a path: segments of [A-Za-z0-9_-] joined by /, each segment a child of the one before"}
 	obj := &jsonschema.Schema{Type: "object", Required: []string{"id"}, Properties: map[string]*jsonschema.Schema{
@@ -93,7 +110,7 @@ func correlationSchema(description string) *jsonschema.Schema {
 	}}
 }
 
-// lifecycleSchema is pod_send's lifecycle (SPEC section 8).
+// lifecycleSchema is pod_send's lifecycle (docs/protocol.md section 8).
 func lifecycleSchema(description string) *jsonschema.Schema {
 	mode := &jsonschema.Schema{Type: "string", Description: "durable (default), transient or ephemeral"}
 	withEnum(mode, "durable", "transient", "ephemeral")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -17,11 +16,13 @@ import (
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/wire"
 )
 
-// The tools of SPEC section 9. Each result is the JSON of its structured
-// content in one text item (the SDK writes both); a refusal sets isError
-// and carries the system/error payload a WebSocket participant would get.
+// The tools of docs/protocol.md section 9. Each result is the JSON of its
+// structured content in one text item (the SDK writes both); a refusal
+// sets isError and carries the system/error payload a WebSocket
+// participant would get.
 
 func (e *mcpEndpoint) addTools() {
 	no, yes := false, true
@@ -34,17 +35,21 @@ func (e *mcpEndpoint) addTools() {
 		withDefault(p["limit"], defaultReadLimit)
 		withRange(p["limit"], 1, maxReadLimit)
 		withRange(p["wait_ms"], 0, float64(maxReadWait.Milliseconds()))
-	}), schemaFor[envelopesResult](nil), e.podRead)
+	}), schemaFor[rawHistory](func(p map[string]*jsonschema.Schema) {
+		p["more"].Description = "true when more envelopes are there than this answer holds: call again to get them"
+	}), e.podRead)
 
 	addTool(e, &mcp.Tool{Name: "pod_history", Title: "Page through the pod's history",
 		Description: "Returns a page of the pod's stored history that your filter admits, oldest first: by default the newest 100 envelopes. " +
 			"Page back with before (the id of the oldest envelope you have), forward with after; narrow to one sub-context and its descendants with context.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &yes},
-	}, schemaFor[historyArgs](func(p map[string]*jsonschema.Schema) {
+	}, schemaFor[wire.HistoryRequest](func(p map[string]*jsonschema.Schema) {
 		withDefault(p["limit"], defaultHistoryLimit)
 		withRange(p["limit"], 1, maxHistoryLimit)
 		withDefault(p["fold"], true)
-	}), schemaFor[envelopesResult](nil), e.podHistory)
+	}), schemaFor[rawHistory](func(p map[string]*jsonschema.Schema) {
+		p["more"].Description = "true when envelopes were left out: older ones (page back with before the oldest id), or with after newer ones"
+	}), e.podHistory)
 
 	addTool(e, &mcp.Tool{Name: "pod_send", Title: "Send an envelope",
 		Description: "Sends one envelope to the pod, from you, to everyone or to the participants in to. " +
@@ -77,12 +82,12 @@ func (e *mcpEndpoint) addTools() {
 	addTool(e, &mcp.Tool{Name: "pod_contexts", Title: "List sub-contexts",
 		Description: "Lists the pod's sub-contexts with their type, parent, depth, state, creator and activity: by default the open ones, oldest first.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &yes},
-	}, schemaFor[contextsArgs](func(p map[string]*jsonschema.Schema) {
-		withEnum(p["state"], contexts.StateActive, contexts.StateConcluded, "all")
-		withDefault(p["state"], contexts.StateActive)
+	}, schemaFor[wire.ContextsRequest](func(p map[string]*jsonschema.Schema) {
+		withEnum(p["state"], wire.StateActive, wire.StateConcluded, wire.StateAll)
+		withDefault(p["state"], wire.StateActive)
 		withDefault(p["limit"], defaultContextsLimit)
 		p["limit"].Minimum = jsonschema.Ptr(1.0)
-	}), schemaFor[contextsResult](nil), e.podContexts)
+	}), schemaFor[wire.ContextsAnswer](nil), e.podContexts)
 
 	addTool(e, &mcp.Tool{Name: "pod_filter", Title: "Choose what pod_read returns",
 		Description: "Changes your filter, which decides what pod_read and pod_history return; fields you leave out keep their value. " +
@@ -90,10 +95,10 @@ func (e *mcpEndpoint) addTools() {
 			"main plus every conclusion {\"contexts\": \"none\", \"conclusions\": true}; everything {\"main\": true, \"contexts\": \"all\"}. " +
 			"Envelopes addressed to you always pass. Returns the effective filter.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no},
-	}, schemaFor[filterArgs](func(p map[string]*jsonschema.Schema) {
-		withEnum(p["contexts"], filter.ContextsAll, filter.ContextsNone)
-		withEnum(p["routing"], filter.RoutingAll, filter.RoutingDirected)
-	}), schemaFor[mcpFilter](nil), e.podFilter)
+	}, schemaFor[wire.Filter](func(p map[string]*jsonschema.Schema) {
+		withEnum(p["contexts"], wire.ContextsAll, wire.ContextsNone)
+		withEnum(p["routing"], wire.RoutingAll, wire.RoutingDirected)
+	}), effectiveFilterSchema(), e.podFilter)
 
 	addTool(e, &mcp.Tool{Name: "pod_participants", Title: "Who is in the pod",
 		Description: "Lists the participants present in the pod, on every gateway node, you included, with the kinds each may send.",
@@ -129,21 +134,21 @@ func addTool[In any](e *mcpEndpoint, t *mcp.Tool, in, out *jsonschema.Schema, fn
 	})
 }
 
-// refused is a call the gateway refused: the system/error payload of SPEC
-// section 5 ({"error", "message", "retryable", …}).
-type refused map[string]any
+// refused is a call the gateway refused: the system/error payload of
+// docs/protocol.md section 5 ({"error", "message", "retryable", …}).
+type refused struct{ payload wire.ErrorPayload }
 
-func (r refused) Error() string { return fmt.Sprintf("%v: %v", r["error"], r["message"]) }
+func (r refused) Error() string { return r.payload.String() }
 
 // refuse is e as a refused call.
-func refuse(e *envelope.Error) refused { return refused(errorPayload(e)) }
+func refuse(e *envelope.Error) refused { return refused{e.Payload()} }
 
 // refusalResult is a refused call's result: isError, the refusal as
 // structured content and as its JSON text.
 func refusalResult(r refused) *mcp.CallToolResult {
-	b, err := json.Marshal(r)
+	b, err := json.Marshal(r.payload)
 	if err != nil {
-		b = []byte(`{"error":"invalid_envelope","message":"the refusal does not marshal"}`) // never: errorPayload's values are JSON
+		b = []byte(`{"error":"invalid_envelope","message":"the refusal does not marshal"}`) // never: Payload's details are JSON
 	}
 	return &mcp.CallToolResult{IsError: true, StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
 }
@@ -151,11 +156,11 @@ func refusalResult(r refused) *mcp.CallToolResult {
 // argumentsCode is the code of arguments that do not fit a tool's schema:
 // a filter's (pod_filter) are invalid_filter, as gateway/filter's are,
 // the others' invalid_envelope, as a payload that does not fit a request.
-func argumentsCode(tool string) envelope.Code {
+func argumentsCode(tool string) wire.Code {
 	if tool == "pod_filter" {
-		return envelope.CodeInvalidFilter
+		return wire.CodeInvalidFilter
 	}
-	return envelope.CodeInvalidEnvelope
+	return wire.CodeInvalidEnvelope
 }
 
 // toolErrorText is the text of a tool error the SDK wrote.
@@ -178,7 +183,7 @@ func toolErrorText(r *mcp.CallToolResult) string {
 func (m *mcpMember) take() error {
 	if ok, d := limits.Take(m.buckets.Send, timeNow()); !ok {
 		cfg := &m.e.g.cfg
-		return refuse(limits.RateError(envelope.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", cfg.Rate, cfg.Burst))
+		return refuse(limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", cfg.Rate, cfg.Burst))
 	}
 	return nil
 }
@@ -191,40 +196,39 @@ func (e *mcpEndpoint) podRead(ctx context.Context, m *mcpMember, _ *mcp.CallTool
 	if err != nil {
 		return nil, err
 	}
-	return envelopesResult{Envelopes: answer.Envelopes, More: answer.More}, nil
+	return answer, nil
 }
 
-func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args historyArgs) (any, error) {
+func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.HistoryRequest) (any, error) {
 	if args.Before != "" && args.After != "" {
-		return nil, refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "pod_history takes before or after, not both"))
+		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "pod_history takes before or after, not both"))
 	}
+	q := history.PageQuery{Before: args.Before, After: args.After, Context: args.Context, Limit: args.Limit,
+		Fold: args.Fold == nil || *args.Fold, MaxBytes: 4 * e.g.cfg.MaxMessageBytes}
 	if err := m.take(); err != nil {
 		return nil, err
 	}
-	q := history.PageQuery{Before: args.Before, After: args.After, Context: args.Context, Limit: args.Limit,
-		Fold: args.Fold, MaxBytes: 4 * e.g.cfg.MaxMessageBytes}
 	answer, refusal := m.pod.historyPage(q, m.filter.Load(), m.id, envelope.ProtocolMCPP)
 	if refusal != nil {
 		return nil, refuse(refusal)
 	}
-	return envelopesResult{Envelopes: answer.Envelopes, More: answer.More}, nil
+	return answer, nil
 }
 
-func (e *mcpEndpoint) podContexts(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args contextsArgs) (any, error) {
+func (e *mcpEndpoint) podContexts(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.ContextsRequest) (any, error) {
 	if err := m.take(); err != nil {
 		return nil, err
 	}
 	// Active and retained contexts are each bounded by the pod cap.
 	q := contexts.Query{State: args.State, ID: args.ID, Type: args.Type, Limit: min(args.Limit, 2*e.g.cfg.MaxContextsPerPod)}
 	list := m.pod.Registry.Query(q)
-	out := contextsResult{Contexts: make([]mcpCtxInfo, len(list))}
-	for i, c := range list {
-		out.Contexts[i] = mcpCtxInfo(c)
+	if list == nil {
+		list = []wire.ContextInfo{}
 	}
-	return out, nil
+	return wire.ContextsAnswer{Contexts: list}, nil
 }
 
-func (e *mcpEndpoint) podFilter(_ context.Context, m *mcpMember, req *mcp.CallToolRequest, _ filterArgs) (any, error) {
+func (e *mcpEndpoint) podFilter(_ context.Context, m *mcpMember, req *mcp.CallToolRequest, _ wire.Filter) (any, error) {
 	if err := m.take(); err != nil {
 		return nil, err
 	}
@@ -236,10 +240,10 @@ func (e *mcpEndpoint) podFilter(_ context.Context, m *mcpMember, req *mcp.CallTo
 	}
 	f, err := m.filter.Load().Update(raw)
 	if err != nil {
-		return nil, refuse(envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message))
+		return nil, refuse(envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message))
 	}
 	m.filter.Store(f)
-	return f, nil
+	return f.Wire(), nil
 }
 
 func (e *mcpEndpoint) podParticipants(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, _ struct{}) (any, error) {
@@ -247,13 +251,10 @@ func (e *mcpEndpoint) podParticipants(_ context.Context, m *mcpMember, _ *mcp.Ca
 		return nil, err
 	}
 	ids := m.pod.participants()
-	out := participantsResult{Participants: make([]mcpIdentity, len(ids))}
-	for i, id := range ids {
-		caps := []string(id.Capabilities)
-		if caps == nil {
-			caps = []string{}
+	for i := range ids {
+		if ids[i].Capabilities == nil {
+			ids[i].Capabilities = []string{} // a list, as the schema says
 		}
-		out.Participants[i] = mcpIdentity{ID: id.ID, Capabilities: caps}
 	}
-	return out, nil
+	return participantsResult{Participants: ids}, nil
 }

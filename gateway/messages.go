@@ -9,10 +9,13 @@ import (
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
-// systemMessage is an envelope the gateway writes. Protocol comes first so
-// that its string token sits at a known offset (protocolSpan).
+// systemMessage is an envelope the gateway writes, its payload one of
+// wire's. Protocol comes first so that its string token sits at a known
+// offset (protocolSpan). It is not a wire.Envelope, whose payload is raw
+// JSON: the payload is marshalled once, with the rest.
 type systemMessage struct {
 	Protocol      string   `json:"protocol"`
 	ID            string   `json:"id"`
@@ -31,8 +34,8 @@ var protocolSpan = envelope.Span{Start: len(`{"protocol":`), End: len(`{"protoco
 
 func newSystemMessage(protocol, kind string, payload any) *systemMessage {
 	return &systemMessage{
-		Protocol: protocol, ID: uuid.NewString(), TS: time.Now().UTC().Format(envelope.TimeFormat),
-		From: envelope.GatewayID, Kind: kind, Payload: payload,
+		Protocol: protocol, ID: uuid.NewString(), TS: time.Now().UTC().Format(wire.TimeFormat),
+		From: wire.GatewayID, Kind: kind, Payload: payload,
 	}
 }
 
@@ -53,65 +56,36 @@ func direct(to, protocol, kind, correlationID string, payload any) []byte {
 	return m.bytes()
 }
 
-type identity struct {
-	ID           string                   `json:"id"`
-	Capabilities participant.Capabilities `json:"capabilities"`
-}
-
-func identityOf(p *participant.Participant) identity {
-	return identity{ID: p.ID, Capabilities: p.Capabilities}
-}
-
-// errorPayload is the payload of system/error (SPEC section 5).
-func errorPayload(e *envelope.Error) map[string]any {
-	pl := map[string]any{"error": e.Code, "message": e.Message, "retryable": e.Code.Retryable()}
-	if e.RetryAfter > 0 {
-		pl["retry_after_ms"] = max(1, (e.RetryAfter+time.Millisecond-1)/time.Millisecond)
-	}
-	for k, v := range e.Details {
-		pl[k] = v
-	}
-	return pl
-}
-
-// contextRef is the context field of a system/context event.
-type contextRef struct {
-	ID     string `json:"id"`
-	Type   string `json:"type,omitempty"`
-	Parent string `json:"parent,omitempty"`
-}
-
-type contextStats struct {
-	Messages     int64    `json:"messages"`
-	Bytes        int64    `json:"bytes"`
-	Participants []string `json:"participants"`
-	Depth        int      `json:"depth"`
-	Created      string   `json:"created"`
-	LastActivity string   `json:"last_activity"`
-	Concluded    string   `json:"concluded"`
+func identityOf(p *participant.Participant) wire.Identity {
+	return wire.Identity{ID: p.ID, Capabilities: p.Capabilities}
 }
 
 // contextEvent is the system/context event of a concluded context, in
-// MCPP, and its id.
+// MCPP, and its id (docs/protocol.md section 3).
 func contextEvent(c *contexts.Concluded) ([]byte, string) {
-	m := newSystemMessage(envelope.ProtocolMCPP, "system/context", map[string]any{
-		"event":  "concluded",
-		"reason": c.Reason,
-		"stats": contextStats{
-			Messages: c.Messages, Bytes: c.Bytes, Participants: c.Participants,
-			Depth: c.Depth, Created: contexts.FormatTime(c.Created),
-			LastActivity: contexts.FormatTime(c.LastActivity), Concluded: contexts.FormatTime(c.At),
-		},
+	m := newSystemMessage(wire.ProtocolMCPP, wire.KindContext, wire.ContextEvent{
+		Event:  wire.ContextConcluded,
+		Reason: c.Reason,
+		Stats:  contextStats(c),
 	})
-	m.Context = contextRef{ID: c.ID, Type: c.Type, Parent: c.Parent}
+	m.Context = wire.Context{ID: c.ID, Type: c.Type, Parent: c.Parent}
 	return m.bytes(), m.ID
 }
 
-// presence is a system/presence event, in MCPP, and its id.
-func presence(event string, p *participant.Participant) ([]byte, string) {
-	m := newSystemMessage(envelope.ProtocolMCPP, "system/presence", map[string]any{
-		"event": event, "participant": identityOf(p),
-	})
+// contextStats are the statistics of a concluded context, as its
+// system/context event and MCP's context_return report them.
+func contextStats(c *contexts.Concluded) wire.ContextStats {
+	return wire.ContextStats{
+		Messages: c.Messages, Bytes: c.Bytes, Participants: c.Participants,
+		Depth: c.Depth, Created: contexts.FormatTime(c.Created),
+		LastActivity: contexts.FormatTime(c.LastActivity), Concluded: contexts.FormatTime(c.At),
+	}
+}
+
+// presenceMessage is a system/presence event about who, in MCPP, and its
+// id (docs/protocol.md section 5).
+func presenceMessage(event string, who wire.Identity) ([]byte, string) {
+	m := newSystemMessage(wire.ProtocolMCPP, wire.KindPresence, wire.Presence{Event: event, Participant: who})
 	return m.bytes(), m.ID
 }
 

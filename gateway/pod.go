@@ -12,6 +12,7 @@ import (
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
 // Pod is one named room on this gateway: its local members, its context
@@ -280,7 +281,7 @@ func (p *Pod) wakeThrottled() {
 
 // remoteMember is a participant connected to another node.
 type remoteMember struct {
-	identity
+	wire.Identity
 	node string
 }
 
@@ -300,7 +301,7 @@ func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 		p.rebuildSnapshot()
 	}
 	oldGuest := p.dropGuestLocked(id.ID)
-	p.remote[id.ID] = remoteMember{identity: id, node: strings.Clone(m.Origin)}
+	p.remote[id.ID] = remoteMember{Identity: id, node: strings.Clone(m.Origin)}
 	p.mu.Unlock()
 	if old != nil {
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant on another gateway node")
@@ -323,11 +324,11 @@ func (p *Pod) remoteLeave(m *envelope.Meta) bool {
 // removeNode forgets the members of a node that is gone and tells the
 // local members they left.
 func (p *Pod) removeNode(node string) {
-	var gone []identity
+	var gone []wire.Identity
 	p.mu.Lock()
 	for id, r := range p.remote {
 		if r.node == node {
-			gone = append(gone, r.identity)
+			gone = append(gone, r.Identity)
 			delete(p.remote, id)
 		}
 	}
@@ -336,7 +337,7 @@ func (p *Pod) removeNode(node string) {
 	defer p.fanMu.Unlock()
 	for _, id := range gone {
 		m := envelope.Meta{Kind: envelope.FrameLeave, Origin: node, From: id.ID, Protocol: protocolSpan}
-		body := newSystemMessage(envelope.ProtocolMCPP, "system/presence", map[string]any{"event": "leave", "participant": id}).bytes()
+		body, _ := presenceMessage(wire.PresenceLeave, id)
 		p.gw.metrics.deliveries.Add(float64(p.deliver(&m, body, false)))
 	}
 	p.flushTouched()
@@ -355,7 +356,7 @@ func (p *Pod) syncMembers() {
 			for _, id := range r.Members {
 				_, here := p.members[id.ID]
 				if _, guest := p.guests[id.ID]; !here && !guest {
-					p.remote[id.ID] = remoteMember{identity: id, node: r.Node}
+					p.remote[id.ID] = remoteMember{Identity: id, node: r.Node}
 				}
 			}
 		}
@@ -449,13 +450,12 @@ func (p *Pod) publishPresence(kind envelope.FrameKind, r *participant.Participan
 
 // publishPresenceOf sends a presence event about who, a connection or a
 // guest.
-func (p *Pod) publishPresenceOf(kind envelope.FrameKind, who identity, flags uint8) {
-	event := "join"
+func (p *Pod) publishPresenceOf(kind envelope.FrameKind, who wire.Identity, flags uint8) {
+	event := wire.PresenceJoin
 	if kind == envelope.FrameLeave {
-		event = "leave"
+		event = wire.PresenceLeave
 	}
-	msg := newSystemMessage(envelope.ProtocolMCPP, "system/presence", map[string]any{"event": event, "participant": who})
-	body, id := msg.bytes(), msg.ID
+	body, id := presenceMessage(event, who)
 	m := envelope.Meta{Kind: kind, Flags: flags | envelope.FlagLive, Origin: p.gw.nodeID, From: who.ID, ID: id,
 		Protocol: protocolSpan}
 	p.published.Add(1)
@@ -496,12 +496,13 @@ func (p *Pod) sweep(now time.Time) {
 // come back out of it (and so has been handed to the members).
 func (p *Pod) drained() bool { return p.unseen() == 0 }
 
-// guest is a member with no connection: an MCP session (SPEC section 9).
-// It is present like any member (welcomes, presence, member lists, the
-// pod's participant cap), but the fan-out hands it nothing: it reads the
-// pod's history through a cursor of its own, so nothing is queued for it.
+// guest is a member with no connection: an MCP session (docs/protocol.md
+// section 9). It is present like any member (welcomes, presence, member
+// lists, the pod's participant cap), but the fan-out hands it nothing: it
+// reads the pod's history through a cursor of its own, so nothing is
+// queued for it.
 type guest struct {
-	identity
+	wire.Identity
 	// replaced is called when a newer member of the same id (a connection
 	// or a guest, on any node) takes its place; as for a connection,
 	// nobody is told. It is called with the pod's lock held: it must
@@ -535,9 +536,9 @@ func (p *Pod) joinGuest(g *guest) (ok, dead bool) {
 	switch {
 	case old != nil || oldGuest != nil:
 	case elsewhere:
-		p.publishPresenceOf(envelope.FrameJoin, g.identity, envelope.FlagReplace)
+		p.publishPresenceOf(envelope.FrameJoin, g.Identity, envelope.FlagReplace)
 	default:
-		p.publishPresenceOf(envelope.FrameJoin, g.identity, 0)
+		p.publishPresenceOf(envelope.FrameJoin, g.Identity, 0)
 	}
 	return true, false
 }
@@ -550,7 +551,7 @@ func (p *Pod) leaveGuest(g *guest) {
 	defer p.mu.Unlock()
 	if p.guests[g.ID] == g {
 		delete(p.guests, g.ID)
-		p.publishPresenceOf(envelope.FrameLeave, g.identity, 0)
+		p.publishPresenceOf(envelope.FrameLeave, g.Identity, 0)
 	}
 }
 
@@ -575,29 +576,29 @@ func (p *Pod) hasRoomLocked(id string) bool {
 
 // localIdentities lists the members on this node, connections and
 // guests: what this node answers when another asks for its members.
-func (p *Pod) localIdentities() []identity {
+func (p *Pod) localIdentities() []wire.Identity {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]identity, 0, len(p.members)+len(p.guests))
+	out := make([]wire.Identity, 0, len(p.members)+len(p.guests))
 	for _, m := range p.members {
 		out = append(out, identityOf(m))
 	}
 	for _, g := range p.guests {
-		out = append(out, g.identity)
+		out = append(out, g.Identity)
 	}
 	return out
 }
 
 // participants lists the pod's members on every node.
-func (p *Pod) participants() []identity {
+func (p *Pod) participants() []wire.Identity {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.identitiesLocked("")
 }
 
 // identitiesLocked lists the pod's members on every node but except.
-func (p *Pod) identitiesLocked(except string) []identity {
-	out := make([]identity, 0, len(p.members)+len(p.guests)+len(p.remote))
+func (p *Pod) identitiesLocked(except string) []wire.Identity {
+	out := make([]wire.Identity, 0, len(p.members)+len(p.guests)+len(p.remote))
 	for id, m := range p.members {
 		if id != except {
 			out = append(out, identityOf(m))
@@ -605,12 +606,12 @@ func (p *Pod) identitiesLocked(except string) []identity {
 	}
 	for id, g := range p.guests {
 		if id != except {
-			out = append(out, g.identity)
+			out = append(out, g.Identity)
 		}
 	}
 	for id, m := range p.remote {
 		if id != except {
-			out = append(out, m.identity)
+			out = append(out, m.Identity)
 		}
 	}
 	return out

@@ -15,50 +15,27 @@ import (
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
-// publishResult is one entry of the answer to POST /pods/NAME/envelopes
-// (SPEC section 6): the id of a relayed envelope, the answer to a request,
-// or the system/error payload of a refused one.
-type publishResult struct {
-	ID     string
-	Answer any
-	Error  map[string]any
-}
-
-// MarshalJSON writes {"id"}, {"id", "answer"} or the error payload.
-func (r publishResult) MarshalJSON() ([]byte, error) {
-	switch {
-	case r.Error != nil:
-		return json.Marshal(r.Error)
-	case r.Answer != nil:
-		return json.Marshal(struct {
-			ID     string `json:"id"`
-			Answer any    `json:"answer"`
-		}{r.ID, r.Answer})
-	}
-	return json.Marshal(struct {
-		ID string `json:"id"`
-	}{r.ID})
-}
-
 // servePublish is POST /pods/NAME/envelopes: a tool, a webhook or a
-// script sends envelopes without joining. Each is checked and relayed as
-// if its participant had sent it over WebSocket; nobody hears of a join
-// or a leave, and nothing is delivered back to the request.
+// script sends envelopes without joining (docs/protocol.md section 6).
+// Each is checked and relayed as if its participant had sent it over
+// WebSocket; nobody hears of a join or a leave, and nothing is delivered
+// back to the request.
 func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		g.refuse(w, http.StatusMethodNotAllowed, envelope.Errorf(envelope.CodeInvalidEnvelope, "POST envelopes to /pods/NAME/envelopes"))
+		g.refuse(w, http.StatusMethodNotAllowed, envelope.Errorf(wire.CodeInvalidEnvelope, "POST envelopes to /pods/NAME/envelopes"))
 		return
 	}
 	if !g.accepting.Load() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeShuttingDown, "the gateway is shutting down"))
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
 		return
 	}
 	pod := r.PathValue("pod")
 	if !envelope.ValidPodName(pod) {
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]"))
+		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]"))
 		return
 	}
 	id, caps, status, e := g.authenticate(r, pod, false)
@@ -73,28 +50,28 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case int64(len(body)) > limit:
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidJSON, "the body is over %d bytes (4 x --max-message-bytes)", limit))
+		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidJSON, "the body is over %d bytes (4 x --max-message-bytes)", limit))
 		return
 	case len(bytes.TrimSpace(body)) == 0:
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidJSON, "the body is empty: send one envelope (application/json) or one per line (application/x-ndjson)"))
+		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidJSON, "the body is empty: send one envelope (application/json) or one per line (application/x-ndjson)"))
 		return
 	}
-	var lines [][]byte
+	var envs [][]byte
 	if ndjson(r.Header.Get("Content-Type")) {
 		sc := bufio.NewScanner(bytes.NewReader(body))
 		sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
 		for sc.Scan() {
 			if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
-				lines = append(lines, line)
+				envs = append(envs, line)
 			}
 		}
 	} else {
 		var e envelope.Envelope
-		if pe := e.Parse(bytes.Clone(body)); pe != nil && pe.Code == envelope.CodeInvalidJSON {
-			g.refuse(w, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidJSON, "an application/json body is one JSON object: %s", pe.Message))
+		if pe := e.Parse(bytes.Clone(body)); pe != nil && pe.Code == wire.CodeInvalidJSON {
+			g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidJSON, "an application/json body is one JSON object: %s", pe.Message))
 			return
 		}
-		lines = [][]byte{body}
+		envs = [][]byte{body}
 	}
 
 	p, perr := g.pod(pod)
@@ -106,13 +83,13 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	err = p.waitReady(ctx)
 	cancel()
 	if err != nil {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(envelope.CodeOverCapacity, "pod %q is still reading its history; try again", pod))
+		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", pod))
 		return
 	}
 	protocol := envelope.ProtocolMCPP
 	from := &sender{id: id, caps: caps, protocol: protocol}
 	buckets := g.buckets.Acquire(bucketKey(pod, id))
-	for _, line := range lines {
+	for _, line := range envs {
 		in := ingresses.Get().(*ingress)
 		in.g, in.pod, in.from, in.buckets = g, p, from, buckets
 		in.handle(websocket.MessageText, line)
@@ -122,7 +99,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	g.buckets.Release(bucketKey(pod, id), timeNow())
 	g.maybeRemovePod(p)
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"results": from.results})
+	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: from.results})
 }
 
 // ndjson reports whether a Content-Type is newline-delimited JSON.
@@ -131,9 +108,9 @@ func ndjson(contentType string) bool {
 	return err == nil && (mt == "application/x-ndjson" || mt == "application/ndjson" || mt == "application/jsonl")
 }
 
-// authenticate decides who a request is (SPEC section 1): the token's
-// participant with a token file, or ?participant= in open mode (made up
-// when absent and generate is set, required otherwise).
+// authenticate decides who a request is (docs/protocol.md section 1): the
+// token's participant with a token file, or ?participant= in open mode (made
+// up when absent and generate is set, required otherwise).
 func (g *Gateway) authenticate(r *http.Request, pod string, generate bool) (id string, caps participant.Capabilities, status int, e *envelope.Error) {
 	q := r.URL.Query()
 	token := q.Get("token")
@@ -145,14 +122,14 @@ func (g *Gateway) authenticate(r *http.Request, pod string, generate bool) (id s
 	}
 	if g.tokens != nil {
 		if token == "" {
-			return "", nil, http.StatusUnauthorized, envelope.Errorf(envelope.CodeUnauthorized, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
+			return "", nil, http.StatusUnauthorized, envelope.Errorf(wire.CodeUnauthorized, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
 		}
 		grant, ok := g.tokens.Lookup(token)
 		if !ok {
-			return "", nil, http.StatusUnauthorized, envelope.Errorf(envelope.CodeUnauthorized, "unknown token")
+			return "", nil, http.StatusUnauthorized, envelope.Errorf(wire.CodeUnauthorized, "unknown token")
 		}
 		if !participant.MatchAny(grant.Pods, pod) {
-			return "", nil, http.StatusForbidden, envelope.Errorf(envelope.CodeForbidden, "this token may not join pod %q", pod)
+			return "", nil, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden, "this token may not join pod %q", pod)
 		}
 		caps = grant.Capabilities
 		if caps == nil {
@@ -163,12 +140,12 @@ func (g *Gateway) authenticate(r *http.Request, pod string, generate bool) (id s
 	id = q.Get("participant")
 	if id == "" && !q.Has("participant") {
 		if !generate {
-			return "", nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidParticipant, "?participant=ID is required without a token file")
+			return "", nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidParticipant, "?participant=ID is required without a token file")
 		}
 		id = "anon-" + uuid.NewString()[:12]
 	}
 	if !envelope.ValidParticipantID(id) || strings.HasPrefix(id, "system:") {
-		return "", nil, http.StatusBadRequest, envelope.Errorf(envelope.CodeInvalidParticipant,
+		return "", nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidParticipant,
 			"participant must be 1 to 128 characters of [A-Za-z0-9._:@-], not starting with system:")
 	}
 	caps = g.defaultCaps

@@ -13,10 +13,11 @@ import (
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
 // historyWant is what a joiner asked of the pod's past at the upgrade
-// (SPEC section 8): history=N|all, fold=0, resume=ID.
+// (docs/protocol.md section 8): history=N|all, fold=0, resume=ID.
 type historyWant struct {
 	n      int // 0: none; -1: all
 	fold   bool
@@ -73,22 +74,14 @@ func parseHistoryWant(q url.Values) (historyWant, error) {
 	return w, nil
 }
 
-// historyInfo is the welcome's "history" object (SPEC section 8).
-type historyInfo struct {
-	Resumed   *bool `json:"resumed,omitempty"`
-	Replayed  int   `json:"replayed"`
-	Folded    *int  `json:"folded,omitempty"`
-	Collapsed *int  `json:"collapsed,omitempty"`
-}
-
 // replayFor decides, with the fan-out paused, what r receives of the
-// pod's past: the welcome's history object, and the replay (nil when
-// nothing is replayed).
-func (p *Pod) replayFor(r *participant.Participant, want historyWant) (*historyInfo, *replay) {
+// pod's past: the welcome's history object (docs/protocol.md section 8),
+// and the replay (nil when nothing is replayed).
+func (p *Pod) replayFor(r *participant.Participant, want historyWant) (*wire.HistoryInfo, *replay) {
 	if !want.asked() {
 		return nil, nil
 	}
-	info := &historyInfo{}
+	info := &wire.HistoryInfo{}
 	if p.index == nil {
 		// History is off: the join succeeds and nothing is replayed.
 		if want.resume != "" {
@@ -204,27 +197,22 @@ func (p *Pod) render(ctx context.Context, protocol string, sel []history.Selecte
 	})
 }
 
-// historyAnswer is the payload of system/history (SPEC section 6).
-type historyAnswer struct {
-	Envelopes []json.RawMessage `json:"envelopes"`
-	More      bool              `json:"more"`
-}
+// rawHistory is the payload of system/history as the gateway writes it
+// (docs/protocol.md section 6): each envelope's bytes as a replay sends
+// them, never decoded and encoded again.
+type rawHistory = wire.HistoryAnswerOf[json.RawMessage]
 
 // historyPage answers gateway/history for a reader with filter f: the
 // entries its filter admits (its own envelopes too, whatever its echo),
 // as a replay sends them.
-func (p *Pod) historyPage(q history.PageQuery, f *filter.Filter, self, protocol string) (*historyAnswer, *envelope.Error) {
-	answer := &historyAnswer{Envelopes: []json.RawMessage{}}
+func (p *Pod) historyPage(q history.PageQuery, f *filter.Filter, self, protocol string) (*rawHistory, *envelope.Error) {
+	answer := &rawHistory{Envelopes: []json.RawMessage{}}
 	if p.index == nil {
 		return answer, nil // history is off
 	}
 	sel, ok := p.index.Page(q, func(m *envelope.Meta) bool { return f.AdmitsPast(m, self) })
 	if !ok {
-		id := q.Before
-		if id == "" {
-			id = q.After
-		}
-		return nil, envelope.Errorf(envelope.CodeInvalidEnvelope, "the pod's history holds no envelope %q (it expired, or was never there)", id)
+		return nil, unknownBound(q)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), replayReadTimeout)
 	defer cancel()
@@ -241,4 +229,14 @@ func (p *Pod) historyPage(q history.PageQuery, f *filter.Filter, self, protocol 
 		answer.More = true
 	}
 	return answer, nil
+}
+
+// unknownBound is the refusal of a gateway/history query whose before or
+// after the pod's history does not hold.
+func unknownBound(q history.PageQuery) *envelope.Error {
+	id := q.Before
+	if id == "" {
+		id = q.After
+	}
+	return envelope.Errorf(wire.CodeInvalidEnvelope, "the pod's history holds no envelope %q (it expired, or was never there)", id)
 }

@@ -9,22 +9,23 @@ import (
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
 )
 
-// request answers an envelope of a gateway/* kind (SPEC section 6) from a
-// sender within its rate.
+// request answers an envelope of a gateway/* kind (docs/protocol.md
+// section 6) from a sender within its rate.
 func (in *ingress) request() { in.handleRequest(nil) }
 
-// handleRequest answers an envelope of a gateway/* kind (SPEC section 6).
-// rateErr is the sender's rate verdict (nil within its rate). The refusals
-// follow SPEC section 5's table: a payload that does not fit the request
-// (invalid_envelope) comes before rate_limited, and unknown_request and
-// invalid_filter after it.
+// handleRequest answers an envelope of a gateway/* kind (docs/protocol.md
+// section 6). rateErr is the sender's rate verdict (nil within its rate).
+// The refusals follow the table of section 5: a payload that does not fit
+// the request (invalid_envelope) comes before rate_limited, and
+// unknown_request and invalid_filter after it.
 func (in *ingress) handleRequest(rateErr *envelope.Error) {
 	switch in.env.Kind {
-	case "gateway/filter":
+	case wire.RequestFilter:
 		if !isObject(in.env.Payload) {
-			in.refuse(envelope.Errorf(envelope.CodeInvalidEnvelope, "gateway/filter needs a filter object as payload"), in.env.ID)
+			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "gateway/filter needs a filter object as payload"), in.env.ID)
 			return
 		}
 		if rateErr != nil {
@@ -32,7 +33,7 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 			return
 		}
 		in.filterRequest()
-	case "gateway/contexts":
+	case wire.RequestContexts:
 		q, e := in.contextsQuery()
 		if e == nil {
 			e = rateErr
@@ -43,10 +44,10 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 		}
 		list := in.pod.Registry.Query(q)
 		if list == nil {
-			list = []contexts.Info{}
+			list = []wire.ContextInfo{}
 		}
-		in.reply("system/contexts", map[string]any{"contexts": list})
-	case "gateway/history":
+		in.reply(wire.KindContexts, wire.ContextsAnswer{Contexts: list})
+	case wire.RequestHistory:
 		q, e := in.historyQuery()
 		if e == nil {
 			e = rateErr
@@ -60,17 +61,21 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 			in.refuse(e, in.env.ID)
 			return
 		}
-		in.reply("system/history", answer)
+		in.reply(wire.KindHistory, answer)
 	default:
 		if rateErr != nil {
 			in.refuse(rateErr, in.env.ID)
 			return
 		}
-		in.refuse(envelope.Errorf(envelope.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history)", in.env.Kind), in.env.ID)
+		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history)", in.env.Kind), in.env.ID)
 	}
 }
 
-// historyRequest is the payload of gateway/history (SPEC section 6).
+// historyRequest is the payload of gateway/history (wire.HistoryRequest,
+// docs/protocol.md section 6) as the gateway reads it, strictly: its
+// pointers tell a field given its zero value from an absent one, which
+// wire's omitempty fields cannot ("limit": 0 is refused, no limit is the
+// default; "before" and "after" are refused together even when empty).
 type historyRequest struct {
 	Before  *string `json:"before"`
 	After   *string `json:"after"`
@@ -95,14 +100,14 @@ func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
 	d := json.NewDecoder(bytes.NewReader(in.env.Payload))
 	d.DisallowUnknownFields()
 	if !isObject(in.env.Payload) || d.Decode(&hq) != nil {
-		return q, envelope.Errorf(envelope.CodeInvalidEnvelope, `gateway/history takes {"before"?: ID, "after"?: ID, "context"?: ID, "limit"?: 1 to 1000, "fold"?: BOOL}`)
+		return q, envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/history takes {"before"?: ID, "after"?: ID, "context"?: ID, "limit"?: 1 to 1000, "fold"?: BOOL}`)
 	}
 	if hq.Before != nil && hq.After != nil {
-		return q, envelope.Errorf(envelope.CodeInvalidEnvelope, "gateway/history takes before or after, not both")
+		return q, envelope.Errorf(wire.CodeInvalidEnvelope, "gateway/history takes before or after, not both")
 	}
 	if hq.Limit != nil {
 		if *hq.Limit < 1 || *hq.Limit > maxHistoryLimit {
-			return q, envelope.Errorf(envelope.CodeInvalidEnvelope, "limit must be 1 to %d", maxHistoryLimit)
+			return q, envelope.Errorf(wire.CodeInvalidEnvelope, "limit must be 1 to %d", maxHistoryLimit)
 		}
 		q.Limit = *hq.Limit
 	}
@@ -125,18 +130,20 @@ func (in *ingress) filterRequest() {
 	p := in.from.conn
 	if p == nil {
 		// A publisher over HTTP has no connection to filter.
-		in.refuse(envelope.Errorf(envelope.CodeUnknownRequest, "gateway/filter needs a connection: it is not answered over HTTP"), in.env.ID)
+		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "gateway/filter needs a connection: it is not answered over HTTP"), in.env.ID)
 		return
 	}
 	f, err := p.Filter().Update(in.env.Payload)
 	if err != nil {
-		in.refuse(envelope.Errorf(envelope.CodeInvalidFilter, "%s", err.(*filter.Error).Message), in.env.ID)
+		in.refuse(envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message), in.env.ID)
 		return
 	}
 	p.SetFilter(f)
-	in.reply("system/filter", f)
+	in.reply(wire.KindFilter, f.Wire())
 }
 
+// contextsQuery is the payload of gateway/contexts (wire.ContextsRequest)
+// as the gateway reads it, strictly, for the reason historyRequest says.
 type contextsQuery struct {
 	State *string `json:"state"`
 	ID    *string `json:"id"`
@@ -148,7 +155,7 @@ const defaultContextsLimit = 1000
 
 // contextsQuery reads the payload of gateway/contexts.
 func (in *ingress) contextsQuery() (contexts.Query, *envelope.Error) {
-	q := contexts.Query{State: contexts.StateActive, Limit: defaultContextsLimit}
+	q := contexts.Query{State: wire.StateActive, Limit: defaultContextsLimit}
 	if in.env.Payload == nil || bytes.Equal(in.env.Payload, []byte("null")) {
 		return q, nil
 	}
@@ -156,19 +163,19 @@ func (in *ingress) contextsQuery() (contexts.Query, *envelope.Error) {
 	d := json.NewDecoder(bytes.NewReader(in.env.Payload))
 	d.DisallowUnknownFields()
 	if !isObject(in.env.Payload) || d.Decode(&cq) != nil {
-		return q, envelope.Errorf(envelope.CodeInvalidEnvelope, `gateway/contexts takes {"state"?: "active"|"concluded"|"all", "id"?, "type"?, "limit"?}`)
+		return q, envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/contexts takes {"state"?: "active"|"concluded"|"all", "id"?, "type"?, "limit"?}`)
 	}
 	if cq.State != nil {
 		switch *cq.State {
-		case contexts.StateActive, contexts.StateConcluded, "all":
+		case wire.StateActive, wire.StateConcluded, wire.StateAll:
 			q.State = *cq.State
 		default:
-			return q, envelope.Errorf(envelope.CodeInvalidEnvelope, `state must be "active", "concluded" or "all"`)
+			return q, envelope.Errorf(wire.CodeInvalidEnvelope, `state must be "active", "concluded" or "all"`)
 		}
 	}
 	if cq.Limit != nil {
 		if *cq.Limit < 1 {
-			return q, envelope.Errorf(envelope.CodeInvalidEnvelope, "limit must be at least 1")
+			return q, envelope.Errorf(wire.CodeInvalidEnvelope, "limit must be at least 1")
 		}
 		// Active and retained contexts are each bounded by the pod cap.
 		q.Limit = min(*cq.Limit, 2*in.g.cfg.MaxContextsPerPod)
@@ -187,50 +194,49 @@ func isObject(raw []byte) bool {
 	return len(raw) > 0 && raw[0] == '{'
 }
 
-// welcome is the first message of a participant (SPEC section 5), with
-// what follows of the pod's past when it asked (section 8).
-func (g *Gateway) welcome(pod *Pod, p *participant.Participant, others []identity, hist *historyInfo) []byte {
-	payload := map[string]any{
-		"you":          identityOf(p),
-		"participants": others,
-		"pod":          pod.Name,
-		"filter":       p.Filter(),
-		"limits":       g.limitsPayload(),
-	}
-	if hist != nil {
-		payload["history"] = hist
-	}
-	return direct(p.ID, p.Protocol, "system/welcome", "", payload)
+// welcome is the first message of a participant (docs/protocol.md
+// section 5), with what follows of the pod's past when it asked (section
+// 8).
+func (g *Gateway) welcome(pod *Pod, p *participant.Participant, others []wire.Identity, hist *wire.HistoryInfo) []byte {
+	return direct(p.ID, p.Protocol, wire.KindWelcome, "", wire.Welcome{
+		You:          identityOf(p),
+		Participants: others,
+		Pod:          pod.Name,
+		Filter:       p.Filter().Wire(),
+		Limits:       g.limitsPayload(),
+		History:      hist,
+	})
 }
 
-func (g *Gateway) limitsPayload() map[string]any {
+// limitsPayload is the welcome's limits: the gateway's flags.
+func (g *Gateway) limitsPayload() wire.Limits {
 	c := &g.cfg
 	kinds := splitComma(c.ConclusionKinds)
 	if kinds == nil {
 		kinds = []string{}
 	}
-	return map[string]any{
-		"max_message_bytes":            c.MaxMessageBytes,
-		"max_context_bytes":            c.MaxContextBytes,
-		"max_depth":                    c.MaxDepth,
-		"rate":                         c.Rate,
-		"burst":                        c.Burst,
-		"context_rate":                 c.ContextRate,
-		"context_burst":                c.ContextBurst,
-		"context_create_rate":          c.ContextCreateRate,
-		"context_create_burst":         c.ContextCreateBurst,
-		"context_timeout_ms":           c.ContextTimeout.Milliseconds(),
-		"context_retention_ms":         c.ContextRetention.Milliseconds(),
-		"conclusion_kinds":             kinds,
-		"max_contexts_per_participant": c.MaxContextsPerParticipant,
-		"max_contexts_per_pod":         c.MaxContextsPerPod,
-		"max_participants_per_pod":     c.MaxParticipantsPerPod,
-		"max_connections":              c.MaxConnections,
-		"max_pods":                     c.MaxPods,
-		"send_queue":                   c.SendQueue,
-		"send_queue_bytes":             int64(c.SendQueueBytes),
-		"history":                      c.History,
-		"history_age_ms":               c.HistoryAge.Milliseconds(),
-		"history_bytes":                int64(c.HistoryBytes),
+	return wire.Limits{
+		MaxMessageBytes:           c.MaxMessageBytes,
+		MaxContextBytes:           c.MaxContextBytes,
+		MaxDepth:                  c.MaxDepth,
+		Rate:                      c.Rate,
+		Burst:                     c.Burst,
+		ContextRate:               c.ContextRate,
+		ContextBurst:              c.ContextBurst,
+		ContextCreateRate:         c.ContextCreateRate,
+		ContextCreateBurst:        c.ContextCreateBurst,
+		ContextTimeoutMS:          c.ContextTimeout.Milliseconds(),
+		ContextRetentionMS:        c.ContextRetention.Milliseconds(),
+		ConclusionKinds:           kinds,
+		MaxContextsPerParticipant: c.MaxContextsPerParticipant,
+		MaxContextsPerPod:         c.MaxContextsPerPod,
+		MaxParticipantsPerPod:     c.MaxParticipantsPerPod,
+		MaxConnections:            c.MaxConnections,
+		MaxPods:                   c.MaxPods,
+		SendQueue:                 c.SendQueue,
+		SendQueueBytes:            int64(c.SendQueueBytes),
+		History:                   c.History,
+		HistoryAgeMS:              c.HistoryAge.Milliseconds(),
+		HistoryBytes:              int64(c.HistoryBytes),
 	}
 }

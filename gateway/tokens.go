@@ -21,7 +21,7 @@ type Grant struct {
 	hash         [sha256.Size]byte
 }
 
-// Tokens is a loaded token file (SPEC section 1).
+// Tokens is a loaded token file (docs/protocol.md section 1).
 type Tokens struct {
 	grants []Grant
 }

@@ -6,10 +6,10 @@ import (
 	"net/http"
 )
 
-// viewerFiles is the pod viewer (SPEC section 10): a page, its script
-// modules and its styles, embedded so that the gateway serves them with no
-// asset from outside the binary. They are plain files with no build step;
-// gateway/viewer/main.js is where to start reading.
+// viewerFiles is the pod viewer (docs/protocol.md section 10): a page, its
+// script modules and its styles, embedded so that the gateway serves them
+// with no asset from outside the binary. They are plain files with no build
+// step; gateway/viewer/main.js is where to start reading.
 //
 //go:embed viewer
 var viewerFiles embed.FS

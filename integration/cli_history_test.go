@@ -16,8 +16,8 @@ import (
 	"github.com/mcpp/gateway/gateway"
 )
 
-// The tests of the CLI and the pod's history (SPEC section 8): mcpp tail
-// --history, --resume-file (across a restart of the tail and of the
+// The tests of the CLI and the pod's history (docs/protocol.md section 8):
+// mcpp tail --history, --resume-file (across a restart of the tail and of the
 // gateway), and mcpp history.
 
 // cliSendLines sends each line (a whole envelope) with mcpp send --stdin

@@ -156,8 +156,8 @@ func TestContextConflict(t *testing.T) {
 
 func TestContextCycle(t *testing.T) {
 	t.Parallel()
-	// --max-depth 12: SPEC 3 counts a chain built from the leaf up whole,
-	// and this one is ten long.
+	// --max-depth 12: docs/protocol.md section 3 counts a chain built from
+	// the leaf up whole, and this one is ten long.
 	g := startGateway(t, func(c *gateway.Config) { c.MaxDepth = 12 })
 	const pod = "ctx-cycle"
 	alice := g.dial(t, pod, "alice", "main=0&contexts=none")

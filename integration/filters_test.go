@@ -8,8 +8,8 @@ import (
 )
 
 // TestFilterPresets sends one envelope of each shape and checks what every
-// preset of ADR-k9j (SPEC section 4) and the subtree and exclusion filters
-// receive, events included.
+// preset of ADR-k9j (docs/protocol.md section 4) and the subtree and
+// exclusion filters receive, events included.
 func TestFilterPresets(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, nil)

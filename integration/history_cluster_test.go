@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The history across the nodes of a cluster (SPEC sections 7 and 8): one
-// order per pod on every node, resume on another node, and no envelope
-// lost or twice while the history stream's leader fails over.
+// The history across the nodes of a cluster (docs/protocol.md sections 7 and
+// 8): one order per pod on every node, resume on another node, and no
+// envelope lost or twice while the history stream's leader fails over.
 
 // histCluster starts n gateway processes in one embedded NATS cluster,
 // like startCluster, with perNode's arguments for node i as well.

@@ -20,9 +20,9 @@ import (
 	"github.com/mcpp/gateway/gateway"
 )
 
-// The tests of the pod's history (SPEC section 8, and gateway/history of
-// section 6) against the real gateway, JetStream and WebSockets. Every
-// test chooses history itself, so that they pass whatever
+// The tests of the pod's history (docs/protocol.md section 8, and
+// gateway/history of section 6) against the real gateway, JetStream and
+// WebSockets. Every test chooses history itself, so that they pass whatever
 // MCPP_TEST_HISTORY says.
 
 // histOn starts a gateway with history on (--history 1000 unless edit
@@ -842,9 +842,9 @@ func TestHistoryDuplicateID(t *testing.T) {
 	}
 }
 
-// TestHistoryDuplicateIDOrder: SPEC section 5's table orders the refusals:
-// a context error comes before duplicate_id, duplicate_id before
-// context_limit_exceeded and rate_limited. A refused envelope does not
+// TestHistoryDuplicateIDOrder: the table of docs/protocol.md section 5 orders
+// the refusals: a context error comes before duplicate_id, duplicate_id
+// before context_limit_exceeded and rate_limited. A refused envelope does not
 // keep its id.
 func TestHistoryDuplicateIDOrder(t *testing.T) {
 	g := histOn(t, nil)

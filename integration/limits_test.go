@@ -11,10 +11,10 @@ import (
 	"github.com/mcpp/gateway/gateway"
 )
 
-// The limits an operator tunes (SPEC sections 5 and 7). Rate tests never
-// assert how fast anything is: the number of envelopes a bucket may pass
-// is computed from the time measured around the sending, so a slow or busy
-// machine only widens the allowance.
+// The limits an operator tunes (docs/protocol.md sections 5 and 7). Rate
+// tests never assert how fast anything is: the number of envelopes a bucket
+// may pass is computed from the time measured around the sending, so a slow
+// or busy machine only widens the allowance.
 
 // TestRateLimitExactCounts: 40 envelopes written back to back at rate 10,
 // burst 10: the burst (plus what refilled meanwhile) is relayed, every
@@ -78,8 +78,8 @@ func TestRateLimitExactCounts(t *testing.T) {
 
 // TestRateLimitCountsEveryMessage: every message takes a token of the
 // sender's bucket, refused ones and gateway requests too, and the refusal
-// reported is the first of SPEC section 5's table. Rates are slow (100 s a
-// token) so that nothing refills during the test.
+// reported is the first of the table of docs/protocol.md section 5. Rates are
+// slow (100 s a token) so that nothing refills during the test.
 func TestRateLimitCountsEveryMessage(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, func(c *gateway.Config) {
@@ -635,8 +635,8 @@ func TestWelcomeListsEveryLimit(t *testing.T) {
 }
 
 // TestRateLimitedRequestOrder: a request to the gateway whose payload does
-// not fit it is invalid_envelope, the second row of SPEC section 5's
-// table, even when the sender is over its rate; an unknown request comes
+// not fit it is invalid_envelope, the second row of docs/protocol.md section
+// 5's table, even when the sender is over its rate; an unknown request comes
 // after rate_limited in the table.
 func TestRateLimitedRequestOrder(t *testing.T) {
 	t.Parallel()

@@ -94,7 +94,7 @@ func (r toolResult) envelopes() []msg {
 	return out
 }
 
-// mcpCall calls a tool and checks what SPEC section 9 says of every
+// mcpCall calls a tool and checks what docs/protocol.md section 9 says of every
 // result: one text content item holding the JSON of its structured
 // content. A protocol error fails the test; use mcpCallErr to expect one.
 func mcpCall(t *testing.T, cs *mcp.ClientSession, tool string, args any) toolResult {

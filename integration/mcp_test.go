@@ -31,8 +31,8 @@ func mcpGateway(t *testing.T, edit func(*gateway.Config)) *testGateway {
 // (no sessions) and the last one with sessions.
 var mcpVersions = []struct{ name, version string }{{"sessionless", ""}, {"sessions", mcpSessions}}
 
-// TestMCPTools: every tool of SPEC section 9 is listed with schemas for
-// its arguments and its result, and works as the participant.
+// TestMCPTools: every tool of docs/protocol.md section 9 is listed with
+// schemas for its arguments and its result, and works as the participant.
 func TestMCPTools(t *testing.T) {
 	g := mcpGateway(t, nil)
 	alice := g.dial(t, "mcp-tools", "alice", "")
@@ -272,7 +272,7 @@ func TestMCPFoldedRead(t *testing.T) {
 	}
 }
 
-// TestMCPRefusals: bad input gets a refusal in SPEC's shape (isError,
+// TestMCPRefusals: bad input gets a refusal in the protocol's shape (isError,
 // {"error", "message"}) or a clear protocol error, and nobody else is
 // affected.
 func TestMCPRefusals(t *testing.T) {

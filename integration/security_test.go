@@ -188,8 +188,9 @@ func TestSecurityTokenFileMode(t *testing.T) {
 
 // TestSecurityAllowedOrigins: with --allowed-origins, a page from another
 // origin is refused with 403 and the JSON body of every refused upgrade
-// (SPEC 1), and nothing is kept for it; the gateway's own origin, the
-// allowed patterns and clients that send no Origin (agents) are accepted.
+// (docs/protocol.md section 1), and nothing is kept for it; the gateway's own
+// origin, the allowed patterns and clients that send no Origin (agents) are
+// accepted.
 func TestSecurityAllowedOrigins(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, func(c *gateway.Config) { c.AllowedOrigins = "app.example.com,*.example.org" })

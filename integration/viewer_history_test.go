@@ -11,8 +11,8 @@ import (
 	"github.com/mcpp/gateway/gateway"
 )
 
-// These tests need the pod history of SPEC section 8 (history=, resume=,
-// gateway/history and the welcome's history object).
+// These tests need the pod history of docs/protocol.md section 8 (history=,
+// resume=, gateway/history and the welcome's history object).
 
 // recordStatuses makes the page keep every text its status shows.
 func (b *browser) recordStatuses() {
@@ -70,8 +70,9 @@ func TestViewerReconnects(t *testing.T) {
 }
 
 // TestViewerResumes: a dropped connection resumes from the last envelope
-// history keeps: what was sent while the page was away shows once, with
-// no gap, and the page says "resumed". Needs history (SPEC 8).
+// history keeps: what was sent while the page was away shows once, with no
+// gap, and the page says "resumed". Needs history (docs/protocol.md section
+// 8).
 func TestViewerResumes(t *testing.T) {
 	g := startGateway(t, func(c *gateway.Config) { c.History = 1000 })
 	proxy := startCutProxy(t, strings.TrimPrefix(g.URL, "http://"))

@@ -4,7 +4,8 @@
 // The context registry, which applies the caps on contexts, is package
 // contexts.
 //
-// A refusal is always an *envelope.Error with the code of SPEC section 5 and,
-// for rate limits, the delay the limiter itself computes, so that nothing is
-// dropped without the sender being told why and when to try again.
+// A refusal is always an *envelope.Error with the code of docs/protocol.md
+// section 5 and, for rate limits, the delay the limiter itself computes, so
+// that nothing is dropped without the sender being told why and when to try
+// again.
 package limits

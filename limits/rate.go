@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
 // Rate is one token bucket's settings: Per tokens a second, Burst at most.
@@ -48,7 +49,7 @@ func Take(l *rate.Limiter, now time.Time) (ok bool, retryAfter time.Duration) {
 }
 
 // RateError builds a rate refusal with its retry delay.
-func RateError(code envelope.Code, retryAfter time.Duration, format string, args ...any) *envelope.Error {
+func RateError(code wire.Code, retryAfter time.Duration, format string, args ...any) *envelope.Error {
 	e := envelope.Errorf(code, format, args...)
 	e.RetryAfter = retryAfter
 	return e

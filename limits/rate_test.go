@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -132,11 +132,11 @@ func TestTakeSlowAndStoppedBuckets(t *testing.T) {
 }
 
 func TestRateError(t *testing.T) {
-	e := RateError(envelope.CodeContextRateLimited, 250*time.Millisecond, "context %q", "c1")
-	if e.Code != envelope.CodeContextRateLimited || e.RetryAfter != 250*time.Millisecond || e.Message != `context "c1"` {
+	e := RateError(wire.CodeContextRateLimited, 250*time.Millisecond, "context %q", "c1")
+	if e.Code != wire.CodeContextRateLimited || e.RetryAfter != 250*time.Millisecond || e.Message != `context "c1"` {
 		t.Fatalf("RateError: %+v", e)
 	}
-	if !e.Code.Retryable() || !envelope.CodeRateLimited.Retryable() {
+	if !e.Code.Retryable() || !wire.CodeRateLimited.Retryable() {
 		t.Fatal("rate refusals must be retryable")
 	}
 }

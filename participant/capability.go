@@ -2,7 +2,8 @@ package participant
 
 import "strings"
 
-// Capabilities are the kind patterns a participant may send (SPEC section 2).
+// Capabilities are the kind patterns a participant may send (docs/protocol.md
+// section 2).
 type Capabilities []string
 
 // Match reports whether kind matches one pattern: "*" matches everything, a

@@ -9,12 +9,16 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/wire"
 )
 
-// Close codes of SPEC section 5.
+// The close codes the gateway sends (docs/protocol.md section 5), as the
+// WebSocket library's status codes.
 const (
-	StatusReplaced     websocket.StatusCode = 4000
-	StatusSlowConsumer websocket.StatusCode = 4008
+	StatusGoingAway     = websocket.StatusCode(wire.CloseGoingAway)     // the gateway is shutting down
+	StatusInternalError = websocket.StatusCode(wire.CloseInternalError) // a replay was interrupted: resume again
+	StatusReplaced      = websocket.StatusCode(wire.CloseReplaced)      // another connection joined with the same id
+	StatusSlowConsumer  = websocket.StatusCode(wire.CloseSlowConsumer)  // its send queue filled
 )
 
 // Why a participant is cut: the reason label of the gateway's
@@ -340,7 +344,7 @@ func (p *Participant) writeLoop() {
 				var err error
 				items, err = p.source.Next(items[:0], maxBatchItems, maxBatchBytes)
 				if err != nil {
-					p.Close(websocket.StatusInternalError, closeReason(err.Error()))
+					p.Close(StatusInternalError, closeReason(err.Error()))
 					return
 				}
 				if len(items) == 0 {

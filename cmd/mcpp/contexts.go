@@ -37,7 +37,7 @@ Flags:
 	run: runContexts,
 }
 
-// contextInfo is one entry of system/contexts (SPEC section 6).
+// contextInfo is one entry of system/contexts (docs/protocol.md section 6).
 type contextInfo = wire.ContextInfo
 
 func runContexts(ctx context.Context, e *env, args []string) error {

@@ -12,21 +12,21 @@
 // --participant ($MCPP_PARTICIPANT) and --token ($MCPP_TOKEN, sent as
 // Authorization: Bearer).
 //
-// tail joins the pod over WebSocket and prints each envelope it receives
-// as one line of JSON, exactly the bytes the gateway sent; welcome and
-// presence go to standard error unless --all. Its filter flags are the
-// query parameters of SPEC section 4, and the gateway applies them.
-// --history prints the pod's past first (SPEC section 8), --resume-file
-// keeps the id of the last envelope printed so that a restarted tail
-// resumes after it, and a lost connection is restored and resumed by the
+// tail joins the pod over WebSocket and prints each envelope it receives as
+// one line of JSON, exactly the bytes the gateway sent; welcome and presence
+// go to standard error unless --all. Its filter flags are the query
+// parameters of docs/protocol.md section 4, and the gateway applies them.
+// --history prints the pod's past first (docs/protocol.md section 8),
+// --resume-file keeps the id of the last envelope printed so that a restarted
+// tail resumes after it, and a lost connection is restored and resumed by the
 // client. --pretty prints a view for people instead.
 //
 // send, contexts and history do not join the pod: they POST to
-// /pods/NAME/envelopes (SPEC section 6), so nobody sees them join or
-// leave. send sends one envelope (or one per line of standard input with
-// --stdin, paced) and exits 1, printing the error, when the gateway
-// refuses one. contexts prints the pod's contexts as a tree; history
-// prints the pod's history, folded or not, page by page.
+// /pods/NAME/envelopes (docs/protocol.md section 6), so nobody sees them join
+// or leave. send sends one envelope (or one per line of standard input with
+// --stdin, paced) and exits 1, printing the error, when the gateway refuses
+// one. contexts prints the pod's contexts as a tree; history prints the pod's
+// history, folded or not, page by page.
 //
 // Exit status: 0 done, 1 refused by the gateway (an HTTP refusal, a
 // refused envelope or request, or the connection failing for good), 2

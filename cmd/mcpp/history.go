@@ -21,7 +21,8 @@ join or a leave) and prints it oldest first: each page is the newest
 envelopes older than the page before (before=ID), until --limit envelopes
 or the whole history. The history is the pod's envelopes and its
 system/context events as they were relayed, for as long as the gateway
-keeps them (SPEC section 8), seen through the default filter (everything).
+keeps them (docs/protocol.md section 8), seen through the default filter
+(everything).
 
 By default the history is folded, as a participant that joins with
 history= receives it: a concluded context shows only its conclusion-kind
@@ -151,10 +152,7 @@ func runHistory(ctx context.Context, e *env, args []string) error {
 
 // historyPage is the payload of system/history, its envelopes as the
 // gateway wrote them.
-type historyPage struct {
-	Envelopes []json.RawMessage `json:"envelopes"`
-	More      bool              `json:"more"`
-}
+type historyPage = wire.HistoryAnswerOf[json.RawMessage]
 
 // askHistory asks for one page of history.
 func askHistory(ctx context.Context, cf *connFlags, opts client.PublishOptions, q wire.HistoryRequest, timeout time.Duration) (*historyPage, error) {

@@ -170,12 +170,12 @@ Commands:
 tail joins the pod over WebSocket; send, contexts and history do not: they
 POST to /pods/NAME/envelopes, so nobody in the pod sees them join or leave.
 
-The pod's past (SPEC section 8): 'tail --history N|all' prints it before
-the live envelopes, 'tail --resume-file F' picks up after the last envelope
-a previous tail printed (none missing, none twice), and 'history' prints
-it alone. It is folded unless --fold=0: a concluded context shows only its
-conclusion and its system/context event, a consumed transient envelope
-comes collapsed to its summary; --pretty marks both.
+The pod's past (docs/protocol.md section 8): 'tail --history N|all' prints
+it before the live envelopes, 'tail --resume-file F' picks up after the
+last envelope a previous tail printed (none missing, none twice), and
+'history' prints it alone. It is folded unless --fold=0: a concluded
+context shows only its conclusion and its system/context event, a consumed
+transient envelope comes collapsed to its summary; --pretty marks both.
 
 Run 'mcpp COMMAND -h' for a command's flags.
 

@@ -35,7 +35,7 @@ type view struct {
 	// replayed: it comes from the pod's history (a replay after the
 	// welcome, or mcpp history): a collapsed payload is shown as such.
 	replayed bool
-	// folded: that history is folded (SPEC section 8): a concluded
+	// folded: that history is folded (docs/protocol.md section 8): a concluded
 	// context is replayed as its conclusions and its system/context
 	// event, which says how many of its envelopes were left out.
 	folded bool
@@ -218,8 +218,8 @@ func (p *printer) formatView(line []byte, received time.Time, vw view) string {
 	return strings.TrimRight(b.String(), " ")
 }
 
-// collapsed writes the summary of a consumed transient envelope that
-// history replays collapsed (SPEC section 8), and reports whether it was
+// collapsed writes the summary of a consumed transient envelope that history
+// replays collapsed (docs/protocol.md section 8), and reports whether it was
 // one.
 func (p *printer) collapsed(v *viewEnvelope, b *strings.Builder) bool {
 	var lc wire.Lifecycle
@@ -301,7 +301,8 @@ func truncate(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// historySummary says what history follows a welcome (SPEC section 8).
+// historySummary says what history follows a welcome (docs/protocol.md
+// section 8).
 func historySummary(h *wire.HistoryInfo) string {
 	if h == nil {
 		return ""

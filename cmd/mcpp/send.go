@@ -24,11 +24,11 @@ import (
 var sendCommand = command{
 	synopsis: "--pod NAME --kind KIND [--to a,b] [--context JSON|PATH] [--payload JSON|@FILE|-] [--id ID]\n       mcpp send --pod NAME --stdin [--kind KIND] [--to a,b] [--context JSON|PATH] [--rate N]",
 	summary:  "Send one envelope, or one per line of standard input, without joining the pod.",
-	usage: `send does not join the pod: it POSTs to /pods/NAME/envelopes (SPEC section
-6), so nobody in the pod sees a join or a leave, and the gateway answers
-each envelope in its HTTP answer. Each envelope is checked and relayed as
-if the participant had sent it over WebSocket (its own tails with --echo
-get it too).
+	usage: `send does not join the pod: it POSTs to /pods/NAME/envelopes
+(docs/protocol.md section 6), so nobody in the pod sees a join or a leave,
+and the gateway answers each envelope in its HTTP answer. Each envelope is
+checked and relayed as if the participant had sent it over WebSocket (its
+own tails with --echo get it too).
 
 Envelope flags:
   --kind KIND             the envelope's kind (required without --stdin)

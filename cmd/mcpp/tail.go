@@ -25,9 +25,9 @@ var tailCommand = command{
 	summary:  "Join a pod and print every envelope it receives (and its past), one line of JSON each.",
 	usage: `Each envelope goes to standard output as one line of JSON, the bytes the
 gateway sent. system/welcome and system/presence go to standard error
-instead, unless --all. The filter is the gateway's (SPEC section 4): each
-filter flag is passed as the query parameter of the same name, and only
-when given; the client filters nothing itself.
+instead, unless --all. The filter is the gateway's (docs/protocol.md
+section 4): each filter flag is passed as the query parameter of the same
+name, and only when given; the client filters nothing itself.
 
 Filter flags:
   --main=0|1            envelopes without a context (default 1)
@@ -45,7 +45,7 @@ Filter flags:
   --types reasoning; conclusions only --contexts none --conclusions; one
   context --main=0 --contexts none --ids ID.
 
-History flags (SPEC section 8):
+History flags (docs/protocol.md section 8):
   --history N|all       first print the pod's past: the last N envelopes the
                         filter admits (all: all of them), oldest first, then
                         the live ones, none missing and none twice. The past
