@@ -142,9 +142,8 @@ func (c *cluster) onMembersRequest(m *nats.Msg) {
 	}
 	reply := membersReply{Node: c.g.nodeID, Members: []wire.Identity{}}
 	if p := c.g.lookupPod(string(m.Data)); p != nil {
-		for _, r := range p.Members() {
-			reply.Members = append(reply.Members, identityOf(r))
-		}
+		// Its connections and its guests (MCP participants) alike.
+		reply.Members = p.localIdentities()
 	}
 	b, _ := json.Marshal(reply)
 	_ = m.Respond(b)

@@ -51,6 +51,7 @@ type Gateway struct {
 	tempDir string   // the embedded JetStream's own directory, removed at shutdown
 	cluster *cluster // nil when the gateway serves its pods alone
 	metrics *metrics
+	mcp     *mcpEndpoint // /mcp
 
 	// hist is the pods' history (nil when it is off, or until it is open:
 	// histReady is closed then). In a cluster the stream can be made only
@@ -143,6 +144,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		g.cluster = c
 	}
+	g.mcp = newMCPEndpoint(g)
 	// Built here, not in Serve, so that a Shutdown that comes before or
 	// during Serve stops it (Serve then returns at once).
 	g.httpServer = &http.Server{
@@ -235,13 +237,13 @@ func (g *Gateway) awaitHistory(ctx context.Context) error {
 	}
 }
 
-// Handler serves /ws, POST /pods/NAME/envelopes, /healthz, /metrics and
-// the pod viewer at /.
+// Handler serves /ws, POST /pods/NAME/envelopes, the MCP endpoint at
+// /mcp, /healthz, /metrics and the pod viewer at /.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ws", g.serveWS)
 	mux.HandleFunc("/pods/{pod}/envelopes", g.servePublish)
-	mux.Handle("/mcp", g.mcpHandler())
+	mux.Handle("/mcp", g.mcp)
 	mux.HandleFunc("/healthz", g.serveHealth)
 	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
 	mux.Handle("/", viewerHandler())
@@ -480,19 +482,23 @@ func (g *Gateway) historyFirstSeq(pods []*Pod) uint64 {
 // publishes get 503 (a load balancer sees the node leaving, a client gets
 // a reason), and an envelope a participant sends gets a retryable
 // shutting_down while its connection can carry it (docs/protocol.md
-// section 7).
+// section 7). MCP participants leave as the drain begins, so that the
+// others hear of it before their own connections close.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	if !g.accepting.Swap(false) {
 		return nil
 	}
 	g.draining.Store(true)
+	g.mcp.shutdown()
 	// Everything accepted so far is published; let NATS hand it to the
 	// pods' fan-out before the queues are drained.
 	if err := g.nc.FlushWithContext(ctx); err != nil {
 		g.log.Warn("flush before shutdown", "err", err)
 	}
 	for _, p := range g.allPods() {
-		for !p.drained() && ctx.Err() == nil {
+		// A pod removed meanwhile (its last participant left) no longer
+		// reads its log: what it did not see, nobody is waiting for.
+		for !p.drained() && !p.isDead() && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
 	}

@@ -50,11 +50,10 @@ type mcpEndpoint struct {
 	members  map[string]*mcpMember // by bucketKey(pod, id)
 	sessions map[string]*mcpMember // by MCP session id
 	stopping chan struct{}         // closed when the gateway shuts down
-	hookOnce sync.Once
 }
 
-// mcpHandler builds the /mcp handler.
-func (g *Gateway) mcpHandler() http.Handler {
+// newMCPEndpoint builds the /mcp handler.
+func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 	e := &mcpEndpoint{
 		g: g, members: map[string]*mcpMember{}, sessions: map[string]*mcpMember{},
 		stopping: make(chan struct{}),
@@ -102,7 +101,6 @@ const mcpInstructions = `You are a participant of an MCPP pod: a room where agen
 // SDK as the participant's.
 func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g := e.g
-	e.hookOnce.Do(func() { g.httpServer.RegisterOnShutdown(e.shutdown) })
 	if !g.accepting.Load() {
 		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
 		return
@@ -247,10 +245,11 @@ func (e *mcpEndpoint) unbind(sid string) {
 	e.mu.Unlock()
 }
 
-// shutdown ends every member when the gateway closes its listener, at the
-// end of its shutdown, so that reads waiting for envelopes return at once
-// and the participants leave. Until then a draining gateway answers new
-// requests 503 shutting_down.
+// shutdown ends every member when the gateway begins to drain, so that
+// reads waiting for envelopes return at once and the participants leave
+// while the WebSocket participants still hear of it; from then on new
+// requests are answered 503 shutting_down and a tool call of an ended
+// member a protocol error.
 func (e *mcpEndpoint) shutdown() {
 	e.mu.Lock()
 	select {
@@ -264,6 +263,11 @@ func (e *mcpEndpoint) shutdown() {
 	}
 	e.mu.Unlock()
 	for _, m := range all {
-		m.end(endShutdown)
+		select {
+		case <-m.ready:
+			m.end(endShutdown)
+		default:
+			// Still joining: acquire ends it once it has joined.
+		}
 	}
 }

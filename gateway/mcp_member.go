@@ -92,6 +92,13 @@ func (e *mcpEndpoint) acquire(ctx context.Context, pod, id string, caps particip
 				return nil, status, refusal
 			}
 			close(m.ready)
+			select {
+			case <-e.stopping:
+				// The gateway began to drain as it started: shutdown left
+				// it to us (it was not ready then).
+				m.end(endShutdown)
+			default:
+			}
 		}
 		select {
 		case <-m.ready:
@@ -266,10 +273,19 @@ func (m *mcpMember) end(why string) {
 	g.buckets.Release(m.key, timeNow())
 	g.connCount.Add(-1)
 	g.log.Debug("MCP participant left", "pod", m.pod.Name, "participant", m.id, "why", why)
-	for ss := range sessions {
-		e.unbind(ss.ID())
-		_ = ss.Close()
+	closeSessions := func() {
+		for ss := range sessions {
+			e.unbind(ss.ID())
+			_ = ss.Close() // waits for the session's requests under way
+		}
 	}
+	if why == endShutdown {
+		// The drain goes on meanwhile: a request under way (a pod_send
+		// waiting for the pod's log, say) ends on its own.
+		go closeSessions()
+		return
+	}
+	closeSessions()
 }
 
 // forget removes m from the endpoint's members.

@@ -205,6 +205,11 @@ func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToo
 	}
 	q := history.PageQuery{Before: args.Before, After: args.After, Context: args.Context, Limit: args.Limit,
 		Fold: args.Fold == nil || *args.Fold, MaxBytes: 4 * e.g.cfg.MaxMessageBytes}
+	// An unknown before or after is invalid_envelope, before rate_limited,
+	// as for gateway/history.
+	if refusal := m.pod.checkBound(q); refusal != nil {
+		return nil, refuse(refusal)
+	}
 	if err := m.take(); err != nil {
 		return nil, err
 	}

@@ -496,6 +496,13 @@ func (p *Pod) sweep(now time.Time) {
 // come back out of it (and so has been handed to the members).
 func (p *Pod) drained() bool { return p.unseen() == 0 }
 
+// isDead reports whether the pod was removed from the gateway.
+func (p *Pod) isDead() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dead
+}
+
 // guest is a member with no connection: an MCP session (docs/protocol.md
 // section 9). It is present like any member (welcomes, presence, member
 // lists, the pod's participant cap), but the fan-out hands it nothing: it

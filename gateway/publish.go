@@ -23,6 +23,12 @@ import (
 // Each is checked and relayed as if its participant had sent it over
 // WebSocket; nobody hears of a join or a leave, and nothing is delivered
 // back to the request.
+//
+// A web page must not publish into a gateway its visitor can reach (a
+// developer's, in open mode): the Origin is checked as for /ws, and the
+// body must be declared JSON, which a cross-site form cannot do and a
+// cross-site script cannot without a CORS preflight, which the gateway
+// never grants.
 func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -31,6 +37,18 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	if !g.accepting.Load() {
 		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
+		return
+	}
+	if !g.originAllowed(r) {
+		g.refuse(w, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden,
+			"origin %q may not publish (see --allowed-origins)", r.Header.Get("Origin")))
+		return
+	}
+	lines, ok := bodyType(r.Header.Get("Content-Type"))
+	if !ok {
+		g.refuse(w, http.StatusUnsupportedMediaType, envelope.Errorf(wire.CodeInvalidJSON,
+			"Content-Type must be application/json (one envelope) or application/x-ndjson, application/ndjson or application/jsonl (one per line), not %q",
+			r.Header.Get("Content-Type")))
 		return
 	}
 	pod := r.PathValue("pod")
@@ -57,7 +75,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var envs [][]byte
-	if ndjson(r.Header.Get("Content-Type")) {
+	if lines {
 		sc := bufio.NewScanner(bytes.NewReader(body))
 		sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
 		for sc.Scan() {
@@ -102,10 +120,20 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: from.results})
 }
 
-// ndjson reports whether a Content-Type is newline-delimited JSON.
-func ndjson(contentType string) bool {
+// bodyType reads a publish request's Content-Type: ok when it is JSON,
+// lines when it is newline-delimited JSON (one envelope per line).
+func bodyType(contentType string) (lines, ok bool) {
 	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mt == "application/x-ndjson" || mt == "application/ndjson" || mt == "application/jsonl")
+	if err != nil {
+		return false, false
+	}
+	switch mt {
+	case "application/json":
+		return false, true
+	case "application/x-ndjson", "application/ndjson", "application/jsonl":
+		return true, true
+	}
+	return false, false
 }
 
 // authenticate decides who a request is (docs/protocol.md section 1): the

@@ -231,6 +231,22 @@ func (p *Pod) historyPage(q history.PageQuery, f *filter.Filter, self, protocol 
 	return answer, nil
 }
 
+// checkBound refuses a gateway/history query whose before or after names
+// an id the pod's history does not hold (invalid_envelope): a page of no
+// entries finds out at the cost of one lookup, before the request takes
+// its place after rate_limited (docs/protocol.md section 6). With history
+// off any id is fine, and the answer empty.
+func (p *Pod) checkBound(q history.PageQuery) *envelope.Error {
+	if p.index == nil || (q.Before == "" && q.After == "") {
+		return nil
+	}
+	probe := history.PageQuery{Before: q.Before, After: q.After} // Limit 0: stops at the first entry
+	if _, ok := p.index.Page(probe, func(*envelope.Meta) bool { return true }); !ok {
+		return unknownBound(q)
+	}
+	return nil
+}
+
 // unknownBound is the refusal of a gateway/history query whose before or
 // after the pod's history does not hold.
 func unknownBound(q history.PageQuery) *envelope.Error {

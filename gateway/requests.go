@@ -19,7 +19,8 @@ func (in *ingress) request() { in.handleRequest(nil) }
 // handleRequest answers an envelope of a gateway/* kind (docs/protocol.md
 // section 6). rateErr is the sender's rate verdict (nil within its rate).
 // The refusals follow the table of section 5: a payload that does not fit
-// the request (invalid_envelope) comes before rate_limited, and
+// the request (invalid_envelope, an unknown before or after id of
+// gateway/history included) comes before rate_limited, and
 // unknown_request and invalid_filter after it.
 func (in *ingress) handleRequest(rateErr *envelope.Error) {
 	switch in.env.Kind {
@@ -49,6 +50,9 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 		in.reply(wire.KindContexts, wire.ContextsAnswer{Contexts: list})
 	case wire.RequestHistory:
 		q, e := in.historyQuery()
+		if e == nil {
+			e = in.pod.checkBound(q)
+		}
 		if e == nil {
 			e = rateErr
 		}
@@ -238,5 +242,6 @@ func (g *Gateway) limitsPayload() wire.Limits {
 		History:                   c.History,
 		HistoryAgeMS:              c.HistoryAge.Milliseconds(),
 		HistoryBytes:              int64(c.HistoryBytes),
+		MCPSessionTimeoutMS:       c.MCPSessionTimeout.Milliseconds(),
 	}
 }

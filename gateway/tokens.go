@@ -49,13 +49,17 @@ func LoadTokens(path string, warn func(msg string, args ...any)) (*Tokens, error
 	return ParseTokens(data)
 }
 
-// ParseTokens reads the JSON of a token file. Its errors never quote a token.
+// ParseTokens reads the JSON of a token file. Its errors never quote a
+// token. A token may appear once (as token or as token_sha256): two
+// entries of one token would leave which participant it names to the
+// order of the file.
 func ParseTokens(data []byte) (*Tokens, error) {
 	var f tokenFile
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
 	t := &Tokens{}
+	seen := make(map[[sha256.Size]byte]int, len(f.Tokens))
 	for i, e := range f.Tokens {
 		g := Grant{Participant: e.Participant, Capabilities: e.Capabilities, Pods: e.Pods}
 		switch {
@@ -78,6 +82,11 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		if len(g.Pods) == 0 {
 			return nil, fmt.Errorf("token file: entry %d (participant %s) lists no pods", i, g.Participant)
 		}
+		if first, ok := seen[g.hash]; ok {
+			return nil, fmt.Errorf("token file: entry %d (participant %s) repeats the token of entry %d (participant %s)",
+				i, g.Participant, first, f.Tokens[first].Participant)
+		}
+		seen[g.hash] = i
 		if g.Capabilities == nil {
 			g.Capabilities = participant.Capabilities{}
 		}

@@ -896,6 +896,39 @@ func TestHistoryDuplicateIDOrder(t *testing.T) {
 	}
 }
 
+// TestHistoryRequestOrder: gateway/history's refusals follow the table of
+// docs/protocol.md section 5: a payload that does not fit the request
+// (invalid_envelope, an unknown before or after id included) comes before
+// rate_limited, over WebSocket and over POST alike.
+func TestHistoryRequestOrder(t *testing.T) {
+	g := histOn(t, func(c *gateway.Config) { c.Rate, c.Burst = 0.01, 2 })
+	const pod = "hist-request-order"
+	alice := g.dial(t, pod, "alice", "echo=1")
+	start := time.Now()
+	histSendSeen(alice, histChat("o1"), histChat("o2")) // the two tokens
+	for i, tc := range []struct {
+		payload any
+		want    string
+	}{
+		{map[string]any{"before": "nope"}, "invalid_envelope"},
+		{map[string]any{"after": "nope"}, "invalid_envelope"},
+		{map[string]any{"before": "o1", "after": "o2"}, "invalid_envelope"},
+		{map[string]any{"limit": 0}, "invalid_envelope"},
+		{map[string]any{"before": "o2"}, "rate_limited"},
+		{nil, "rate_limited"},
+	} {
+		histAskErr(alice, fmt.Sprintf("q%d", i), tc.payload, tc.want)
+	}
+	res := histPost(t, g, pod, "alice", "application/x-ndjson",
+		`{"id":"p1","kind":"gateway/history","payload":{"after":"nope"}}`+"\n"+`{"id":"p2","kind":"gateway/history","payload":{"after":"o1"}}`+"\n")
+	if len(res) != 2 || res[0]["error"] != "invalid_envelope" || res[1]["error"] != "rate_limited" {
+		t.Errorf("POST: %v, want invalid_envelope then rate_limited", res)
+	}
+	if elapsed := time.Since(start); elapsed >= 90*time.Second {
+		t.Fatalf("the test took %v: a token may have refilled", elapsed)
+	}
+}
+
 // TestHistoryResume: a participant whose connection dropped resumes from
 // the last envelope it saw: everything after it that its filter admits,
 // unfolded and uncollapsed, echo applying, then live ones, no gap and no

@@ -599,6 +599,7 @@ func TestWelcomeListsEveryLimit(t *testing.T) {
 		c.MaxConnections = 420
 		c.MaxPods = 21
 		c.SendQueue = 333
+		c.MCPSessionTimeout = 45 * time.Second
 	})
 	w := g.dial(t, "limits-welcome", "a", "").Welcome
 	limits, _ := w.payload()["limits"].(map[string]any)
@@ -621,6 +622,7 @@ func TestWelcomeListsEveryLimit(t *testing.T) {
 		"max_connections":              420.0,
 		"max_pods":                     21.0,
 		"send_queue":                   333.0,
+		"mcp_session_timeout_ms":       45000.0,
 	}
 	for k, v := range want {
 		got, ok := limits[k]

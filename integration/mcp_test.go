@@ -525,6 +525,48 @@ func TestMCPCluster(t *testing.T) {
 	}
 }
 
+// TestMCPClusterMembers: a node asked for its members of a pod answers
+// with its MCP participants too, so that the first welcome on another
+// node lists them.
+func TestMCPClusterMembers(t *testing.T) {
+	nodes := startCluster(t, 2, "--history", "1000")
+	n1, n2 := nodes[0].gw, nodes[1].gw
+	base2 := strings.TrimSuffix(strings.Replace(n2.WS, "ws://", "http://", 1), "/ws")
+	bob := mcpConnect(t, base2, "mcp-cluster-members", "bob", mcpOpts{version: mcpSessions})
+	mcpOK(t, bob, "pod_participants", nil)
+	// The pod opens on node 1 with this join: node 2 tells it of bob.
+	alice := n1.dial(t, "mcp-cluster-members", "alice", "")
+	if ids := welcomeIDs(alice.Welcome); strings.Join(ids, ",") != "bob" {
+		t.Fatalf("alice's welcome on node 1 lists %v, want bob (an MCP participant on node 2)", ids)
+	}
+}
+
+// TestMCPShutdown: MCP participants leave as the gateway begins to drain,
+// so that the WebSocket participants hear of it before their own
+// connections close with 1001.
+func TestMCPShutdown(t *testing.T) {
+	g := mcpGateway(t, nil)
+	alice := g.dial(t, "mcp-shutdown", "alice", "")
+	bob := mcpConnect(t, g.URL, "mcp-shutdown", "bob", mcpOpts{version: mcpSessions})
+	alice.expectPresence("join", "bob", 5*time.Second)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- g.Shutdown(ctx)
+	}()
+	alice.expectPresence("leave", "bob", 5*time.Second)
+	if code := alice.waitClosed(10 * time.Second); code != websocket.StatusGoingAway {
+		t.Fatalf("alice's connection closed with %v, want 1001", code)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := mcpCallErr(bob, "pod_read", nil); err == nil {
+		t.Fatal("bob's session still answers after the shutdown")
+	}
+}
+
 func envelopeIDs(ms []msg) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/wire"
 )
 
 // The tokens of the security tests: distinctive strings that must never
@@ -241,6 +242,72 @@ func TestSecurityAllowedOrigins(t *testing.T) {
 	// Still serving.
 	a := g.dial(t, "sec-origin", "after", "")
 	a.send(map[string]any{"kind": "chat"})
+}
+
+// TestSecurityPublishCrossSite: POST /pods/NAME/envelopes takes JSON only
+// (application/json, or newline-delimited JSON): a form post from a web
+// page, or a post without a Content-Type, is 415 invalid_json; and a
+// request from a foreign browser origin is 403 forbidden, as an upgrade
+// is. A page therefore cannot publish into a developer's gateway in open
+// mode. Nothing refused is relayed.
+func TestSecurityPublishCrossSite(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, nil)
+	const pod = "sec-publish"
+	watcher := g.dial(t, pod, "watcher", "")
+	post := func(contentType, origin, id string) (int, wire.Refusal) {
+		t.Helper()
+		u := g.URL + wire.PublishPath(pod) + "?participant=page"
+		req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(`{"id":"`+id+`","kind":"chat","payload":{}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var r wire.Refusal
+		if resp.StatusCode != http.StatusOK && json.Unmarshal(b, &r) != nil {
+			t.Errorf("%s from %q: HTTP %d with body %q, not a JSON refusal", contentType, origin, resp.StatusCode, b)
+		}
+		return resp.StatusCode, r
+	}
+	for i, ct := range []string{"", "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
+		"multipart/form-data; boundary=x", "application/javascript", "json"} {
+		status, r := post(ct, "", fmt.Sprintf("ct-%d", i))
+		if status != http.StatusUnsupportedMediaType || r.Code != wire.CodeInvalidJSON || !strings.Contains(r.Message, "application/json") {
+			t.Errorf("Content-Type %q: HTTP %d %+v, want 415 invalid_json naming the types taken", ct, status, r)
+		}
+	}
+	own := g.URL // the gateway's own origin
+	for i, origin := range []string{"https://evil.example.net", "null", "http://localhost"} {
+		status, r := post("application/json", origin, fmt.Sprintf("origin-%d", i))
+		if status != http.StatusForbidden || r.Code != wire.CodeForbidden {
+			t.Errorf("Origin %q: HTTP %d %+v, want 403 forbidden", origin, status, r)
+		}
+	}
+	// JSON without an Origin (a tool), or from the gateway's own page, is
+	// published.
+	for i, tc := range []struct{ ct, origin string }{
+		{"application/json", ""}, {"application/json; charset=utf-8", ""}, {"application/x-ndjson", ""}, {"application/json", own},
+	} {
+		id := fmt.Sprintf("ok-%d", i)
+		if status, r := post(tc.ct, tc.origin, id); status != http.StatusOK {
+			t.Fatalf("%s from %q: HTTP %d %+v", tc.ct, tc.origin, status, r)
+		}
+		if m := watcher.nextNonPresence(5 * time.Second); m == nil || m.str("id") != id {
+			t.Fatalf("the watcher got %v, want %s", m, id)
+		}
+	}
+	watcher.expectNothing(300 * time.Millisecond)
 }
 
 // secRawRequest writes an HTTP request by hand (concurrently, since the
