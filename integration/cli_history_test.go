@@ -18,7 +18,8 @@ import (
 
 // The tests of the CLI and the pod's history (docs/protocol.md section 8):
 // mcpp tail --history, --resume-file (across a restart of the tail and of the
-// gateway), and mcpp history.
+// gateway), and mcpp history. Each chooses history on itself (histOn), so
+// that they pass whatever MCPP_TEST_HISTORY says.
 
 // cliSendLines sends each line (a whole envelope) with mcpp send --stdin
 // as participant from.
@@ -65,7 +66,7 @@ func (p *cliProc) kill() {
 // keeps (not an ephemeral one).
 func TestCLITailResumeFile(t *testing.T) {
 	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	g := histOn(t, nil)
 	gw := cliGateway(g)
 	rf := filepath.Join(t.TempDir(), "tail.id")
 	args := []string{"tail", "--gateway", gw, "--pod", "lab", "--participant", "watcher", "--resume-file", rf}
@@ -285,7 +286,7 @@ func historyIDs(t *testing.T, r cliResult) string {
 // collapsed envelopes shown as such. It does not join the pod.
 func TestCLIHistory(t *testing.T) {
 	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	g := histOn(t, nil)
 	gw := cliGateway(g)
 	obs := g.dial(t, "hist", "observer", "")
 	historyPod(t, bin, gw, "hist")
@@ -386,7 +387,7 @@ func TestCLIHistory(t *testing.T) {
 // --max-message-bytes) is read page by page, oldest first, none twice.
 func TestCLIHistoryPages(t *testing.T) {
 	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, func(c *gateway.Config) { c.MaxMessageBytes = 1024 })
+	g := histOn(t, func(c *gateway.Config) { c.MaxMessageBytes = 1024 })
 	gw := cliGateway(g)
 	var lines, want []string
 	pad := strings.Repeat("x", 150)
@@ -432,7 +433,7 @@ func TestCLIHistoryPages(t *testing.T) {
 // event saying how many envelopes were left out; then live envelopes.
 func TestCLITailHistoryPretty(t *testing.T) {
 	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	g := histOn(t, nil)
 	gw := cliGateway(g)
 	cliSendLines(t, bin, gw, "lab", "alice",
 		`{"id":"m-1","kind":"chat","payload":{"text":"before"}}`,
