@@ -163,6 +163,7 @@ func (p *Pod) onFrame(seq uint64, at int64, frame []byte) {
 func (p *Pod) seenOne(size int64) {
 	p.seen.Add(1)
 	p.backlog.Add(-size)
+	p.gw.flight.release(size)
 	if p.throttled.Load() > 0 {
 		p.wakeThrottled()
 	}

@@ -62,6 +62,9 @@ type Gateway struct {
 	// frameSeq numbers the frames this node puts into pods' logs
 	// (envelope.Meta.Seq).
 	frameSeq atomic.Uint64
+	// flight bounds the bytes of envelopes in the history stream not yet
+	// seen back, all pods together.
+	flight flight
 
 	shards [podShards]podShard
 	// buckets are the participants' rate buckets, by pod and id: they
@@ -97,6 +100,10 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	for _, k := range splitComma(cfg.ConclusionKinds) {
 		g.conclusionKinds[k] = true
+	}
+	if cfg.historyOn() {
+		// Half the history, shared by the nodes that write into it.
+		g.flight.budget = int64(cfg.HistoryBytes) / int64(2*clusterSize(&cfg))
 	}
 	for i := range g.shards {
 		g.shards[i].pods = make(map[string]*Pod)
@@ -351,12 +358,19 @@ func (g *Gateway) lookupPod(name string) *Pod {
 }
 
 // maybeRemovePod forgets a pod with no member, no pending join and no
-// context, so memory follows the pods in use.
+// context, so memory follows the pods in use; one that has frames of this
+// node in flight in its log goes once they are back (removeWhenDrained).
 func (g *Gateway) maybeRemovePod(p *Pod) {
 	s := g.shard(p.Name)
 	s.mu.Lock()
 	p.mu.Lock()
 	remove := !p.dead && p.idle() && s.pods[p.Name] == p
+	if _, stream := p.log.(*streamLog); remove && stream && !p.drained() {
+		remove = false
+		if p.awaitingDrain.CompareAndSwap(false, true) {
+			go p.removeWhenDrained()
+		}
+	}
 	if remove {
 		p.dead = true
 		delete(s.pods, p.Name)

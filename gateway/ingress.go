@@ -122,6 +122,11 @@ func (in *ingress) handle(typ websocket.MessageType, data []byte) {
 		in.refuse(envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down; the envelope was not accepted: send it again to another gateway or later"), e.ID)
 		return
 	}
+	// Over the node's share of the history in flight, the sender waits
+	// here, before anything of its envelope is taken.
+	if n := g.flight.acquire(int64(len(data))); n != 0 {
+		defer g.flight.release(n)
+	}
 	now := timeNow()
 	// Every message takes a token, refused ones too, so that a flood of
 	// bad input is limited like any other; the refusal reported is still

@@ -218,16 +218,18 @@ func (l *streamLog) publishEvent(frame []byte, id string) {
 
 // seen is called by the fan-out with each of this node's frames that came
 // back from the stream: it and the ones before it are no longer pending.
-// One before it that is still pending was lost (the stream took a later
-// one but not it), which the republishing can no longer put in order.
+// One before it that is still pending did not come back in its place: the
+// stream discarded it before this node's follower read it, or never took
+// it while it took later ones. It is republished with a new number, so
+// that it is delivered late rather than lost.
 func (l *streamLog) seen(seq uint64) {
 	l.pubMu.Lock()
 	defer l.pubMu.Unlock()
 	n := 0
+	var late []pendingFrame
 	for n < len(l.pending) && l.pending[n].seq <= seq {
 		if l.pending[n].seq < seq {
-			l.g.metrics.historyLost.Inc()
-			l.g.log.Error("a frame the history stream never took is lost", "subject", l.subject, "seq", l.pending[n].seq)
+			late = append(late, l.pending[n])
 		}
 		n++
 	}
@@ -237,6 +239,44 @@ func (l *streamLog) seen(seq uint64) {
 		if len(l.pending) == 0 {
 			l.pending = nil // give the array back
 		}
+	}
+	for _, pf := range late {
+		l.republishLate(pf)
+	}
+}
+
+// republishLate publishes again, as this node's newest, a frame that did
+// not come back in its place. Call it with pubMu held.
+func (l *streamLog) republishLate(pf pendingFrame) {
+	var m envelope.Meta
+	body, err := envelope.DecodeFrame(pf.frame, &m)
+	if err != nil {
+		return // the node's own frame: cannot happen
+	}
+	old := m.Seq
+	m.Seq = l.g.frameSeq.Add(1)
+	l.g.metrics.historyLate.Inc()
+	l.g.log.Warn("a frame did not come back from the history stream in its place; republished, to be delivered late",
+		"subject", l.subject, "seq", old, "now", m.Seq)
+	next := pendingFrame{seq: m.Seq, at: time.Now(), frame: envelope.AppendFrame(nil, &m, body)}
+	if pf.marker != nil {
+		marker := m
+		marker.Flags |= envelope.FlagMarker
+		marker.Protocol = envelope.Span{}
+		next.marker = envelope.AppendFrame(nil, &marker, nil)
+		l.mu.Lock()
+		delete(l.bodies, liveKey{l.g.nodeID, old})
+		l.mu.Unlock()
+		l.keep(liveKey{l.g.nodeID, m.Seq}, next.frame)
+	}
+	l.pending = append(l.pending, next)
+	if l.holding {
+		return
+	}
+	if next.marker != nil {
+		l.sendLive(next)
+	} else {
+		l.send(l.subject, next.frame)
 	}
 }
 

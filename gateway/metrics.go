@@ -19,7 +19,7 @@ type metrics struct {
 	cuts         *prometheus.CounterVec
 	conclusions  *prometheus.CounterVec
 	historyHolds prometheus.Counter
-	historyLost  prometheus.Counter
+	historyLate  prometheus.Counter
 }
 
 func newMetrics(activeContexts func() float64, historyState func() (entries, bytes float64)) *metrics {
@@ -45,11 +45,11 @@ func newMetrics(activeContexts func() float64, historyState func() (entries, byt
 			Name: "mcpp_context_conclusions_total", Help: "Contexts concluded, by reason."}, []string{"reason"}),
 		historyHolds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpp_history_holds_total", Help: "Times a pod's frames stayed unseen for 1s and were held, then republished, until the history stream answered again."}),
-		historyLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcpp_history_lost_total", Help: "Frames the history stream never took while it took later ones of the same pod and node (lost)."}),
+		historyLate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_history_late_total", Help: "Frames of this node that did not come back from the history stream in their place (discarded before they were read, or never taken while later ones were), republished to be delivered late rather than lost."}),
 	}
 	m.registry.MustRegister(m.connections, m.pods, m.envelopesIn, m.deliveries, m.writes,
-		m.errors, m.refusals, m.cuts, m.conclusions, m.historyHolds, m.historyLost,
+		m.errors, m.refusals, m.cuts, m.conclusions, m.historyHolds, m.historyLate,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpp_contexts_active", Help: "Active contexts in all pods."}, activeContexts),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -83,6 +83,8 @@ type Pod struct {
 	// has delivered them.
 	backlog   atomic.Int64
 	throttled atomic.Int32 // senders waiting in throttle
+	// awaitingDrain is set while removeWhenDrained waits to remove the pod.
+	awaitingDrain atomic.Bool
 	backlogMu sync.Mutex
 	drainedCh chan struct{} // closed when the fan-out has made progress
 
@@ -189,13 +191,9 @@ func (p *Pod) publish(m *envelope.Meta, body, buf []byte) []byte {
 		return buf
 	}
 	p.backlog.Add(int64(len(body)))
+	p.gw.flight.add(int64(len(body)))
 	return p.log.publish(m, body, buf)
 }
-
-// backlogStall is how long a sender waits for the pod's log to take its
-// backlog before the gateway decides the frames were lost (the stream was
-// unavailable) and stops counting them.
-const backlogStall = 5 * time.Second
 
 // maxBacklog bounds the bytes a node has in a pod's log unseen.
 func (g *Gateway) maxBacklog() int64 { return max(8<<20, 4*int64(g.cfg.MaxMessageBytes)) }
@@ -227,15 +225,16 @@ func (p *Pod) unseen() uint64 {
 }
 
 // throttle waits while the pod's backlog is over its bounds: the sender's
-// reader pauses, and TCP slows the sender down.
+// reader pauses, and TCP slows the sender down. The wait has no end but
+// the frames': the node keeps every frame of its own until it comes back
+// from the stream, and publishes it again until it does (streamLog.check),
+// so a sender waits for as long as the stream is unavailable.
 func (p *Pod) throttle() {
 	if !p.overBacklog() {
 		return
 	}
 	p.throttled.Add(1)
 	defer p.throttled.Add(-1)
-	timer := time.NewTimer(backlogStall)
-	defer timer.Stop()
 	for {
 		p.backlogMu.Lock()
 		if p.drainedCh == nil {
@@ -243,29 +242,10 @@ func (p *Pod) throttle() {
 		}
 		ch := p.drainedCh
 		p.backlogMu.Unlock()
-		seen := p.seen.Load()
-		if !p.overBacklog() {
+		if !p.overBacklog() || p.isDead() {
 			return
 		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			if l, ok := p.log.(*streamLog); ok && l.isHolding() {
-				// The stream is failing over: the frames are kept, and
-				// go out again once it answers.
-				timer.Reset(backlogStall)
-				continue
-			}
-			if p.seen.Load() == seen {
-				// Nothing came back for a while: what is unseen was lost
-				// (the stream was unavailable), and is not waited for.
-				left := p.backlog.Swap(0)
-				p.seen.Store(p.published.Load())
-				p.gw.log.Error("the pod's log delivers nothing; its backlog is given up", "pod", p.Name, "bytes", left)
-				return
-			}
-			timer.Reset(backlogStall)
-		}
+		<-ch
 	}
 }
 
@@ -480,9 +460,34 @@ func (p *Pod) idle() bool {
 	return len(p.members) == 0 && len(p.guests) == 0 && p.pending == 0 && p.Registry.Empty()
 }
 
+// removeWhenDrained removes the pod, if it is still idle, once every frame
+// this node put into its log has come back: until then the node may have
+// to publish one again (streamLog.check), and a pod removed would not.
+func (p *Pod) removeWhenDrained() {
+	p.throttled.Add(1) // woken as a throttled sender is
+	defer p.throttled.Add(-1)
+	for {
+		p.backlogMu.Lock()
+		if p.drainedCh == nil {
+			p.drainedCh = make(chan struct{})
+		}
+		ch := p.drainedCh
+		p.backlogMu.Unlock()
+		if p.drained() || p.isDead() {
+			break
+		}
+		<-ch
+	}
+	p.awaitingDrain.Store(false)
+	p.gw.maybeRemovePod(p)
+}
+
 func (p *Pod) close() {
 	p.Registry.Close()
 	p.log.close()
+	// Nothing of the pod comes back any more.
+	p.gw.flight.release(p.backlog.Swap(0))
+	p.wakeThrottled()
 }
 
 // sweep forgets live bodies whose markers never came.

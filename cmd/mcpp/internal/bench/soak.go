@@ -408,7 +408,7 @@ func (b *bencher) soakReport(fresh, start, end soakSample, t *tally, plan soakPl
 	fmt.Fprintf(b.out, "  context conclusions: %s\n", formatCounts(m.byLabel("mcpp_context_conclusions_total", "reason"), "none"))
 	fmt.Fprintf(b.out, "  refusals (system/error): %s\n", formatCounts(m.byLabel("mcpp_errors_total", "code"), "none"))
 	fmt.Fprintf(b.out, "  upgrade refusals: %s\n", formatCounts(m.byLabel("mcpp_upgrade_refusals_total", "code"), "none"))
-	fmt.Fprintf(b.out, "  history holds %.0f, lost %.0f\n", m.get("mcpp_history_holds_total"), m.get("mcpp_history_lost_total"))
+	fmt.Fprintf(b.out, "  history holds %.0f, republished late %.0f\n", m.get("mcpp_history_holds_total"), m.get("mcpp_history_late_total"))
 	fmt.Fprintf(b.out, "\n# what the traffic did (client side)\n")
 	t.report(b.out)
 }

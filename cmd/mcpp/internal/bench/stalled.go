@@ -506,8 +506,8 @@ func (b *bencher) stalled(ctx context.Context, l stalledLoad) error {
 	fmt.Fprintf(b.out, "peak above the start per stalled reader: %s\n", bytesString((top-rss0)/int64(l.Pods)))
 	hist := "no history metric (this gateway keeps none)"
 	if v, ok := m.sum("mcpp_history_bytes"); ok {
-		hist = fmt.Sprintf("history holds %s in %.0f entries (frames held %.0f times, lost %.0f)", bytesString(int64(v)),
-			m.get("mcpp_history_entries"), m.get("mcpp_history_holds_total"), m.get("mcpp_history_lost_total"))
+		hist = fmt.Sprintf("history holds %s in %.0f entries (frames held %.0f times, republished late %.0f)", bytesString(int64(v)),
+			m.get("mcpp_history_entries"), m.get("mcpp_history_holds_total"), m.get("mcpp_history_late_total"))
 	}
 	fmt.Fprintf(b.out, "at the end: heap in use %s, %s, %.0f connections\n",
 		bytesString(int64(m.get("go_memstats_heap_inuse_bytes"))), hist, m.get("mcpp_connections"))
