@@ -85,8 +85,8 @@ type Pod struct {
 	throttled atomic.Int32 // senders waiting in throttle
 	// awaitingDrain is set while removeWhenDrained waits to remove the pod.
 	awaitingDrain atomic.Bool
-	backlogMu sync.Mutex
-	drainedCh chan struct{} // closed when the fan-out has made progress
+	backlogMu     sync.Mutex
+	drainedCh     chan struct{} // closed when the fan-out has made progress
 
 	// eventBuf is reused under the registry's lock.
 	eventBuf []byte
