@@ -15,22 +15,38 @@ import (
 // inbox, the next burst takes them all, every frame of a burst is queued
 // for the members that take it without waking their writers, and at the
 // end of the burst each member touched is flushed once, so that its
-// writer sends the whole burst in one write. Nothing waits on a timer: a
-// lone frame is a burst of one.
+// writer sends the whole burst in one write.
+//
+// A burst ends where the log says nothing more is on its way: the stream
+// tells its follower how many more frames it holds for it, as a read of
+// nats-server ends where the bytes it read end. While more are coming the
+// fan-out goes on queueing (up to maxUnflushed frames) and flushes when
+// the last of them has been handled. Nothing waits on a timer: a lone
+// frame is a burst of one. (One timer, flushGrace, only covers a log that
+// said more was coming and then sent nothing, a follower that failed.)
+
+// maxUnflushed bounds the frames a burst queues before it flushes, and so
+// the latency a long burst adds to its first frames.
+const maxUnflushed = 256
+
+// flushGrace is how long queued frames wait for the frame the log said was
+// coming before they are flushed without it.
+const flushGrace = 2 * time.Millisecond
 
 // inFrame is a frame of the pod's log waiting in the inbox.
 type inFrame struct {
 	seq   uint64
 	at    int64
 	frame []byte
+	more  bool
 }
 
 // receive takes a frame from the pod's log (in the log's order: the pod's
 // subject calls it on one goroutine per subscription, the history stream
 // on one per follower) and has the fan-out handle it.
-func (p *Pod) receive(seq uint64, at int64, frame []byte) {
+func (p *Pod) receive(seq uint64, at int64, frame []byte, more bool) {
 	p.inMu.Lock()
-	p.inbox = append(p.inbox, inFrame{seq, at, frame})
+	p.inbox = append(p.inbox, inFrame{seq, at, frame, more})
 	start := !p.inRun
 	p.inRun = true
 	p.inMu.Unlock()
@@ -43,12 +59,16 @@ func (p *Pod) receive(seq uint64, at int64, frame []byte) {
 // pod holds no goroutine.
 func (p *Pod) fanOut() {
 	var burst []inFrame
+	unflushed := false
 	for {
 		p.inMu.Lock()
 		burst, p.inbox = p.inbox, burst[:0]
 		if len(burst) == 0 {
 			p.inRun = false
 			p.inMu.Unlock()
+			if unflushed {
+				p.flushLater()
+			}
 			return
 		}
 		p.inMu.Unlock()
@@ -56,13 +76,35 @@ func (p *Pod) fanOut() {
 		for i := range burst {
 			p.onFrame(burst[i].seq, burst[i].at, burst[i].frame)
 		}
-		p.flushTouched()
+		p.unflushed += len(burst)
+		if !burst[len(burst)-1].more || p.unflushed >= maxUnflushed {
+			p.flushTouched()
+		}
+		unflushed = len(p.touched) > 0
 		p.fanMu.Unlock()
 		clear(burst)
 		if cap(burst) > 4096 {
 			burst = nil // give a large burst's slice back
 		}
 	}
+}
+
+// flushLater flushes what the last burst queued if no frame comes within
+// flushGrace to carry on the burst.
+func (p *Pod) flushLater() {
+	p.fanMu.Lock()
+	defer p.fanMu.Unlock()
+	if p.graceTimer == nil {
+		p.graceTimer = time.AfterFunc(flushGrace, func() {
+			p.fanMu.Lock()
+			defer p.fanMu.Unlock()
+			if len(p.touched) > 0 {
+				p.flushTouched()
+			}
+		})
+		return
+	}
+	p.graceTimer.Reset(flushGrace)
 }
 
 // flushTouched wakes the writer of every member the burst queued
@@ -74,6 +116,7 @@ func (p *Pod) flushTouched() {
 	clear(p.touched)
 	p.touched = p.touched[:0]
 	p.burst++
+	p.unflushed = 0
 }
 
 // onFrame handles one frame of the pod's log, with fanMu held. seq and at

@@ -31,9 +31,12 @@ type podLog interface {
 	// publish it.
 	publishEvent(frame []byte, id string)
 	// follow hands fn every frame of the pod, in order, from the oldest
-	// its history holds (seq and at are 0 without history). The frames up
-	// to upTo are the pod's past (0: it has none).
-	follow(fn func(seq uint64, at int64, frame []byte)) (upTo uint64, err error)
+	// its history holds (seq and at are 0 without history). more tells
+	// that another frame is already on its way (the stream holds more for
+	// this follower, or the subscription has more queued): the fan-out
+	// then waits for it before it flushes. The frames up to upTo are the
+	// pod's past (0: it has none).
+	follow(fn func(seq uint64, at int64, frame []byte, more bool)) (upTo uint64, err error)
 	close()
 }
 
@@ -59,8 +62,11 @@ func (l *coreLog) publishLive(m *envelope.Meta, body []byte) {
 
 func (l *coreLog) publishEvent(frame []byte, _ string) { l.g.publish(l.subject, frame) }
 
-func (l *coreLog) follow(fn func(seq uint64, at int64, frame []byte)) (uint64, error) {
-	sub, err := l.g.nc.Subscribe(l.subject, func(m *nats.Msg) { fn(0, 0, m.Data) })
+func (l *coreLog) follow(fn func(seq uint64, at int64, frame []byte, more bool)) (uint64, error) {
+	sub, err := l.g.nc.Subscribe(l.subject, func(m *nats.Msg) {
+		queued, _, _ := m.Sub.Pending()
+		fn(0, 0, m.Data, queued > 0)
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -352,7 +358,7 @@ func (l *streamLog) recover() {
 	}
 }
 
-func (l *streamLog) follow(fn func(seq uint64, at int64, frame []byte)) (uint64, error) {
+func (l *streamLog) follow(fn func(seq uint64, at int64, frame []byte, more bool)) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// The live subject first: a live frame whose marker comes after upTo
@@ -372,7 +378,7 @@ func (l *streamLog) follow(fn func(seq uint64, at int64, frame []byte)) (uint64,
 		return 0, err
 	}
 	var scratch envelope.Meta
-	f, err := l.store.Follow(ctx, []string{l.subject, l.marker}, 0, func(m history.Msg, _ uint64) {
+	f, err := l.store.Follow(ctx, []string{l.subject, l.marker}, 0, func(m history.Msg, pending uint64) {
 		frame := m.Data
 		if len(frame) > 2 && frame[2]&envelope.FlagMarker != 0 {
 			if _, err := envelope.DecodeFrame(frame, &scratch); err == nil {
@@ -381,7 +387,7 @@ func (l *streamLog) follow(fn func(seq uint64, at int64, frame []byte)) (uint64,
 				}
 			}
 		}
-		fn(m.Seq, m.Time, frame)
+		fn(m.Seq, m.Time, frame, pending > 0)
 	}, func(err error) {
 		l.g.log.Warn("following the pod's history", "subject", l.subject, "err", err)
 	})

@@ -50,6 +50,11 @@ type Pod struct {
 	// new participant's mark being 0. Under fanMu.
 	touched []*participant.Participant
 	burst   uint64
+	// unflushed counts the frames handled since the last flush, and
+	// graceTimer flushes them when the log said more was coming and
+	// nothing came (fanOut). Under fanMu.
+	unflushed  int
+	graceTimer *time.Timer
 	// delivered is, with history, the last frame number (Meta.Seq) the
 	// fan-out handled of each origin node: a frame republished after the
 	// stream failed over, which the stream had stored after all, comes
@@ -482,12 +487,49 @@ func (p *Pod) removeWhenDrained() {
 	p.gw.maybeRemovePod(p)
 }
 
+// answerWait bounds how long an answer waits for this node's frames to
+// come back out of the pod's log (awaitSeen).
+const answerWait = time.Second
+
+// awaitSeen waits, at most d, until the first n frames this node put into
+// the pod's log have come back out of it and are in the members' queues.
+func (p *Pod) awaitSeen(n uint64, d time.Duration) {
+	if p.seen.Load() >= n {
+		return
+	}
+	p.throttled.Add(1) // woken as a throttled sender is
+	defer p.throttled.Add(-1)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		p.backlogMu.Lock()
+		if p.drainedCh == nil {
+			p.drainedCh = make(chan struct{})
+		}
+		ch := p.drainedCh
+		p.backlogMu.Unlock()
+		if p.seen.Load() >= n || p.isDead() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
 func (p *Pod) close() {
 	p.Registry.Close()
 	p.log.close()
 	// Nothing of the pod comes back any more.
 	p.gw.flight.release(p.backlog.Swap(0))
 	p.wakeThrottled()
+	p.fanMu.Lock()
+	if p.graceTimer != nil {
+		p.graceTimer.Stop()
+	}
+	p.fanMu.Unlock()
 }
 
 // sweep forgets live bodies whose markers never came.
