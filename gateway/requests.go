@@ -47,6 +47,14 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 		if list == nil {
 			list = []wire.ContextInfo{}
 		}
+		if in.from.conn != nil {
+			// The registry counts this node's envelopes as they are
+			// accepted, before the log hands them out: the answer waits
+			// for them, so that a client that adds the envelopes it
+			// receives after the answer to the answer's counts (the
+			// viewer) does not count one twice.
+			in.pod.awaitSeen(in.pod.published.Load(), answerWait)
+		}
 		in.reply(wire.KindContexts, wire.ContextsAnswer{Contexts: list})
 	case wire.RequestHistory:
 		q, e := in.historyQuery()

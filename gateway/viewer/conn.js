@@ -1,6 +1,6 @@
 // The viewer's connection to the gateway: one WebSocket at a time, joined
 // as an ordinary participant, reconnected with backoff and resumed from
-// the last envelope that history keeps (SPEC section 8).
+// the last envelope that history keeps (docs/protocol.md section 8).
 
 import { utf8Length } from './util.js';
 
@@ -10,7 +10,7 @@ export const HISTORY = 200;
 const BACKOFF_FIRST_MS = 500;
 const BACKOFF_MAX_MS = 15000;
 
-// Refusals that trying again cannot cure (SPEC section 1).
+// Refusals that trying again cannot cure (docs/protocol.md section 1).
 const FINAL = new Set([400, 401, 403]);
 
 export class Connection {

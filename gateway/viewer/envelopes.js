@@ -1,5 +1,5 @@
 // The envelopes of the selected context (or of the main context): those
-// received, and older ones paged in through gateway/history (SPEC 6).
+// received, and older ones paged in through gateway/history (docs/protocol.md section 6).
 // Rows are appended once a frame; nothing from an envelope is parsed as
 // HTML.
 
@@ -335,7 +335,7 @@ export class EnvelopeView {
     }
     e.info.replaceChildren(frag);
 
-    // A folded context: history replayed only its conclusion (SPEC 8).
+    // A folded context: history replayed only its conclusion (docs/protocol.md section 8).
     let note = '';
     let canUnfold = false;
     if (c !== null && c.known && !this.unfolded && c.held < c.messages) {

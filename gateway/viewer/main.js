@@ -1,4 +1,4 @@
-// The pod viewer (SPEC section 10): a form (or a link, /?pod=NAME) joins a
+// The pod viewer (docs/protocol.md section 10): a form (or a link, /?pod=NAME) joins a
 // pod as an ordinary participant; the page then shows the participants,
 // the context tree and the envelopes of the selected context, live.
 
@@ -216,7 +216,7 @@ class Session {
     clearTimeout(this.replayTimer);
     this.replayLeft = 0;
     this.model.live = true;
-    // SPEC 6: also the contexts whose envelopes are not in the history.
+    // docs/protocol.md section 6: also the contexts whose envelopes are not in the history.
     const id = requestID();
     this.contextsReq = id;
     this.conn.send({ kind: 'gateway/contexts', id, payload: { state: 'all', limit: 20000 } });

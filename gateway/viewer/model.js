@@ -6,7 +6,7 @@ import { Deque, parseTime } from './util.js';
 // At most this many envelopes stay in memory; the oldest go first.
 export const MAX_RECORDS = 50000;
 
-// Gateway messages that history never keeps (SPEC section 8): welcomes,
+// Gateway messages that history never keeps (docs/protocol.md section 8): welcomes,
 // presence, errors and the answers to requests. system/context events are
 // kept.
 const NOT_KEPT = new Set([
@@ -27,7 +27,7 @@ export function keptByHistory(env) {
 
 const PATH = /^[A-Za-z0-9_-]+(\/[A-Za-z0-9_-]+)*$/;
 
-// contextRef reads an envelope's context (SPEC section 3), object or path,
+// contextRef reads an envelope's context (docs/protocol.md section 3), object or path,
 // as {id, type, parent, path}; null for the main context.
 export function contextRef(env) {
   const c = env.context;
@@ -246,7 +246,7 @@ export class Model {
       rec.ctx = c;
       const at = parseTime(env.ts) ?? Date.now();
       // An envelope that names a concluded context opens a new one with
-      // the same id (SPEC section 3).
+      // the same id (docs/protocol.md section 3).
       if (c.state === 'concluded') this.reopen(c);
       if (!c.known || c.state === null) {
         this.markKnown(c);
@@ -313,7 +313,7 @@ export class Model {
     this.touch(c);
   }
 
-  // applySnapshot takes the gateway/contexts answer (SPEC section 6): it
+  // applySnapshot takes the gateway/contexts answer (docs/protocol.md section 6): it
   // adds the contexts whose envelopes are not in the replayed history and
   // sets every context's counts to the registry's.
   applySnapshot(list) {
