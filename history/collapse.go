@@ -7,7 +7,7 @@ import (
 )
 
 // Collapse returns a consumed transient envelope as history replays it
-// (SPEC section 8): its payload replaced by {"collapsed": true, "summary":
+// (docs/protocol.md section 8): its payload replaced by {"collapsed": true, "summary":
 // SUMMARY, "consumed_by": ID}, every other byte as relayed. The summary is
 // the envelope's own lifecycle.summary token, copied as it was sent.
 func Collapse(body []byte, consumedBy string) []byte {

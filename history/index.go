@@ -29,8 +29,8 @@ type Entry struct {
 // that names the id after that starts another.
 type incarnation struct{ concluded bool }
 
-// Folded reports whether replay leaves the entry out when it folds (SPEC
-// section 8): its context has concluded, and it is neither one of the
+// Folded reports whether replay leaves the entry out when it folds
+// (docs/protocol.md section 8): its context has concluded, and it is neither one of the
 // context's conclusion-kind envelopes nor its event.
 func (e *Entry) Folded() bool {
 	return e.inc != nil && e.inc.concluded && !e.Meta.Conclusion()

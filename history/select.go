@@ -6,8 +6,8 @@ import (
 	"github.com/mcpp/gateway/envelope"
 )
 
-// Admit decides whether an entry is for the reader (its filter, SPEC
-// sections 4 and 8).
+// Admit decides whether an entry is for the reader (its filter,
+// docs/protocol.md sections 4 and 8).
 type Admit func(m *envelope.Meta) bool
 
 // Selected is one entry a replay sends.
@@ -47,7 +47,7 @@ func (s *Selection) Seqs() []uint64 {
 
 // Newest selects the last n entries that admit passes (n <= 0: all of
 // them), folded and collapsed when fold is set: a joiner's history=N
-// (SPEC section 8).
+// (docs/protocol.md section 8).
 func (x *Index) Newest(n int, fold bool, admit Admit) Selection {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -87,7 +87,7 @@ func (x *Index) Newest(n int, fold bool, admit Admit) Selection {
 }
 
 // After selects every entry after the entry or live frame id that admit
-// passes, whole: a resume (SPEC section 8). found is false when id is not
+// passes, whole: a resume (docs/protocol.md section 8). found is false when id is not
 // in the history (expired, or never there).
 func (x *Index) After(id string, admit Admit) (s Selection, found bool) {
 	x.mu.Lock()
@@ -132,7 +132,7 @@ func (x *Index) Since(after uint64, limit int, fold bool, admit Admit) Selection
 	return s
 }
 
-// PageQuery is a gateway/history request (SPEC section 6).
+// PageQuery is a gateway/history request (docs/protocol.md section 6).
 type PageQuery struct {
 	Before, After string // envelope ids; at most one
 	Context       string // keep this context and its descendants

@@ -13,7 +13,7 @@ import (
 // StreamName is the JetStream stream that holds every pod's history.
 const StreamName = "MCPP_HISTORY"
 
-// Config is what bounds the history (SPEC section 8) and where it lives.
+// Config is what bounds the history (docs/protocol.md section 8) and where it lives.
 type Config struct {
 	// Subjects the stream captures: every pod's subject.
 	Subjects []string

@@ -213,3 +213,24 @@ func TestRunNATS(t *testing.T) {
 		t.Errorf("%d subscribers cut, %d messages dropped", r.Cut, r.Dropped)
 	}
 }
+
+func TestPacerAtARate(t *testing.T) {
+	l := Load{Rate: 200, Publishers: 2} // 100 a second each
+	p := l.newPacer(nil)
+	ctx := context.Background()
+	start := time.Now()
+	for range 11 {
+		if !p.wait(ctx) {
+			t.Fatal("the pacer refused an envelope")
+		}
+	}
+	// The first is due at once, the next ten 10 ms apart.
+	if d := time.Since(start); d < 90*time.Millisecond {
+		t.Errorf("11 envelopes at 100 a second took %v, want at least 100 ms", d)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if p.wait(cctx) {
+		t.Error("the pacer went on once cancelled")
+	}
+}

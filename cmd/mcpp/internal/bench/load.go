@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/coder/websocket"
 )
 
@@ -354,22 +356,21 @@ func (l Load) publish(ctx context.Context, c *websocket.Conn, idx int, credits c
 // pacer decides when a publisher sends its next envelope: as soon as it
 // holds a credit of the window (flat out), or at its share of l.Rate.
 type pacer struct {
-	credits  chan struct{}
-	interval time.Duration // 0: flat out
-	next     time.Time
+	credits chan struct{}
+	limiter *rate.Limiter // nil: flat out
 }
 
 func (l Load) newPacer(credits chan struct{}) *pacer {
-	p := &pacer{credits: credits, next: time.Now()}
+	p := &pacer{credits: credits}
 	if l.Rate > 0 {
-		p.interval = time.Duration(float64(time.Second) * float64(l.Publishers) / l.Rate)
+		p.limiter = rate.NewLimiter(rate.Limit(l.Rate/float64(l.Publishers)), 1)
 	}
 	return p
 }
 
 // wait blocks until the next envelope is due; false once ctx is done.
 func (p *pacer) wait(ctx context.Context) bool {
-	if p.interval == 0 {
+	if p.limiter == nil {
 		select {
 		case <-ctx.Done():
 			return false
@@ -377,15 +378,7 @@ func (p *pacer) wait(ctx context.Context) bool {
 			return true
 		}
 	}
-	p.next = p.next.Add(p.interval)
-	if d := time.Until(p.next); d > 0 {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(d):
-		}
-	}
-	return ctx.Err() == nil
+	return p.limiter.Wait(ctx) == nil
 }
 
 // envelope writes one bench envelope of l.Size bytes (at least what the
