@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -40,21 +38,7 @@ type rawPeer struct {
 // waits for the welcome. capacity is how many unread messages it holds.
 func dialPeer(t *testing.T, g *testGateway, pod, id, query string, capacity int) *rawPeer {
 	t.Helper()
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Set("pod", pod)
-	q.Set("participant", id)
-	conn, resp, err := dialRaw(g.WS, q, nil)
-	if err != nil {
-		body := ""
-		if resp != nil {
-			b, _ := io.ReadAll(resp.Body)
-			body = string(b)
-		}
-		t.Fatalf("dial %s as %s: %v %s", pod, id, err, body)
-	}
+	conn := dialPod(t, g.WS, pod, id, query)
 	p := &rawPeer{t: t, ID: id, conn: conn, msgs: make(chan []byte, capacity), done: make(chan struct{})}
 	go p.readLoop()
 	t.Cleanup(func() { _ = conn.CloseNow() })

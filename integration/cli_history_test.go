@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -126,74 +124,6 @@ func TestCLITailResumeFile(t *testing.T) {
 	}
 }
 
-// gatewayProc is the mcpp-gateway binary keeping its history on disk, which
-// a test stops and starts again on the same address.
-type gatewayProc struct {
-	t            *testing.T
-	bin          string
-	addr, dir    string
-	cmd          *exec.Cmd
-	done         chan struct{}
-	stderr       *syncBuffer
-	allStderrLog *syncBuffer
-}
-
-func startGatewayProc(t *testing.T, bin, addr, dir string) *gatewayProc {
-	t.Helper()
-	p := &gatewayProc{t: t, bin: bin, addr: addr, dir: dir, allStderrLog: &syncBuffer{}}
-	p.start()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("the gateway's log:\n%s", p.allStderrLog.String())
-		}
-	})
-	return p
-}
-
-func (p *gatewayProc) start() {
-	p.t.Helper()
-	p.cmd = exec.Command(p.bin, "--listen", p.addr, "--history-dir", p.dir)
-	p.cmd.Env = cliEnv()
-	p.cmd.Stderr = p.allStderrLog
-	p.cmd.Stdout = p.allStderrLog
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	p.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(p.cmd, p.done)
-	eventually(p.t, 30*time.Second, "the gateway's /healthz", func() bool {
-		select {
-		case <-p.done:
-			p.t.Fatalf("mcpp-gateway exited before it listened:\n%s", p.allStderrLog.String())
-		default:
-		}
-		status, _, err := httpGet("http://" + p.addr + "/healthz")
-		return err == nil && status == http.StatusOK
-	})
-}
-
-// stop ends the gateway with SIGTERM, as an operator restarting it does.
-func (p *gatewayProc) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
-}
-
-func (p *gatewayProc) restart() {
-	p.t.Helper()
-	p.stop()
-	p.start()
-}
-
 // TestCLITailResumeAcrossGatewayRestart: the gateway keeps its history on
 // disk (--history-dir). A running tail survives a restart of the gateway
 // (the client reconnects and resumes), and a tail killed, then started
@@ -201,8 +131,17 @@ func (p *gatewayProc) restart() {
 // --resume-file: nothing missing, nothing twice.
 func TestCLITailResumeAcrossGatewayRestart(t *testing.T) {
 	bin := buildCommand(t, "mcpp")
-	gp := startGatewayProc(t, filepath.Join(filepath.Dir(bin), "mcpp-gateway"), fmt.Sprintf("127.0.0.1:%d", freePort(t)), t.TempDir())
-	gw := "ws://" + gp.addr
+	// --history 1000 (the default) keeps history on whatever
+	// MCPP_TEST_HISTORY says: the flag wins over the MCPP_HISTORY=0 that
+	// startGatewayProc sets then.
+	gp := startGatewayProc(t, nil, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--history-dir", t.TempDir(), "--history", "1000")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the gateway's log:\n%s", gp.stderr)
+		}
+	})
+	gp.waitHealthy(30 * time.Second)
+	gw := cliGateway(gp.gw)
 	rf := filepath.Join(t.TempDir(), "tail.id")
 	args := []string{"tail", "--gateway", gw, "--pod", "lab", "--participant", "watcher", "--resume-file", rf}
 

@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,7 +16,14 @@ import (
 // startCluster starts n gateway processes whose embedded NATS servers form
 // one cluster on loopback, and waits until an envelope crosses from the
 // first node to every other.
-func startCluster(t *testing.T, n int, extra ...string) []*limProcess {
+func startCluster(t *testing.T, n int, extra ...string) []*gatewayProc {
+	t.Helper()
+	return startClusterEach(t, n, nil, extra...)
+}
+
+// startClusterEach is startCluster with perNode's arguments for node i as
+// well (none when perNode is nil).
+func startClusterEach(t *testing.T, n int, perNode func(i int) []string, extra ...string) []*gatewayProc {
 	t.Helper()
 	cports := make([]int, n)
 	var routes []string
@@ -25,12 +31,15 @@ func startCluster(t *testing.T, n int, extra ...string) []*limProcess {
 		cports[i] = freePort(t)
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", cports[i]))
 	}
-	nodes := make([]*limProcess, n)
+	nodes := make([]*gatewayProc, n)
 	for i := range nodes {
 		args := append([]string{"--listen", "127.0.0.1:0", "--cluster-name", "mcpp-test",
 			"--cluster-listen", fmt.Sprintf("127.0.0.1:%d", cports[i]), "--routes", strings.Join(routes, ","),
 			"--cluster-heartbeat", "200ms", "--log-level", "debug", "--rate", "10000", "--burst", "10000"}, extra...)
-		nodes[i] = limStart(t, nil, args...)
+		if perNode != nil {
+			args = append(args, perNode(i)...)
+		}
+		nodes[i] = startGatewayProc(t, nil, args...)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -42,10 +51,7 @@ func startCluster(t *testing.T, n int, extra ...string) []*limProcess {
 	// A node serves pods once the cluster's JetStream has formed and the
 	// history stream is open (its /healthz says so).
 	for _, n := range nodes {
-		eventually(t, 60*time.Second, "the node's history stream", func() bool {
-			status, _, _ := httpGet(n.gw.URL + "/healthz")
-			return status == http.StatusOK
-		})
+		n.waitHealthy(60 * time.Second)
 	}
 	waitConnected(t, nodes)
 	return nodes
@@ -53,7 +59,7 @@ func startCluster(t *testing.T, n int, extra ...string) []*limProcess {
 
 // waitConnected waits until a probe envelope sent on the first node
 // reaches a probe participant on every other node.
-func waitConnected(t *testing.T, nodes []*limProcess) {
+func waitConnected(t *testing.T, nodes []*gatewayProc) {
 	t.Helper()
 	for i := 1; i < len(nodes); i++ {
 		pod := fmt.Sprintf("probe-%d", i)
@@ -311,9 +317,9 @@ func TestClusterExternalNATS(t *testing.T) {
 	if code, out := limRunFails(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url); code == 0 || !strings.Contains(out, "max_payload") {
 		t.Fatalf("a gateway with 1 MiB envelopes on a 1 MB NATS started (exit %d):\n%s", code, out)
 	}
-	a := limStart(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url, "--cluster-heartbeat", "200ms", "--max-message-bytes", "262144")
-	b := limStart(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url, "--cluster-heartbeat", "200ms", "--max-message-bytes", "262144")
-	waitConnected(t, []*limProcess{a, b})
+	a := startGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url, "--cluster-heartbeat", "200ms", "--max-message-bytes", "262144")
+	b := startGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--nats-url", url, "--cluster-heartbeat", "200ms", "--max-message-bytes", "262144")
+	waitConnected(t, []*gatewayProc{a, b})
 
 	alice := a.gw.dial(t, "ext", "alice", "")
 	bob := b.gw.dial(t, "ext", "bob", "")

@@ -70,6 +70,14 @@ func metric(t *testing.T, base, series string) float64 {
 	return -1
 }
 
+// metricOrZero is one series of /metrics, or 0 when it is absent, as a
+// counter is that was never incremented (a labelled series appears only
+// once it is).
+func metricOrZero(t *testing.T, base, series string) float64 {
+	t.Helper()
+	return metricsOf(t, base)[series]
+}
+
 // writeFile writes content to a new file in a test directory.
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()

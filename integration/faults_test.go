@@ -512,7 +512,7 @@ func TestFaultCloseHandshake(t *testing.T) {
 // what they were, so no socket and no connection state is kept.
 func TestFaultAbruptDisconnectReleasesSockets(t *testing.T) {
 	t.Parallel()
-	p := limStart(t, nil, "--listen", "127.0.0.1:0")
+	p := startGatewayProc(t, nil, "--listen", "127.0.0.1:0")
 	fdDir := "/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/fd"
 	const pod, n = "fault-abrupt", 300
 	dropOne := func(id string) {
@@ -560,7 +560,7 @@ func TestShutdownSlowReaderQueued(t *testing.T) {
 	)
 	// No pings: a ping that finds bob's socket full would cut him
 	// (TestFaultPauseShorterThanWriteTimeout is about that).
-	p := limStart(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
+	p := startGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
 		"--send-queue", "8192", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", "30s", "--ping-interval", "0")
 	g := p.gw
 	alice := g.dial(t, pod, "alice", "")
@@ -642,7 +642,7 @@ func TestShutdownTimeoutDropsStuckReader(t *testing.T) {
 	)
 	// No pings: a ping that finds bob's socket full would cut him before
 	// the shutdown (TestFaultPauseShorterThanWriteTimeout is about that).
-	p := limStart(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
+	p := startGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
 		"--send-queue", "8192", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", timeout.String(), "--ping-interval", "0")
 	g := p.gw
 	alice := g.dial(t, pod, "alice", "")

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,6 +185,14 @@ type dialOpts struct {
 // parameters ("k=v&k2=v2") and waits for the welcome.
 func (g *testGateway) dial(t *testing.T, pod, id string, query string) *client {
 	t.Helper()
+	return startClient(t, dialPod(t, g.WS, pod, id, query), true)
+}
+
+// dialPod upgrades to pod as participant id (none when id is "") with
+// extra query parameters ("k=v&k2=v2"), failing the test when the upgrade
+// is refused. The client and the rawPeer (badinput_test.go) both join so.
+func dialPod(t *testing.T, wsURL, pod, id, query string) *websocket.Conn {
+	t.Helper()
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +201,7 @@ func (g *testGateway) dial(t *testing.T, pod, id string, query string) *client {
 	if id != "" {
 		q.Set("participant", id)
 	}
-	c, resp, err := dialRaw(g.WS, q, nil)
+	c, resp, err := dialRaw(wsURL, q, nil)
 	if err != nil {
 		body := ""
 		if resp != nil {
@@ -199,7 +210,7 @@ func (g *testGateway) dial(t *testing.T, pod, id string, query string) *client {
 		}
 		t.Fatalf("dial %s as %s: %v %s", pod, id, err, body)
 	}
-	return startClient(t, c, true)
+	return c
 }
 
 func dialRaw(wsURL string, q url.Values, h http.Header) (*websocket.Conn, *http.Response, error) {
@@ -395,4 +406,128 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// gatewayProc is mcpp-gateway run as an operator runs it: the limit, cluster,
+// history and CLI tests start it with startGatewayProc, and restart runs it
+// again with the same environment and arguments.
+type gatewayProc struct {
+	t      *testing.T
+	bin    string
+	env    []string // the whole environment of the process
+	args   []string
+	cmd    *exec.Cmd   // the current run
+	stderr *syncBuffer // of every run
+	exited chan struct{}
+	gw     *testGateway // URL and WS only
+}
+
+var gatewayAddrRE = regexp.MustCompile(`mcpp-gateway listening"? addr=(127\.0\.0\.1:\d+)`)
+
+// envWithoutMCPP is the test's environment without any MCPP_ variable, so
+// that the ones a test sets are the only ones.
+func envWithoutMCPP() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MCPP_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// startGatewayProc runs the gateway with env and args and waits until it
+// listens. It is stopped with SIGTERM when the test ends.
+func startGatewayProc(t *testing.T, env []string, args ...string) *gatewayProc {
+	t.Helper()
+	p := &gatewayProc{t: t, bin: buildCommand(t, "mcpp-gateway"), args: args, stderr: &syncBuffer{}}
+	p.env = envWithoutMCPP()
+	if historyOff() {
+		p.env = append(p.env, "MCPP_HISTORY=0") // the test's own env and flags win
+	}
+	p.env = append(p.env, env...)
+	t.Cleanup(p.stop)
+	p.start()
+	return p
+}
+
+// start runs the gateway and waits until it listens.
+func (p *gatewayProc) start() {
+	p.t.Helper()
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	p.cmd, p.exited = cmd, exited
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(p.stderr, line)
+			if m := gatewayAddrRE.FindStringSubmatch(line); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	select {
+	case a := <-addr:
+		p.gw = &testGateway{URL: "http://" + a, WS: "ws://" + a + "/ws"}
+	case <-exited:
+		p.t.Fatalf("mcpp-gateway exited (%v) before listening:\n%s", cmd.ProcessState, p.stderr)
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("mcpp-gateway did not listen within 30s:\n%s", p.stderr)
+	}
+}
+
+// stop ends the gateway with SIGTERM, as an operator restarting it does,
+// and kills it when it has not exited within 20s.
+func (p *gatewayProc) stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// restart stops the gateway and runs it again with the same environment
+// and arguments (on the same address when --listen names a port), waiting
+// until its /healthz answers 200.
+func (p *gatewayProc) restart() {
+	p.t.Helper()
+	p.stop()
+	p.start()
+	p.waitHealthy(30 * time.Second)
+}
+
+// waitHealthy waits until the gateway's /healthz answers 200 (a node of a
+// cluster once the cluster's JetStream has formed and the history stream
+// is open), failing the test when the gateway exits meanwhile.
+func (p *gatewayProc) waitHealthy(within time.Duration) {
+	p.t.Helper()
+	eventually(p.t, within, "the gateway's /healthz", func() bool {
+		select {
+		case <-p.exited:
+			p.t.Fatalf("mcpp-gateway exited before it was healthy:\n%s", p.stderr)
+		default:
+		}
+		status, _, err := httpGet(p.gw.URL + "/healthz")
+		return err == nil && status == http.StatusOK
+	})
 }

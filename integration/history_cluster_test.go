@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -18,40 +17,6 @@ import (
 // The history across the nodes of a cluster (docs/protocol.md sections 7 and
 // 8): one order per pod on every node, resume on another node, and no
 // envelope lost or twice while the history stream's leader fails over.
-
-// histCluster starts n gateway processes in one embedded NATS cluster,
-// like startCluster, with perNode's arguments for node i as well.
-func histCluster(t *testing.T, n int, perNode func(i int) []string, extra ...string) []*limProcess {
-	t.Helper()
-	cports := make([]int, n)
-	var routes []string
-	for i := range cports {
-		cports[i] = freePort(t)
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", cports[i]))
-	}
-	nodes := make([]*limProcess, n)
-	for i := range nodes {
-		args := append([]string{"--listen", "127.0.0.1:0", "--cluster-name", "mcpp-test",
-			"--cluster-listen", fmt.Sprintf("127.0.0.1:%d", cports[i]), "--routes", strings.Join(routes, ","),
-			"--cluster-heartbeat", "200ms", "--log-level", "debug", "--rate", "10000", "--burst", "10000"}, extra...)
-		nodes[i] = limStart(t, nil, append(args, perNode(i)...)...)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i, n := range nodes {
-				t.Logf("node %d's log:\n%s", i+1, n.stderr)
-			}
-		}
-	})
-	for _, n := range nodes {
-		eventually(t, 60*time.Second, "the node's history stream", func() bool {
-			status, _, _ := httpGet(n.gw.URL + "/healthz")
-			return status == http.StatusOK
-		})
-	}
-	waitConnected(t, nodes)
-	return nodes
-}
 
 // TestHistoryCluster: two senders on two nodes, receivers on all three:
 // every receiver sees the pod's envelopes in one order, which is the order
@@ -263,7 +228,7 @@ func histStreamLeader(t *testing.T, port int, all bool) string {
 // a receiver on the third node gets all 400, once each, in order.
 func TestHistoryClusterFailover(t *testing.T) {
 	ports := []int{freePort(t), freePort(t), freePort(t)}
-	nodes := histCluster(t, 3, func(i int) []string { return []string{"--nats-port", fmt.Sprint(ports[i])} }, "--history", "1000")
+	nodes := startClusterEach(t, 3, func(i int) []string { return []string{"--nats-port", fmt.Sprint(ports[i])} }, "--history", "1000")
 	names := make([]string, len(nodes))
 	for i := range nodes {
 		names[i] = histServerName(t, ports[i])

@@ -313,7 +313,7 @@ func histReasoning(id string) map[string]any { return map[string]any{"id": id, "
 // --history-bytes are in the welcome's limits, also when set as MCPP_
 // variables (the command line wins), and the gateway keeps that many.
 func TestHistoryFlagsFromEnvironment(t *testing.T) {
-	p := limStart(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=3", "MCPP_HISTORY_AGE=90m", "MCPP_HISTORY_BYTES=64MiB"})
+	p := startGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=3", "MCPP_HISTORY_AGE=90m", "MCPP_HISTORY_BYTES=64MiB"})
 	g := p.gw
 	alice := g.dial(t, "hist-env", "alice", "echo=1")
 	limits, _ := alice.Welcome.payload()["limits"].(map[string]any)
@@ -328,7 +328,7 @@ func TestHistoryFlagsFromEnvironment(t *testing.T) {
 	histWantInfo(t, "bob", info, map[string]any{"replayed": 3, "folded": 0, "collapsed": 0})
 
 	// The command line wins over the environment.
-	p2 := limStart(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=3", "MCPP_HISTORY_AGE=90m", "MCPP_HISTORY_BYTES=64MiB"},
+	p2 := startGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=3", "MCPP_HISTORY_AGE=90m", "MCPP_HISTORY_BYTES=64MiB"},
 		"--history", "7", "--history-age", "2h", "--history-bytes", "32MiB")
 	c := p2.gw.dial(t, "hist-env", "carol", "")
 	limits, _ = c.Welcome.payload()["limits"].(map[string]any)
@@ -339,7 +339,7 @@ func TestHistoryFlagsFromEnvironment(t *testing.T) {
 	}
 
 	// MCPP_HISTORY=0 turns it off.
-	p3 := limStart(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=0"})
+	p3 := startGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=0"})
 	d := p3.gw.dial(t, "hist-env", "dave", "echo=1")
 	limits, _ = d.Welcome.payload()["limits"].(map[string]any)
 	if fmt.Sprint(limits["history"]) != "0" {
@@ -1344,7 +1344,7 @@ func TestHistoryOutlivesParticipants(t *testing.T) {
 func TestHistoryResumeAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--listen", "127.0.0.1:0", "--history", "1000", "--history-dir", dir}
-	p1 := limStart(t, nil, args...)
+	p1 := startGatewayProc(t, nil, args...)
 	const pod = "hist-restart"
 	alice := p1.gw.dial(t, pod, "alice", "echo=1")
 	bob := p1.gw.dial(t, pod, "bob", "")
@@ -1361,7 +1361,7 @@ func TestHistoryResumeAfterRestart(t *testing.T) {
 		t.Fatalf("the gateway did not exit on SIGTERM:\n%s", p1.stderr)
 	}
 
-	p2 := limStart(t, nil, args...)
+	p2 := startGatewayProc(t, nil, args...)
 	bob2, info, got := histJoin(t, p2.gw, pod, "bob", "resume=a2")
 	histEq(t, "resumed across the restart", histLabels(got), []string{"a3", "a4", "a5"})
 	histWantInfo(t, "bob", info, map[string]any{"resumed": true, "replayed": 3})

@@ -1,100 +1,21 @@
 package integration
 
 import (
-	"bufio"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
-
-// limProcess is mcpp-gateway run as an operator runs it.
-type limProcess struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	exited chan struct{}
-	gw     *testGateway // URL and WS only
-}
-
-var limAddrRE = regexp.MustCompile(`mcpp-gateway listening"? addr=(127\.0\.0\.1:\d+)`)
-
-// limEnvWithout is the test's environment without any MCPP_ variable, so
-// that the ones a test sets are the only ones.
-func limEnvWithout() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MCPP_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// limStart runs the gateway with env and args and waits until it listens.
-func limStart(t *testing.T, env []string, args ...string) *limProcess {
-	t.Helper()
-	cmd := exec.Command(limGatewayBinary(t), args...)
-	cmd.Env = limEnvWithout()
-	if historyOff() {
-		cmd.Env = append(cmd.Env, "MCPP_HISTORY=0") // the test's own env and flags win
-	}
-	cmd.Env = append(cmd.Env, env...)
-	p := &limProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(p.stderr, line)
-			if m := limAddrRE.FindStringSubmatch(line); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	select {
-	case a := <-addr:
-		p.gw = &testGateway{URL: "http://" + a, WS: "ws://" + a + "/ws"}
-	case <-p.exited:
-		t.Fatalf("mcpp-gateway exited (%v) before listening:\n%s", cmd.ProcessState, p.stderr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("mcpp-gateway did not listen within 30s:\n%s", p.stderr)
-	}
-	return p
-}
 
 // limRunFails runs the gateway with env and args and returns its exit code
 // and its output; it must exit by itself. When it starts instead, the test
 // fails and the code is -1.
 func limRunFails(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(limGatewayBinary(t), args...)
-	cmd.Env = append(limEnvWithout(), env...)
+	cmd := exec.Command(buildCommand(t, "mcpp-gateway"), args...)
+	cmd.Env = append(envWithoutMCPP(), env...)
 	var out syncBuffer
 	cmd.Stderr = &out
 	cmd.Stdout = &out
@@ -110,7 +31,7 @@ func limRunFails(t *testing.T, env []string, args ...string) (int, string) {
 			return cmd.ProcessState.ExitCode(), out.String()
 		case <-deadline:
 		case <-time.After(20 * time.Millisecond):
-			if !limAddrRE.MatchString(out.String()) {
+			if !gatewayAddrRE.MatchString(out.String()) {
 				continue
 			}
 		}
@@ -126,7 +47,7 @@ func limRunFails(t *testing.T, env []string, args ...string) (int, string) {
 // force (the flag's where both are given) and the gateway enforces them.
 func TestLimitsFromEnvironment(t *testing.T) {
 	t.Parallel()
-	p := limStart(t, []string{
+	p := startGatewayProc(t, []string{
 		"MCPP_LISTEN=127.0.0.1:0",
 		"MCPP_RATE=7",
 		"MCPP_BURST=9",
@@ -185,13 +106,13 @@ func TestLimitsFromEnvironment(t *testing.T) {
 		t.Fatalf("a third participant: %d %s, want 503 over_capacity (MCPP_MAX_PARTICIPANTS_PER_POD=2)", status, code)
 	}
 	a.sendRaw(limEnvelope(t, "deep", "chat", "x/y/z/w"))
-	limErr(t, a, "context_depth_exceeded")
+	a.expectErr("context_depth_exceeded")
 	a.sendRaw(limEnvelope(t, "deep-ok", "chat", "x/y/z"))
 	if m := limKind(t, b, "chat"); m.str("id") != "deep-ok" {
 		t.Fatalf("got %v, want deep-ok", m)
 	}
 	a.send(map[string]any{"id": "too-big", "kind": "chat", "payload": strings.Repeat("x", 5000)})
-	limErr(t, a, "message_too_large")
+	a.expectErr("message_too_large")
 	a.sendRaw(limEnvelope(t, "end", "done", "x/y/z"))
 	limKind(t, b, "done")
 	if ev := limKind(t, b, "system/context"); ev.contextID() != "x/y/z" || ev.payload()["reason"] != "conclusion" {

@@ -1,17 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -145,34 +139,6 @@ func limAllowance(burst int, per float64, elapsed time.Duration) int {
 	return burst + int(per*elapsed.Seconds())
 }
 
-// limMetric is one series of base's /metrics ("name" or
-// `name{label="v"}`), 0 when it is absent.
-func limMetric(t *testing.T, base, series string) float64 {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(base + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			return v
-		}
-	}
-	return 0
-}
-
 // limQuery is the query of an upgrade to pod as id.
 func limQuery(pod, id string) url.Values {
 	return url.Values{"pod": {pod}, "participant": {id}}
@@ -222,60 +188,17 @@ func limContextIDs(t *testing.T, c *client, state string) []string {
 	return ids
 }
 
-var (
-	limBinOnce sync.Once
-	limBinPath string
-	limBinErr  error
-)
-
-// limGatewayBinary builds ./cmd/mcpp-gateway alone (buildCommand also
-// builds ./cmd/mcpp, which the limit tests do not need).
-func limGatewayBinary(t *testing.T) string {
-	t.Helper()
-	limBinOnce.Do(func() {
-		limBinPath = filepath.Join(binDir, "mcpp-gateway-limits")
-		cmd := exec.Command("go", "build", "-o", limBinPath, "../cmd/mcpp-gateway")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			limBinErr = fmt.Errorf("go build mcpp-gateway: %v\n%s", err, out)
-		}
-	})
-	if limBinErr != nil {
-		t.Fatal(limBinErr)
-	}
-	return limBinPath
-}
-
 // A participant that joins just after another may also receive the other's
 // join presence although the welcome already listed it (the join is fanned
 // out after the newcomer is a member). These readers skip presence where
 // the test is not about it, so that the tests do not depend on that race.
 
-// limNext returns c's next envelope that is not presence, failing after 5s.
-func limNext(t *testing.T, c *client) msg {
-	t.Helper()
-	m := c.nextNonPresence(5 * time.Second)
-	if m == nil {
-		t.Fatalf("%s: no envelope within 5s", c.ID)
-	}
-	return m
-}
-
 // limKind is expectKind, skipping presence.
 func limKind(t *testing.T, c *client, kind string) msg {
 	t.Helper()
-	m := limNext(t, c)
+	m := c.nextOf()
 	if m.kind() != kind {
 		t.Fatalf("%s: got %s (%v), want %s", c.ID, m.kind(), m, kind)
-	}
-	return m
-}
-
-// limErr is expectError, skipping presence.
-func limErr(t *testing.T, c *client, code string) msg {
-	t.Helper()
-	m := limKind(t, c, "system/error")
-	if m.errCode() != code {
-		t.Fatalf("%s: got error %q (%v), want %q", c.ID, m.errCode(), m.payload(), code)
 	}
 	return m
 }

@@ -61,10 +61,10 @@ func TestRateLimitExactCounts(t *testing.T) {
 	limQuiet(t, send, 200*time.Millisecond)
 	limQuiet(t, recv, 50*time.Millisecond)
 
-	if got := limMetric(t, g.URL, `mcpp_errors_total{code="rate_limited"}`); got != float64(len(r.refused)) {
+	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="rate_limited"}`); got != float64(len(r.refused)) {
 		t.Fatalf(`mcpp_errors_total{code="rate_limited"} = %v, want %d`, got, len(r.refused))
 	}
-	if got := limMetric(t, g.URL, "mcpp_envelopes_in_total"); got != float64(len(r.relayed)) {
+	if got := metricOrZero(t, g.URL, "mcpp_envelopes_in_total"); got != float64(len(r.relayed)) {
 		t.Fatalf("mcpp_envelopes_in_total = %v, want %d", got, len(r.relayed))
 	}
 
@@ -99,32 +99,32 @@ func TestRateLimitCountsEveryMessage(t *testing.T) {
 		t.Fatalf("got %v, want e1", m)
 	}
 	send.sendRaw([]byte("{")) // token 2: a refused message takes one
-	limErr(t, send, "invalid_json")
+	send.expectErr("invalid_json")
 	send.sendRaw(limEnvelope(t, "e3", "chat", map[string]any{"id": "c1"})) // token 3
-	limCheckRefusal(t, limErr(t, send, "context_rate_limited"), "context_rate_limited", 100_000)
+	limCheckRefusal(t, send.expectErr("context_rate_limited"), "context_rate_limited", 100_000)
 
 	// The bucket is empty; earlier rules in the table still come first.
 	send.sendRaw([]byte("{"))
-	limErr(t, send, "invalid_json")
+	send.expectErr("invalid_json")
 	send.sendRaw(limEnvelope(t, "e5", "mcp/request:tools/call", nil))
-	limErr(t, send, "capability_violation")
+	send.expectErr("capability_violation")
 	send.sendRaw(limEnvelope(t, "e6", "chat", map[string]any{"id": "c2"}))
-	lim := limErr(t, send, "context_limit_exceeded")
+	lim := send.expectErr("context_limit_exceeded")
 	if r, _ := lim.payload()["retryable"].(bool); !r {
 		t.Fatalf("context_limit_exceeded is not retryable: %v", lim.payload())
 	}
 	// rate_limited comes before context_rate_limited.
 	send.sendRaw(limEnvelope(t, "e7", "chat", map[string]any{"id": "c1"}))
-	limCheckRefusal(t, limErr(t, send, "rate_limited"), "rate_limited", 100_000)
+	limCheckRefusal(t, send.expectErr("rate_limited"), "rate_limited", 100_000)
 	send.sendRaw(limEnvelope(t, "e8", "chat", nil))
-	m := limErr(t, send, "rate_limited")
+	m := send.expectErr("rate_limited")
 	limCheckRefusal(t, m, "rate_limited", 100_000)
 	if m.str("correlation_id") != "e8" {
 		t.Fatalf("rate_limited correlation_id %q, want e8", m.str("correlation_id"))
 	}
 	// Requests to the gateway count against the rate too.
 	send.send(map[string]any{"id": "q1", "kind": "gateway/contexts"})
-	limCheckRefusal(t, limErr(t, send, "rate_limited"), "rate_limited", 100_000)
+	limCheckRefusal(t, send.expectErr("rate_limited"), "rate_limited", 100_000)
 
 	if elapsed := time.Since(start); elapsed >= 90*time.Second {
 		t.Fatalf("the test took %v: a token may have refilled, so its refusals prove nothing", elapsed)
@@ -133,7 +133,7 @@ func TestRateLimitCountsEveryMessage(t *testing.T) {
 	limQuiet(t, send, 50*time.Millisecond)
 	for code, want := range map[string]float64{"invalid_json": 2, "context_rate_limited": 1, "capability_violation": 1,
 		"context_limit_exceeded": 1, "rate_limited": 3} {
-		if got := limMetric(t, g.URL, fmt.Sprintf("mcpp_errors_total{code=%q}", code)); got != want {
+		if got := metricOrZero(t, g.URL, fmt.Sprintf("mcpp_errors_total{code=%q}", code)); got != want {
 			t.Errorf("mcpp_errors_total{code=%q} = %v, want %v", code, got, want)
 		}
 	}
@@ -214,10 +214,10 @@ func TestContextRateIsolated(t *testing.T) {
 		t.Fatalf("another sender's envelope passed the busy context (at most %.2f tokens in it)", left)
 	}
 	nRefused := len(r.refused) + len(r2.refused)
-	if got := limMetric(t, g.URL, `mcpp_errors_total{code="context_rate_limited"}`); got != float64(nRefused) {
+	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="context_rate_limited"}`); got != float64(nRefused) {
 		t.Fatalf(`mcpp_errors_total{code="context_rate_limited"} = %v, want %d`, got, nRefused)
 	}
-	if got := limMetric(t, g.URL, `mcpp_errors_total{code="rate_limited"}`); got != 0 {
+	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="rate_limited"}`); got != 0 {
 		t.Fatalf(`mcpp_errors_total{code="rate_limited"} = %v: a context limit counted as the sender's`, got)
 	}
 }
@@ -290,7 +290,7 @@ func TestContextCreateRate(t *testing.T) {
 	if m := limKind(t, send, "chat"); m.str("id") != "recv-open" {
 		t.Fatalf("got %v, want another participant's new context", m)
 	}
-	if got := limMetric(t, g.URL, `mcpp_errors_total{code="context_rate_limited"}`); got != float64(len(r.refused)) {
+	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="context_rate_limited"}`); got != float64(len(r.refused)) {
 		t.Fatalf(`mcpp_errors_total{code="context_rate_limited"} = %v, want %d`, got, len(r.refused))
 	}
 }
@@ -315,7 +315,7 @@ func TestMaxContextsPerParticipant(t *testing.T) {
 	refused := func(id string, ctx any) {
 		t.Helper()
 		send.sendRaw(limEnvelope(t, id, "chat", ctx))
-		m := limErr(t, send, "context_limit_exceeded")
+		m := send.expectErr("context_limit_exceeded")
 		if r, _ := m.payload()["retryable"].(bool); !r || m.str("correlation_id") != id {
 			t.Fatalf("context_limit_exceeded: %v, want retryable and correlation_id %s", m, id)
 		}
@@ -344,7 +344,7 @@ func TestMaxContextsPerParticipant(t *testing.T) {
 	limKind(t, send, "system/context")
 	relay(send, recv, "open-3-now", "chat", map[string]any{"id": "p3"})
 	refused("open-4", map[string]any{"id": "p4"})
-	if got := limMetric(t, g.URL, `mcpp_errors_total{code="context_limit_exceeded"}`); got != 4 {
+	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="context_limit_exceeded"}`); got != 4 {
 		t.Fatalf(`mcpp_errors_total{code="context_limit_exceeded"} = %v, want 4`, got)
 	}
 }
@@ -374,7 +374,7 @@ func TestMaxContextsPerPod(t *testing.T) {
 	refused := func(from *client, id string, ctx any) {
 		t.Helper()
 		from.sendRaw(limEnvelope(t, id, "chat", ctx))
-		m := limErr(t, from, "context_limit_exceeded")
+		m := from.expectErr("context_limit_exceeded")
 		if r, _ := m.payload()["retryable"].(bool); !r {
 			t.Fatalf("context_limit_exceeded is not retryable: %v", m)
 		}
@@ -403,7 +403,7 @@ func TestMaxContextsPerPod(t *testing.T) {
 	}
 	relay(c, "c-open-0-now", "chat", map[string]any{"id": "c0"}, a, b)
 	refused(b, "b-open-1-again", map[string]any{"id": "b1"})
-	if got := limMetric(t, g.URL, `mcpp_errors_total{code="context_limit_exceeded"}`); got != 3 {
+	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="context_limit_exceeded"}`); got != 3 {
 		t.Fatalf(`mcpp_errors_total{code="context_limit_exceeded"} = %v, want 3`, got)
 	}
 }
@@ -419,7 +419,7 @@ func TestMaxConnections(t *testing.T) {
 	c := g.dial(t, "limits-conn-2", "c", "")
 	limExpectOverCapacity(t, g, "limits-conn-3", "d")
 	limExpectOverCapacity(t, g, "limits-conn-1", "e")
-	if got := limMetric(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
+	if got := metricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
 		t.Fatalf(`mcpp_upgrade_refusals_total{code="over_capacity"} = %v, want 2`, got)
 	}
 	// The ones in are not disturbed.
@@ -435,7 +435,7 @@ func TestMaxConnections(t *testing.T) {
 		return d != nil
 	})
 	limExpectOverCapacity(t, g, "limits-conn-2", "f")
-	if got := limMetric(t, g.URL, "mcpp_connections"); got != 3 {
+	if got := metricOrZero(t, g.URL, "mcpp_connections"); got != 3 {
 		t.Fatalf("mcpp_connections = %v, want 3", got)
 	}
 }
@@ -475,7 +475,7 @@ func TestMaxParticipantsPerPod(t *testing.T) {
 		c2 = limTryDial(t, g, pod, "c")
 		return c2 != nil
 	})
-	if got := limMetric(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
+	if got := metricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
 		t.Fatalf(`mcpp_upgrade_refusals_total{code="over_capacity"} = %v, want 2`, got)
 	}
 }
@@ -491,10 +491,10 @@ func TestMaxPods(t *testing.T) {
 	g.dial(t, "limits-pods-1", "d", "")
 	g.dial(t, "limits-pods-2", "e", "")
 	limExpectOverCapacity(t, g, "limits-pods-3", "c")
-	if got := limMetric(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
+	if got := metricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
 		t.Fatalf(`mcpp_upgrade_refusals_total{code="over_capacity"} = %v, want 2`, got)
 	}
-	if got := limMetric(t, g.URL, "mcpp_pods"); got != 2 {
+	if got := metricOrZero(t, g.URL, "mcpp_pods"); got != 2 {
 		t.Fatalf("mcpp_pods = %v, want 2", got)
 	}
 }
@@ -534,7 +534,7 @@ func TestRateBucketInherited(t *testing.T) {
 	limited := func(t *testing.T, c *client, id string) {
 		t.Helper()
 		c.sendRaw(limEnvelope(t, id, "chat", nil))
-		limCheckRefusal(t, limErr(t, c, "rate_limited"), "rate_limited", 20_000)
+		limCheckRefusal(t, c.expectErr("rate_limited"), "rate_limited", 20_000)
 	}
 
 	t.Run("replacing connection", func(t *testing.T) {
@@ -569,7 +569,7 @@ func TestRateBucketInherited(t *testing.T) {
 		drain(t, a, a, "a")
 		a.conn.Close(websocket.StatusNormalClosure, "")
 		eventually(t, 5*time.Second, "the sender's leave", func() bool {
-			return limMetric(t, g.URL, "mcpp_connections") == 0 // the earlier subtests' connections closed with them
+			return metricOrZero(t, g.URL, "mcpp_connections") == 0 // the earlier subtests' connections closed with them
 		})
 		a2 := g.dial(t, pod, "sender", "echo=1")
 		limited(t, a2, "a2-0")
@@ -648,11 +648,11 @@ func TestRateLimitedRequestOrder(t *testing.T) {
 	a.send(map[string]any{"id": "q0", "kind": "gateway/contexts"}) // the one token
 	limKind(t, a, "system/contexts")
 	a.send(map[string]any{"id": "q1", "kind": "gateway/nope"})
-	limCheckRefusal(t, limErr(t, a, "rate_limited"), "rate_limited", 100_000)
+	limCheckRefusal(t, a.expectErr("rate_limited"), "rate_limited", 100_000)
 	a.send(map[string]any{"id": "q2", "kind": "gateway/filter", "payload": "not a filter"})
-	limErr(t, a, "invalid_envelope")
+	a.expectErr("invalid_envelope")
 	a.send(map[string]any{"id": "q3", "kind": "gateway/contexts", "payload": map[string]any{"state": "bogus"}})
-	limErr(t, a, "invalid_envelope")
+	a.expectErr("invalid_envelope")
 	if elapsed := time.Since(start); elapsed >= 90*time.Second {
 		t.Fatalf("the test took %v: a token may have refilled", elapsed)
 	}

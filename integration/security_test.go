@@ -144,7 +144,7 @@ func TestSecurityTokensNotLogged(t *testing.T) {
 // process at --log-level debug, from its start to its exit.
 func TestSecurityTokensNotInProcessLogs(t *testing.T) {
 	t.Parallel()
-	p := limStart(t, nil, "--listen", "127.0.0.1:0", "--tokens", secTokenFile(t, 0o600), "--log-level", "debug")
+	p := startGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--tokens", secTokenFile(t, 0o600), "--log-level", "debug")
 	secExercise(t, p.gw)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

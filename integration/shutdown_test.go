@@ -25,7 +25,7 @@ func TestShutdownSIGTERM(t *testing.T) {
 	cmd := exec.Command(bin, "--listen", addr,
 		"--rate", "100000", "--burst", "100000",
 		"--send-queue", "4096", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", "30s")
-	cmd.Env = limEnvWithout()
+	cmd.Env = envWithoutMCPP()
 	if historyOff() {
 		cmd.Env = append(cmd.Env, "MCPP_HISTORY=0")
 	}
