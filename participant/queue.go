@@ -90,10 +90,9 @@ func (q *Queue) PopUpTo(dst [][]byte, max, maxBytes int) [][]byte {
 		q.bytes -= len(b)
 		max--
 	}
-	if q.n == 0 && len(q.ring) > 64 {
-		// Give a burst's memory back once it has been written.
-		q.ring, q.head = nil, 0
-	}
+	// The ring stays while the connection is busy (dropping it after each
+	// burst made the next one grow it again, five allocations a burst);
+	// the writer gives it back when it goes idle (compact).
 	q.mu.Unlock()
 	return dst
 }

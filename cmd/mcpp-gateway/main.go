@@ -20,10 +20,16 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/google/uuid"
 	"github.com/mcpp/gateway/gateway"
 )
 
 func main() {
+	// The gateway gives an id to every envelope sent without one: from a
+	// pool of random bytes, not one read of the system's randomness each.
+	// (Process-wide, so set here, before anything runs, as the library
+	// asks.)
+	uuid.EnableRandPool()
 	os.Exit(run(os.Args[1:]))
 }
 

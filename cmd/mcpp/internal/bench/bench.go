@@ -62,6 +62,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		rounds     = fs.Int("rounds", 3, "rounds (gateway, then baseline, then peer in each)")
 		peer       = fs.String("peer", "", "also measure another server in each round, with the same load: nats (a nats-server over WebSocket, driven with nats.go), and report gateway/peer")
 		latencyAt  = fs.String("latency-at", "", "after the flat-out rounds, measure latency at these fractions of each server's capacity (e.g. 0.25,0.5,0.75)")
+		sameLoad   = fs.Bool("latency-same-load", false, "--latency-at: drive every server at the fraction of the gateway's capacity, not of its own (the same load for all)")
 		idle       = fs.Int("idle", 0, "instead of traffic: open this many idle connections and report RSS per connection")
 		gatewayArg = fs.String("gateway-args", "", "extra flags for the started gateway (space-separated)")
 		versus     = fs.String("versus", "", "also alternate with the gateway started with these extra flags (space-separated, e.g. \"--history 0\"), reported as versus, and report gateway/versus")
@@ -124,7 +125,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	b := &bencher{out: stdout, gwBin: *gwBin, gwArgs: strings.Fields(*gatewayArg), versusArgs: strings.Fields(*versus)}
+	b := &bencher{out: stdout, gwBin: *gwBin, gwArgs: strings.Fields(*gatewayArg), versusArgs: strings.Fields(*versus), sameLoad: *sameLoad}
 	load := Load{Token: *token, Pod: *pod, Subscribers: *subs, Publishers: *pubs, Size: *size,
 		Warmup: *warmup, Duration: *duration, Window: *window, Rate: *rate, Filters: *filters, Batch: *batch}
 	var err error
@@ -196,6 +197,9 @@ type bencher struct {
 	gwBin      string
 	gwArgs     []string
 	versusArgs []string
+	// sameLoad drives every server at the gateway's rate in the latency
+	// rounds (--latency-same-load).
+	sameLoad bool
 }
 
 type kind int
@@ -272,7 +276,11 @@ func (b *bencher) rounds(ctx context.Context, load Load, rounds int, kinds []kin
 		for r := 1; r <= rounds; r++ {
 			for _, k := range kinds {
 				l := load
-				l.Rate = f * median(results[k], Result.EnvelopesPerSec)
+				base := k
+				if b.sameLoad {
+					base = kindGateway
+				}
+				l.Rate = f * median(results[base], Result.EnvelopesPerSec)
 				res, err := b.once(ctx, k, l)
 				if err != nil {
 					return fmt.Errorf("%s latency round %d: %w", k, r, err)
@@ -281,8 +289,12 @@ func (b *bencher) rounds(ctx context.Context, load Load, rounds int, kinds []kin
 				b.report(fmt.Sprintf("%s@%.0f%%", k, f*100), r, l, res)
 			}
 		}
-		line := fmt.Sprintf("latency at %.0f%% of capacity: gateway p50 %s p99 %s p999 %s",
-			f*100, short(medianDur(lat[kindGateway], 0.5)), short(medianDur(lat[kindGateway], 0.99)), short(medianDur(lat[kindGateway], 0.999)))
+		of := "of capacity"
+		if b.sameLoad {
+			of = "of the gateway's capacity, every server"
+		}
+		line := fmt.Sprintf("latency at %.0f%% %s: gateway p50 %s p99 %s p999 %s",
+			f*100, of, short(medianDur(lat[kindGateway], 0.5)), short(medianDur(lat[kindGateway], 0.99)), short(medianDur(lat[kindGateway], 0.999)))
 		g99 := medianDur(lat[kindGateway], 0.99)
 		for _, k := range kinds[1:] {
 			line += fmt.Sprintf("; %s p50 %s p99 %s p999 %s; p99 gateway/%s %.2f",
