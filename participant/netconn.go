@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"syscall"
 )
 
 // A WebSocket library keeps a 4 KiB bufio.Reader and a 4 KiB bufio.Writer
@@ -64,6 +66,11 @@ func (h *HijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// reader has no bytes buffered, so the connection itself must read
 	// from r too.
 	h.conn = &Conn{Conn: nc, r: r}
+	if sc, ok := nc.(syscall.Conn); ok && r == io.Reader(nc) {
+		if raw, err := sc.SyscallConn(); err == nil {
+			h.conn.raw = raw
+		}
+	}
 	return h.conn, bufio.NewReadWriter(bufio.NewReaderSize(r, smallBuffer), bufio.NewWriterSize(h.conn, controlBuffer)), nil
 }
 
@@ -78,10 +85,12 @@ func (h *HijackWriter) Conn() *Conn { return h.conn }
 // or three system calls per envelope, so Conn reads what the socket holds
 // into a pooled buffer and serves the library from it. The buffer goes
 // back to the pool as soon as it is drained, so that an idle connection
-// holds none: its reader waits in a Read with nothing buffered.
+// holds none: its reader waits for the socket to be readable with no
+// buffer taken (fill), and takes one only to read what has come.
 type Conn struct {
 	net.Conn
-	r io.Reader // the bytes read before the hijack, then the connection
+	r   io.Reader       // the bytes read before the hijack, then the connection
+	raw syscall.RawConn // the socket, to wait on it with no buffer; nil: r
 
 	ahead *[]byte // read ahead, not yet served; nil when drained
 	off   int     // what of it was served
@@ -98,10 +107,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if len(p) >= readAhead {
 			return c.r.Read(p) // a large read needs no buffer of ours
 		}
-		b := readAheads.Get().(*[]byte)
-		n, err := c.r.Read(*b)
+		b, n, err := c.fill()
 		if n == 0 {
-			readAheads.Put(b)
 			return 0, err
 		}
 		*b = (*b)[:n]
@@ -115,4 +122,51 @@ func (c *Conn) Read(p []byte) (int, error) {
 		c.ahead = nil
 	}
 	return n, nil
+}
+
+// fill reads what the connection holds into a buffer of the pool. On a
+// socket it takes the buffer only once the socket is readable: a reader
+// blocked in a Read with the buffer taken would pin 16 KiB for each idle
+// connection. n is 0 when nothing was read (the buffer is then back in
+// the pool).
+func (c *Conn) fill() (b *[]byte, n int, err error) {
+	if c.raw == nil {
+		b = readAheads.Get().(*[]byte)
+		n, err = c.r.Read(*b)
+		if n == 0 {
+			readAheads.Put(b)
+		}
+		return b, n, err
+	}
+	var rerr error
+	err = c.raw.Read(func(fd uintptr) bool {
+		b = readAheads.Get().(*[]byte)
+		for {
+			n, rerr = syscall.Read(int(fd), *b)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			// Nothing yet: wait for the socket without the buffer.
+			readAheads.Put(b)
+			b = nil
+			return false
+		}
+		return true
+	})
+	switch {
+	case err != nil: // closed, or a deadline passed
+	case rerr != nil:
+		err = &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case n == 0:
+		err = io.EOF
+	}
+	if n <= 0 {
+		n = 0
+		if b != nil {
+			readAheads.Put(b)
+		}
+	}
+	return b, n, err
 }
