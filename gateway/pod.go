@@ -238,6 +238,13 @@ func (p *Pod) throttle() {
 	if !p.overBacklog() {
 		return
 	}
+	p.waitBacklog(func() bool { return !p.overBacklog() }, nil)
+}
+
+// waitBacklog waits until done holds, the pod is removed, or stop fires
+// (nil: never), and reports whether done held. It is woken whenever the
+// pod's frames come back out of its log (wakeThrottled).
+func (p *Pod) waitBacklog(done func() bool, stop <-chan time.Time) bool {
 	p.throttled.Add(1)
 	defer p.throttled.Add(-1)
 	for {
@@ -247,10 +254,17 @@ func (p *Pod) throttle() {
 		}
 		ch := p.drainedCh
 		p.backlogMu.Unlock()
-		if !p.overBacklog() || p.isDead() {
-			return
+		if done() {
+			return true
 		}
-		<-ch
+		if p.isDead() {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-stop:
+			return false
+		}
 	}
 }
 
@@ -469,20 +483,7 @@ func (p *Pod) idle() bool {
 // this node put into its log has come back: until then the node may have
 // to publish one again (streamLog.check), and a pod removed would not.
 func (p *Pod) removeWhenDrained() {
-	p.throttled.Add(1) // woken as a throttled sender is
-	defer p.throttled.Add(-1)
-	for {
-		p.backlogMu.Lock()
-		if p.drainedCh == nil {
-			p.drainedCh = make(chan struct{})
-		}
-		ch := p.drainedCh
-		p.backlogMu.Unlock()
-		if p.drained() || p.isDead() {
-			break
-		}
-		<-ch
-	}
+	p.waitBacklog(p.drained, nil)
 	p.awaitingDrain.Store(false)
 	p.gw.maybeRemovePod(p)
 }
@@ -494,29 +495,13 @@ const answerWait = time.Second
 // awaitSeen waits, at most d, until the first n frames this node put into
 // the pod's log have come back out of it and are in the members' queues.
 func (p *Pod) awaitSeen(n uint64, d time.Duration) {
-	if p.seen.Load() >= n {
+	seen := func() bool { return p.seen.Load() >= n }
+	if seen() {
 		return
 	}
-	p.throttled.Add(1) // woken as a throttled sender is
-	defer p.throttled.Add(-1)
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	for {
-		p.backlogMu.Lock()
-		if p.drainedCh == nil {
-			p.drainedCh = make(chan struct{})
-		}
-		ch := p.drainedCh
-		p.backlogMu.Unlock()
-		if p.seen.Load() >= n || p.isDead() {
-			return
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			return
-		}
-	}
+	p.waitBacklog(seen, timer.C)
 }
 
 func (p *Pod) close() {
