@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Helpers of the core tests (core_test.go, auth_test.go, flow_test.go,
@@ -40,26 +41,37 @@ func metricsOf(t *testing.T, base string) map[string]float64 {
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %v", status, err)
 	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
+	for name, f := range families {
+		for _, m := range f.Metric {
+			series := name
+			if len(m.Label) > 0 {
+				labels := make([]string, len(m.Label))
+				for i, l := range m.Label {
+					labels[i] = l.GetName() + `="` + labelEscaper.Replace(l.GetValue()) + `"`
+				}
+				series += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[series] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[series] = m.Gauge.GetValue()
+			case m.Untyped != nil:
+				out[series] = m.Untyped.GetValue()
+			}
 		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
 	}
 	return out
 }
+
+// labelEscaper writes a label value as the text format does.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 // metric is one series of /metrics, or -1 when it is absent.
 func metric(t *testing.T, base, series string) float64 {

@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // `mcpp bench --stalled N` measures what readers that stop reading cost
@@ -170,70 +173,60 @@ func (p *peakSampler) halt() {
 	<-p.done
 }
 
-// metricSet is a scrape of /metrics: each series (name and labels, as
-// written) and its value.
-type metricSet map[string]float64
+// metricSet is a scrape of /metrics, parsed by Prometheus's own text
+// parser: each metric family by name.
+type metricSet map[string]*dto.MetricFamily
 
 // parseMetrics reads the Prometheus text format.
 func parseMetrics(r io.Reader) (metricSet, error) {
-	m := metricSet{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		// The value follows the series after the last space (no
-		// timestamps in what the gateway writes); label values may hold
-		// spaces, so the series is what comes before.
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		m[strings.TrimSpace(line[:i])] = v
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
+}
+
+// value is a sample's value, whatever the metric's type.
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
 	}
-	return m, sc.Err()
+	return 0
 }
 
 // sum is the total of every series of the metric name, and whether there
 // was any.
 func (m metricSet) sum(name string) (float64, bool) {
-	var total float64
-	found := false
-	for k, v := range m {
-		if k == name || (strings.HasPrefix(k, name) && len(k) > len(name) && k[len(name)] == '{') {
-			total += v
-			found = true
-		}
+	f, ok := m[name]
+	if !ok {
+		return 0, false
 	}
-	return total, found
+	var total float64
+	for _, s := range f.Metric {
+		total += value(s)
+	}
+	return total, true
 }
 
-// get is one series' value (0 when absent).
-func (m metricSet) get(series string) float64 { return m[series] }
+// get is the value of a metric without labels (0 when absent).
+func (m metricSet) get(name string) float64 {
+	v, _ := m.sum(name)
+	return v
+}
 
 // byLabel is the series of name by the value of label, e.g. the cuts by
 // reason.
 func (m metricSet) byLabel(name, label string) map[string]float64 {
 	out := map[string]float64{}
-	prefix := name + "{"
-	for k, v := range m {
-		if !strings.HasPrefix(k, prefix) {
-			continue
-		}
-		key := label + `="`
-		i := strings.Index(k, key)
-		if i < 0 {
-			continue
-		}
-		rest := k[i+len(key):]
-		if j := strings.IndexByte(rest, '"'); j >= 0 {
-			out[rest[:j]] += v
+	if f, ok := m[name]; ok {
+		for _, s := range f.Metric {
+			for _, l := range s.Label {
+				if l.GetName() == label {
+					out[l.GetValue()] += value(s)
+				}
+			}
 		}
 	}
 	return out

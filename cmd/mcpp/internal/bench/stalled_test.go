@@ -68,7 +68,6 @@ mcpp_envelopes_in_total 6400
 go_memstats_heap_inuse_bytes 1.2345678e+07
 mcpp_errors_total{code="rate_limited",note="a b"} 3
 mcpp_errors_total{code="duplicate_id"} 1
-not a metric line
 `
 	m, err := parseMetrics(strings.NewReader(text))
 	if err != nil {
