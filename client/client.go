@@ -6,16 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/mcpp/gateway/wire"
 )
@@ -151,7 +147,7 @@ type Client struct {
 
 // conn is one WebSocket connection of a client.
 type conn struct {
-	ws   *websocket.Conn
+	*Conn
 	down chan struct{} // closed when reading it stopped
 	err  error         // why, set before down closes
 }
@@ -190,19 +186,13 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 	opts.Reconnect.MaxDelay = max(opts.Reconnect.MaxDelay, opts.Reconnect.MinDelay)
 	c := &Client{
 		opts: opts, base: base, secret: secret,
-		header:   opts.HTTPHeader.Clone(),
+		header:   upgradeHeader(&opts),
 		events:   make(chan Event, opts.EventBuffer),
 		done:     make(chan struct{}),
 		ready:    make(chan struct{}),
 		pending:  map[string]chan *wire.Envelope{},
 		resent:   map[string]struct{}{},
 		resumeID: opts.Resume,
-	}
-	if c.header == nil {
-		c.header = http.Header{}
-	}
-	if opts.Token != "" {
-		c.header.Set("Authorization", "Bearer "+opts.Token)
 	}
 	if opts.Filter != nil {
 		c.filter = *opts.Filter
@@ -255,31 +245,17 @@ func baseURL(raw string, o *Options) (*url.URL, string, error) {
 	return u, secret, nil
 }
 
-// dialURL is the URL of one connection: the filter in effect, and what
-// to replay.
+// dialURL is the URL of one connection: the filter in effect, what to
+// resume after, and on the first the history asked for.
 func (c *Client) dialURL(resume string, first bool) string {
-	u := *c.base
-	q := u.Query()
 	c.mu.Lock()
-	for k, v := range c.filter.Query() {
-		q[k] = v
-	}
+	filter := c.filter.Query()
 	c.mu.Unlock()
-	if resume != "" {
-		q.Set(wire.QueryResume, resume)
+	history := 0
+	if first {
+		history = c.opts.History
 	}
-	if first && c.opts.History != 0 {
-		if c.opts.History < 0 {
-			q.Set(wire.QueryHistory, wire.HistoryAll)
-		} else {
-			q.Set(wire.QueryHistory, strconv.Itoa(c.opts.History))
-		}
-		if c.opts.Fold != nil && !*c.opts.Fold {
-			q.Set(wire.QueryFold, "0")
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
+	return connURL(c.base, filter, resume, history, c.opts.Fold)
 }
 
 // welcomeMsg is the welcome of one connection.
@@ -294,39 +270,28 @@ type welcomeMsg struct {
 func (c *Client) connect(ctx context.Context, resume string, first bool) (*conn, *welcomeMsg, [][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
-	ws, resp, err := websocket.Dial(ctx, c.dialURL(resume, first), &websocket.DialOptions{
-		HTTPHeader: c.header,
-		HTTPClient: c.opts.HTTPClient,
-	})
+	cn, err := dialConn(ctx, c.dialURL(resume, first), c.header, &c.opts, c.secret)
 	if err != nil {
-		if resp != nil && resp.StatusCode != 0 && resp.StatusCode != http.StatusSwitchingProtocols {
-			var body []byte
-			if resp.Body != nil {
-				body, _ = io.ReadAll(io.LimitReader(resp.Body, 1024))
-			}
-			return nil, nil, nil, refusal(resp.StatusCode, body)
-		}
-		return nil, nil, nil, redact(err, c.secret, url.QueryEscape(c.secret))
+		return nil, nil, nil, err
 	}
-	ws.SetReadLimit(c.opts.ReadLimit)
-	typ, data, err := ws.Read(ctx)
+	data, err := cn.Read(ctx, nil)
 	if err != nil {
-		_ = ws.CloseNow()
+		_ = cn.CloseNow()
 		if ctx.Err() != nil {
 			return nil, nil, nil, fmt.Errorf("no welcome from the gateway: %w", ctx.Err())
 		}
-		return nil, nil, nil, fmt.Errorf("no welcome from the gateway: %w", closeError(err))
+		return nil, nil, nil, fmt.Errorf("no welcome from the gateway: %w", err)
 	}
 	c.reads.Add(1)
 	lines := splitLines(data)
 	var env wire.Envelope
 	var w wire.Welcome
-	if typ != websocket.MessageText || len(lines) == 0 || json.Unmarshal(lines[0], &env) != nil ||
+	if len(lines) == 0 || json.Unmarshal(lines[0], &env) != nil ||
 		env.Kind != wire.KindWelcome || env.DecodePayload(&w) != nil {
-		_ = ws.CloseNow()
+		_ = cn.CloseNow()
 		return nil, nil, nil, fmt.Errorf("the first message is not a system/welcome: %.200q", data)
 	}
-	return &conn{ws: ws, down: make(chan struct{})}, &welcomeMsg{env: &env, w: w, raw: lines[0]}, lines[1:], nil
+	return &conn{Conn: cn, down: make(chan struct{})}, &welcomeMsg{env: &env, w: w, raw: lines[0]}, lines[1:], nil
 }
 
 // splitLines splits a WebSocket message into its envelopes: one, or
@@ -390,24 +355,21 @@ func (c *Client) read(cn *conn, rest [][]byte) {
 	for _, line := range rest {
 		if !c.dispatch(line) {
 			cn.err = ErrClosed
-			_ = cn.ws.CloseNow()
+			_ = cn.CloseNow()
 			return
 		}
 	}
 	for {
-		typ, data, err := cn.ws.Read(context.Background())
+		data, err := cn.Read(context.Background(), nil)
 		if err != nil {
 			cn.err = err
 			return
 		}
 		c.reads.Add(1)
-		if typ != websocket.MessageText {
-			continue // the gateway sends none
-		}
 		for _, line := range splitLines(data) {
 			if !c.dispatch(line) {
 				cn.err = ErrClosed
-				_ = cn.ws.CloseNow()
+				_ = cn.CloseNow()
 				return
 			}
 		}
@@ -577,7 +539,7 @@ func (c *Client) reconnect(cause error) (*conn, [][]byte, error) {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			_ = cn.ws.CloseNow()
+			_ = cn.CloseNow()
 			return nil, nil, ErrClosed
 		}
 		c.cur, c.welcome, c.filter = cn, wm.w, wm.w.Filter
@@ -587,7 +549,7 @@ func (c *Client) reconnect(cause error) (*conn, [][]byte, error) {
 		resumed := resume != "" && w.History != nil && w.History.Resumed != nil && *w.History.Resumed
 		ev := &Reconnected{Envelope: wm.env, Welcome: w, Raw: wm.raw, Resumed: resumed, ResumedAfter: resume, Cause: cause, Attempts: attempt + 1}
 		if !c.emit(ev) {
-			_ = cn.ws.CloseNow()
+			_ = cn.CloseNow()
 			return nil, nil, ErrClosed
 		}
 		return cn, rest, nil
@@ -659,7 +621,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	if cn != nil {
-		_ = cn.ws.Close(websocket.StatusNormalClosure, "")
+		_ = cn.Close()
 	}
 	<-c.done
 	return nil

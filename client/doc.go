@@ -124,12 +124,26 @@
 // restarts can resume too: keep the id of the last envelope it handled
 // whose InHistory is true, and pass it as Options.Resume.
 //
+// # The bytes themselves
+//
+// A program that handles the gateway's bytes itself (a relay that passes
+// envelopes on, a load generator that must not spend its CPU decoding, a
+// test that checks the exact bytes or sends malformed ones) uses a Conn:
+// one connection, dialed as Dial dials, with nothing added. Read returns
+// each WebSocket message as the gateway sent it, the welcome first, into a
+// buffer it may reuse; Write sends a message as it is; nothing reconnects:
+//
+//	conn, err := client.DialConn(ctx, "ws://127.0.0.1:8080/ws?batch=1", client.Options{Pod: "lab"})
+//	buf, err := conn.Read(ctx, buf[:0]) // envelopes, one per line
+//	err = conn.Write(ctx, []byte(`{"kind":"chat","payload":{}}`))
+//
 // # Errors
 //
 // Every call that blocks takes a context. Errors wrap their causes (use
 // errors.Is and errors.As): *RefusedError for an HTTP refusal of the
-// upgrade (or of a publish request), *GatewayError for a system/error, *ClosedError for a close
-// code (wrapping ErrReplaced, ErrSlowConsumer, ErrGoingAway or ErrTooBig),
-// ErrDisconnected for a connection lost without one, ErrClosed after
-// Close.
+// upgrade (or of a publish request), *GatewayError for a system/error,
+// *ClosedError for a close code (wrapping ErrReplaced, ErrSlowConsumer,
+// ErrGoingAway or ErrTooBig), ErrDisconnected for a connection lost
+// without one, ErrClosed after Close. A Conn's Read returns the same
+// *ClosedError and ErrDisconnected.
 package client

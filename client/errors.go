@@ -63,8 +63,12 @@ func (e *ClosedError) Unwrap() error { return e.err }
 // closeError describes how a connection ended, from the error its read
 // returned.
 func closeError(err error) error {
-	if err == nil {
+	var done *ClosedError
+	switch {
+	case err == nil:
 		return ErrDisconnected
+	case errors.As(err, &done), errors.Is(err, ErrDisconnected):
+		return err // already described
 	}
 	code := websocket.CloseStatus(err)
 	if code == -1 {

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -275,4 +276,46 @@ func ExamplePublish() {
 	// relayed build-41
 	// refused: reserved_kind
 	// 1 envelope in the history: build-41
+}
+
+// A Conn hands over the gateway's bytes untouched: here a relay that
+// receives the pod's envelopes with batch=1 (several a WebSocket message,
+// one per line) and passes them on as they are, reusing one buffer.
+func ExampleDialConn() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	relay, err := client.DialConn(ctx, gatewayURL+"?batch=1", client.Options{Pod: "conn-example", Participant: "relay"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer relay.Close()
+	buf, err := relay.Read(ctx, nil) // the welcome comes first
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("relay:", bytes.Contains(buf, []byte(`"kind":"system/welcome"`)))
+
+	tool, err := client.DialConn(ctx, gatewayURL, client.Options{Pod: "conn-example", Participant: "tool"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tool.Close()
+	if err := tool.Write(ctx, []byte(`{"kind":"chat","payload":{"text":"as is"}}`)); err != nil {
+		log.Fatal(err)
+	}
+	for {
+		if buf, err = relay.Read(ctx, buf[:0]); err != nil {
+			log.Fatal(err)
+		}
+		for _, line := range bytes.Split(buf, []byte("\n")) {
+			if bytes.Contains(line, []byte(`"kind":"chat"`)) {
+				fmt.Println("relay: a chat from tool:", bytes.Contains(line, []byte(`"from":"tool"`)))
+				return
+			}
+		}
+	}
+	// Output:
+	// relay: true
+	// relay: a chat from tool: true
 }

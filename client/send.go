@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
 	"github.com/mcpp/gateway/wire"
@@ -69,7 +68,7 @@ func (c *Client) write(ctx context.Context, id string, b []byte, dedupe bool) (*
 		if again && dedupe {
 			c.markResent(id)
 		}
-		err = cn.ws.Write(ctx, websocket.MessageText, b)
+		err = cn.Write(ctx, b)
 		if err == nil {
 			return cn, nil
 		}
@@ -79,7 +78,7 @@ func (c *Client) write(ctx context.Context, id string, b []byte, dedupe bool) (*
 		// The connection broke under the write: the gateway may or may
 		// not have the message. Make sure the reader sees it end, and try
 		// on the next one.
-		_ = cn.ws.CloseNow()
+		_ = cn.CloseNow()
 		select {
 		case <-cn.down:
 		case <-ctx.Done():
