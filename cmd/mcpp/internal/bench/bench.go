@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mcpp/gateway/client"
 )
 
 const usage = `Usage: mcpp bench [flags]
@@ -452,22 +454,23 @@ func idleRSS(ctx context.Context, s *server, n int) (float64, error) {
 		return 0, err
 	}
 	l := Load{URL: s.ws}
-	conns := make([]interface{ CloseNow() error }, 0, n)
+	conns := make([]*client.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
 			_ = c.CloseNow()
 		}
 	}()
 	for i := 0; i < n; i++ {
-		q := url.Values{"pod": {fmt.Sprintf("idle-%d", i/1000)}, "participant": {fmt.Sprintf("idle-%d", i)}}
-		c, err := l.dial(ctx, q)
+		c, err := l.dial(ctx, fmt.Sprintf("idle-%d", i/1000), fmt.Sprintf("idle-%d", i))
 		if err != nil {
 			return 0, fmt.Errorf("connection %d: %w", i, err)
 		}
 		conns = append(conns, c)
 		go func() {
+			var buf []byte
 			for {
-				if _, _, err := c.Read(ctx); err != nil {
+				var err error
+				if buf, err = c.Read(ctx, buf[:0]); err != nil {
 					return
 				}
 			}

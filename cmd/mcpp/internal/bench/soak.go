@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/mcpp/gateway/client"
 	"github.com/mcpp/gateway/wire"
@@ -704,20 +701,20 @@ func (r *soakRun) churn(ctx context.Context) {
 			continue
 		}
 		// Raw: read the welcome, then close or drop the connection.
-		c, err := (Load{URL: r.ws}).dial(ctx, url.Values{"pod": {pod}, "participant": {id}})
+		c, err := (Load{URL: r.ws}).dial(ctx, pod, id)
 		if err != nil {
 			r.failed(ctx, "churn join "+id, err)
 			continue
 		}
 		r.t.add("joins", 1)
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		_, _, err = c.Read(rctx)
+		_, err = c.Read(rctx, nil)
 		cancel()
 		if err != nil {
 			r.failed(ctx, id+" welcome", err)
 		}
 		if n%4 == 2 {
-			_ = c.Close(websocket.StatusNormalClosure, "")
+			_ = c.Close()
 			r.t.add("churn: left with a closing handshake", 1)
 		} else {
 			_ = c.CloseNow()
@@ -755,14 +752,14 @@ func (r *soakRun) flood(ctx context.Context) {
 		case <-time.After(wait):
 		}
 		id := fmt.Sprintf("stalled-%d", n)
-		stalled, err := (Load{URL: r.ws}).dial(ctx, url.Values{"pod": {pod}, "participant": {id}})
+		stalled, err := (Load{URL: r.ws}).dial(ctx, pod, id)
 		if err != nil {
 			r.failed(ctx, "join "+id, err)
 			continue
 		}
 		r.t.add("joins", 1)
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		_, _, err = stalled.Read(rctx) // its welcome; then it reads nothing
+		_, err = stalled.Read(rctx, nil) // its welcome; then it reads nothing
 		cancel()
 		if err != nil {
 			r.failed(ctx, id+" welcome", err)

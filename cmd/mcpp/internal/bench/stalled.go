@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -16,10 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/mcpp/gateway/client"
 )
 
 // `mcpp bench --stalled N` measures what readers that stop reading cost
@@ -309,8 +310,9 @@ func fateOf(err error, gaveUp bool) string {
 	if gaveUp || err == nil {
 		return "still open"
 	}
-	if code := websocket.CloseStatus(err); code != -1 {
-		return fmt.Sprintf("closed %d", int(code))
+	var closed *client.ClosedError
+	if errors.As(err, &closed) {
+		return fmt.Sprintf("closed %d", int(closed.Code))
 	}
 	return "lost without a close frame"
 }
@@ -339,7 +341,7 @@ func stalledEnvelope(dst []byte, size, seq int) []byte {
 var stalledKind = []byte(`"kind":"stalled"`)
 
 type stalledPod struct {
-	reader, sender *websocket.Conn
+	reader, sender *client.Conn
 	refused        atomic.Int64 // system/error answers the sender received
 }
 
@@ -394,22 +396,23 @@ func (b *bencher) stalled(ctx context.Context, l stalledLoad) error {
 		p := &stalledPod{}
 		pods[i] = p
 		pod := fmt.Sprintf("stalled-%d", i)
-		if p.reader, err = load.dial(ctx, url.Values{"pod": {pod}, "participant": {"reader"}}); err != nil {
+		if p.reader, err = load.dial(ctx, pod, "reader"); err != nil {
 			return fmt.Errorf("reader %d: %w", i, err)
 		}
 		// The welcome, then nothing: the reader has stalled.
-		if _, _, err := p.reader.Read(ctx); err != nil {
+		if _, err := p.reader.Read(ctx, nil); err != nil {
 			return fmt.Errorf("reader %d: welcome: %w", i, err)
 		}
-		if p.sender, err = load.dial(ctx, url.Values{"pod": {pod}, "participant": {"sender"}}); err != nil {
+		if p.sender, err = load.dial(ctx, pod, "sender"); err != nil {
 			return fmt.Errorf("sender %d: %w", i, err)
 		}
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
+			var m []byte
 			for {
-				_, m, err := p.sender.Read(ctx)
-				if err != nil {
+				var err error
+				if m, err = p.sender.Read(ctx, m[:0]); err != nil {
 					return
 				}
 				if bytes.Contains(m, []byte(`"kind":"system/error"`)) {
@@ -430,7 +433,7 @@ func (b *bencher) stalled(ctx context.Context, l stalledLoad) error {
 			buf := make([]byte, 0, l.Size+64)
 			for seq := 0; seq < l.Envelopes; seq++ {
 				buf = stalledEnvelope(buf[:0], l.Size, seq)
-				if err := p.sender.Write(ctx, websocket.MessageText, buf); err != nil {
+				if err := p.sender.Write(ctx, buf); err != nil {
 					sendErr <- fmt.Errorf("sender %d, envelope %d: %w", i, seq, err)
 					return
 				}
@@ -529,9 +532,11 @@ func readAgain(ctx context.Context, pods []*stalledPod, idle time.Duration) []fa
 		go func() {
 			defer wg.Done()
 			f := &fates[i]
+			var m []byte
 			for {
 				rctx, cancel := context.WithTimeout(ctx, idle)
-				_, m, err := p.reader.Read(rctx)
+				var err error
+				m, err = p.reader.Read(rctx, m[:0])
 				gaveUp := err != nil && rctx.Err() != nil && ctx.Err() == nil
 				cancel()
 				if err != nil {

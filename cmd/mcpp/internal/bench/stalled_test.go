@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/wire"
 )
 
 func TestCheckStalled(t *testing.T) {
@@ -122,8 +123,9 @@ func TestFatesAndEnvelope(t *testing.T) {
 		gaveUp bool
 		want   string
 	}{
-		{websocket.CloseError{Code: 4008, Reason: "slow consumer"}, false, "closed 4008"},
-		{fmt.Errorf("read: %w", websocket.CloseError{Code: websocket.StatusGoingAway}), false, "closed 1001"},
+		{&client.ClosedError{Code: wire.CloseSlowConsumer, Reason: "slow consumer"}, false, "closed 4008"},
+		{fmt.Errorf("read: %w", &client.ClosedError{Code: wire.CloseGoingAway}), false, "closed 1001"},
+		{fmt.Errorf("%w: %w", client.ErrDisconnected, io.EOF), false, "lost without a close frame"},
 		{io.EOF, false, "lost without a close frame"},
 		{io.ErrUnexpectedEOF, true, "still open"},
 		{nil, false, "still open"},

@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/mcpp/gateway/gateway"
+)
+
+// serveGateway serves an in-process gateway on a loopback port, its rates
+// opened wide as --stalled opens them, and returns its /ws URL.
+func serveGateway(t *testing.T) string {
+	t.Helper()
+	cfg := gateway.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.PingInterval = 0
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Rate, cfg.Burst = 1e9, 1_000_000_000
+	cfg.ContextRate, cfg.ContextBurst = 1e9, 1_000_000_000
+	cfg.ContextCreateRate, cfg.ContextCreateBurst = 1e9, 1_000_000_000
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	return "ws://" + ln.Addr().String() + "/ws"
+}
+
+// TestRunGateway drives an in-process gateway as `mcpp bench` drives its
+// process, batched and not, with half the subscribers on contexts=none:
+// what matters here is that envelopes, deliveries, WebSocket messages and
+// latencies are counted, not how fast it went.
+func TestRunGateway(t *testing.T) {
+	ws := serveGateway(t)
+	for _, batch := range []bool{false, true} {
+		l := Load{URL: ws, Pod: "bench", Subscribers: 3, Publishers: 2, Size: 256,
+			Warmup: 100 * time.Millisecond, Duration: 300 * time.Millisecond, Window: 16,
+			Filters: true, Batch: batch}
+		if batch {
+			l.Pod = "bench-batch"
+		}
+		r, err := l.run(context.Background())
+		if err != nil {
+			t.Fatalf("batch %v: %v", batch, err)
+		}
+		t.Logf("batch %v: %d envelopes, %d deliveries, %d messages", batch, r.Envelopes, r.Deliveries, r.WSMessages)
+		if r.Envelopes == 0 || r.Deliveries < r.Envelopes || r.WSMessages == 0 || r.Latency.quantile(0.5) == 0 {
+			t.Fatalf("batch %v: nothing measured: %+v", batch, r)
+		}
+		// Subscribers 0 and 2 admit every envelope, subscriber 1 (contexts=none)
+		// the half outside a context: 2.5 deliveries an envelope, give or take
+		// the window at either end.
+		if r.Envelopes >= 200 && (r.Deliveries < 2*r.Envelopes || r.Deliveries > 3*r.Envelopes) {
+			t.Errorf("batch %v: %d deliveries of %d envelopes, want about 2.5 each", batch, r.Deliveries, r.Envelopes)
+		}
+		// Unbatched, a WebSocket message holds one envelope (or presence);
+		// batched, it may hold several.
+		if !batch && r.Deliveries > r.WSMessages {
+			t.Errorf("unbatched: %d deliveries in %d WebSocket messages", r.Deliveries, r.WSMessages)
+		}
+	}
+}
+
+// TestReadAgainSeesTheCloseCode has a reader replaced by another that joins
+// with its participant id: reading again, the first finds its connection
+// closed with 4000, and the second, which the gateway leaves alone, still
+// open.
+func TestReadAgainSeesTheCloseCode(t *testing.T) {
+	l := Load{URL: serveGateway(t)}
+	ctx := context.Background()
+	first, err := l.dial(ctx, "replace", "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.CloseNow()
+	if _, err := first.Read(ctx, nil); err != nil {
+		t.Fatalf("welcome: %v", err)
+	}
+	second, err := l.dial(ctx, "replace", "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.CloseNow()
+	if _, err := second.Read(ctx, nil); err != nil {
+		t.Fatalf("welcome: %v", err)
+	}
+	fates := readAgain(ctx, []*stalledPod{{reader: first}}, 5*time.Second)
+	if fates[0].how != "closed 4000" {
+		t.Errorf("the replaced reader: %q, want closed 4000", fates[0].how)
+	}
+	fates = readAgain(ctx, []*stalledPod{{reader: second}}, 300*time.Millisecond)
+	if fates[0].how != "still open" {
+		t.Errorf("the other: %q, want still open", fates[0].how)
+	}
+}
