@@ -381,8 +381,8 @@ func TestReconnectGap(t *testing.T) {
 	expect[*Welcome](t, alice)
 	expect[*Welcome](t, bob)
 
-	p.setRefuse(true)
-	p.cut()
+	p.Refuse(true)
+	p.Cut()
 	eventually(t, 5*time.Second, "bob to see his connection end", func() bool { return !bob.connected() })
 	sent := make(chan error, 1)
 	go func() {
@@ -394,7 +394,7 @@ func TestReconnectGap(t *testing.T) {
 		t.Fatalf("Send returned %v while there was no connection", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	p.setRefuse(false)
+	p.Refuse(false)
 	r := expect[*Reconnected](t, bob)
 	if !r.Gap() || r.ResumedAfter != "" || !errors.Is(r.Cause, ErrDisconnected) || r.Attempts < 2 || r.Welcome.You.ID != "bob" {
 		t.Fatalf("%+v", r)
@@ -406,8 +406,8 @@ func TestReconnectGap(t *testing.T) {
 		t.Fatalf("alice got %+v", m.Envelope)
 	}
 	// A request made while away is answered on the new connection.
-	p.setRefuse(true)
-	p.cut()
+	p.Refuse(true)
+	p.Cut()
 	eventually(t, 5*time.Second, "bob to see his connection end", func() bool { return !bob.connected() })
 	answered := make(chan error, 1)
 	go func() {
@@ -415,7 +415,7 @@ func TestReconnectGap(t *testing.T) {
 		answered <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	p.setRefuse(false)
+	p.Refuse(false)
 	expect[*Reconnected](t, bob)
 	if err := <-answered; err != nil {
 		t.Fatal(err)
@@ -466,7 +466,7 @@ func TestReconnectResume(t *testing.T) {
 			}
 			got = append(got, seq.I)
 			if len(got) == cutAt {
-				p.cut()
+				p.Cut()
 			}
 		case *Reconnected:
 			rec = ev

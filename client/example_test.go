@@ -7,14 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"log/slog"
-	"net"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/mcpp/gateway/client"
-	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/gateway/gatewaytest"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -23,26 +21,14 @@ import (
 var gatewayURL = "ws://127.0.0.1:8080/ws"
 
 func TestMain(m *testing.M) {
-	cfg := gateway.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.PingInterval = 0
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	g, err := gateway.New(cfg)
+	s, stop, err := gatewaytest.Serve(gatewaytest.Config())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	go func() { _ = g.Serve(ln) }()
-	gatewayURL = "ws://" + ln.Addr().String() + "/ws"
+	gatewayURL = s.WS
 	code := m.Run()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = g.Shutdown(ctx)
-	cancel()
+	stop()
 	os.Exit(code)
 }
 

@@ -228,8 +228,8 @@ func TestReconnectReport(t *testing.T) {
 		Report: func(attempt int, err error) { reports <- report{attempt, err} },
 	}})
 	expect[*Welcome](t, bob)
-	p.setRefuse(true)
-	p.cut()
+	p.Refuse(true)
+	p.Cut()
 	first := <-reports
 	if first.attempt != 0 || !errors.Is(first.err, ErrDisconnected) {
 		t.Fatalf("%+v", first)
@@ -237,7 +237,7 @@ func TestReconnectReport(t *testing.T) {
 	if r := <-reports; r.attempt != 1 || r.err == nil {
 		t.Fatalf("%+v", r)
 	}
-	p.setRefuse(false)
+	p.Refuse(false)
 	r := expect[*Reconnected](t, bob)
 	if n := len(reports); r.Attempts != n+2 {
 		// attempt 1 was taken from the channel above; the last attempt succeeded

@@ -1,179 +1,19 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/wire"
 )
-
-// Helpers of the reliability tests (badinput_test.go, churn_test.go,
-// faults_test.go, security_test.go).
-
-// rawPeer is a participant whose messages are kept as raw bytes. The
-// harness's client decodes every message into map[string]any, which
-// refuses numbers beyond float64 (1e999999) and keeps every raw message;
-// a rawPeer decodes only what a test asks for, and with discard it keeps
-// nothing (the churn test counts the heap).
-type rawPeer struct {
-	t       *testing.T
-	ID      string
-	conn    *websocket.Conn
-	msgs    chan []byte
-	done    chan struct{}
-	discard bool
-	mu      sync.Mutex
-	err     error
-}
-
-// dialPeer joins pod as id (open mode) with extra query parameters and
-// waits for the welcome. capacity is how many unread messages it holds.
-func dialPeer(t *testing.T, g *testGateway, pod, id, query string, capacity int) *rawPeer {
-	t.Helper()
-	conn := dialPod(t, g.WS, pod, id, query)
-	p := &rawPeer{t: t, ID: id, conn: conn, msgs: make(chan []byte, capacity), done: make(chan struct{})}
-	go p.readLoop()
-	t.Cleanup(func() { _ = conn.CloseNow() })
-	if w := p.expect(); w.Kind != "system/welcome" {
-		t.Fatalf("%s: first message is %s, want system/welcome", id, w.Kind)
-	}
-	return p
-}
-
-func (p *rawPeer) readLoop() {
-	defer close(p.done)
-	for {
-		_, b, err := p.conn.Read(context.Background())
-		if err != nil {
-			p.mu.Lock()
-			p.err = err
-			p.mu.Unlock()
-			return
-		}
-		if !p.discard {
-			p.msgs <- b
-		}
-	}
-}
-
-// next returns the next raw message, or nil after d or once the
-// connection has ended and every message was read.
-func (p *rawPeer) next(d time.Duration) []byte {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case b := <-p.msgs:
-		return b
-	case <-timer.C:
-		return nil
-	case <-p.done:
-		select {
-		case b := <-p.msgs:
-			return b
-		default:
-			return nil
-		}
-	}
-}
-
-// wireMsg is the part of a received envelope the tests look at; payload
-// and correlation_id stay raw, so any JSON number is fine.
-type wireMsg struct {
-	Protocol      string          `json:"protocol"`
-	ID            string          `json:"id"`
-	From          string          `json:"from"`
-	To            []string        `json:"to"`
-	Kind          string          `json:"kind"`
-	CorrelationID json.RawMessage `json:"correlation_id"`
-	Payload       json.RawMessage `json:"payload"`
-	Raw           []byte          `json:"-"`
-}
-
-func decodeWire(b []byte) (wireMsg, error) {
-	var m wireMsg
-	err := json.Unmarshal(b, &m)
-	m.Raw = b
-	return m, err
-}
-
-// errCode is the code of a system/error, or "".
-func (m wireMsg) errCode() string {
-	if m.Kind != "system/error" {
-		return ""
-	}
-	var pl struct {
-		Error string `json:"error"`
-	}
-	_ = json.Unmarshal(m.Payload, &pl)
-	return pl.Error
-}
-
-// seq is the payload's "seq", or -1.
-func (m wireMsg) seq() int {
-	var pl struct {
-		Seq *int `json:"seq"`
-	}
-	if json.Unmarshal(m.Payload, &pl) != nil || pl.Seq == nil {
-		return -1
-	}
-	return *pl.Seq
-}
-
-// expect returns the next message decoded, failing after 5s.
-func (p *rawPeer) expect() wireMsg {
-	p.t.Helper()
-	b := p.next(5 * time.Second)
-	if b == nil {
-		p.t.Fatalf("%s: no message within 5s (connection: %v)", p.ID, p.closeErr())
-	}
-	m, err := decodeWire(b)
-	if err != nil {
-		p.t.Fatalf("%s: received a message that is not an envelope: %v: %.200q", p.ID, err, b)
-	}
-	return m
-}
-
-// expectOther is expect skipping presence.
-func (p *rawPeer) expectOther() wireMsg {
-	p.t.Helper()
-	for {
-		if m := p.expect(); m.Kind != "system/presence" {
-			return m
-		}
-	}
-}
-
-// write sends one message of typ.
-func (p *rawPeer) write(typ websocket.MessageType, b []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	return p.conn.Write(ctx, typ, b)
-}
-
-func (p *rawPeer) closeErr() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
-// waitClosed waits for the connection to end and returns its close code.
-func (p *rawPeer) waitClosed(d time.Duration) websocket.StatusCode {
-	p.t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		p.t.Fatalf("%s: connection still open after %v", p.ID, d)
-	}
-	return websocket.CloseStatus(p.closeErr())
-}
 
 // relayedAs is what the gateway relays of a frame that it accepted: the
 // sender's bytes after the opening brace, with raw newlines (white space)
@@ -225,7 +65,7 @@ func badInputCorpus(t *testing.T) []badCase {
 		return fmt.Sprintf(`{"id":"x-%s","kind":"chat",%q:%s}`, field, field, raw)
 	}
 	ctxEnv := func(raw string) string { return `{"id":"x-ctx","kind":"chat","context":` + raw + `}` }
-	big := func(n int) string { return pad(n) }
+	big := func(n int) string { return harness.Pad(n) }
 	metaPad := func(total int) string { // a context of exactly total bytes
 		head, tail := `{"id":"big","metadata":{"p":"`, `"}}`
 		return head + big(total-len(head)-len(tail)) + tail
@@ -421,7 +261,7 @@ func badInputCorpus(t *testing.T) []badCase {
 		if want == badOK {
 			id = "ok-size"
 		}
-		return badCase{name: name, frame: envelopeOfSize(t, id, "chat", n), want: want}
+		return badCase{name: name, frame: harness.EnvelopeOfSize(t, id, "chat", n), want: want}
 	}
 	cases = append(cases,
 		sized("exactly the limit", badInputLimit, badOK),
@@ -451,7 +291,7 @@ func badInputCorpus(t *testing.T) []badCase {
 // the stream, in order, and of the bad sender's only the accepted ones.
 func TestBadInputCorpus(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.MaxMessageBytes = badInputLimit
 		c.MaxContextBytes = 4096
 		c.Rate, c.Burst = 1e6, 1000000
@@ -462,12 +302,19 @@ func TestBadInputCorpus(t *testing.T) {
 	const pod = "badinput"
 	cases := badInputCorpus(t)
 
-	steady := dialPeer(t, g, pod, "steady", "", 1<<17)
+	steady := harness.DialPeer(t, g, pod, "steady", "", 1<<17)
 	// The stream's sender reads nothing but presence.
-	pump := g.dial(t, pod, "pump", "main=0&contexts=none")
+	pump := g.Dial(t, pod, "pump", "main=0&contexts=none")
 	// The bad sender sees its own envelopes (echo) and not the stream,
 	// which is addressed to steady.
-	dialBad := func() *rawPeer { return dialPeer(t, g, pod, "bad", "echo=1&routing=directed", 1024) }
+	// It sends binary messages too: coder/websocket itself.
+	dialBad := func() *harness.Peer {
+		p := harness.StartPeer(t, "bad", harness.DialPodWebSocket(t, g.WS, pod, "bad", "echo=1&routing=directed"), 1024)
+		if w := p.Expect(); w.Kind != "system/welcome" {
+			t.Fatalf("bad: first message is %s, want system/welcome", w.Kind)
+		}
+		return p
+	}
 	bad := dialBad()
 
 	stop := make(chan struct{})
@@ -486,7 +333,7 @@ func TestBadInputCorpus(t *testing.T) {
 			}
 			b := fmt.Appendf(nil, `{"id":"p-%d","kind":"chat","to":["steady"],"payload":{"seq":%d}}`, n, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := pump.conn.Write(ctx, websocket.MessageText, b)
+			err := pump.Conn.Write(ctx, b)
 			cancel()
 			if err != nil {
 				pumpErr <- err
@@ -500,17 +347,13 @@ func TestBadInputCorpus(t *testing.T) {
 	var relayed []string // ids steady must get from bad, in order
 	counts := map[string]int{}
 	for i, tc := range cases {
-		typ := websocket.MessageText
-		if tc.binary {
-			typ = websocket.MessageBinary
-		}
 		counts[tc.want]++
 		if tc.want == badClose {
 			// The write may fail once the gateway has closed.
 			werr := make(chan error, 1)
-			go func() { werr <- bad.write(typ, tc.frame) }()
-			if code := bad.waitClosed(20 * time.Second); code != websocket.StatusMessageTooBig {
-				t.Fatalf("%s (%d bytes): closed with %d (%v), want 1009", tc.name, len(tc.frame), code, bad.closeErr())
+			go func() { werr <- bad.Write(tc.binary, tc.frame) }()
+			if code := bad.WaitClosed(20 * time.Second); code != wire.CloseMessageTooBig {
+				t.Fatalf("%s (%d bytes): closed with %d (%v), want 1009", tc.name, len(tc.frame), code, bad.CloseErr())
 			}
 			select {
 			case <-werr:
@@ -520,7 +363,7 @@ func TestBadInputCorpus(t *testing.T) {
 			bad = dialBad()
 			continue
 		}
-		if err := bad.write(typ, tc.frame); err != nil {
+		if err := bad.Write(tc.binary, tc.frame); err != nil {
 			t.Fatalf("%s: write: %v", tc.name, err)
 		}
 		if tc.want == badOK {
@@ -530,18 +373,18 @@ func TestBadInputCorpus(t *testing.T) {
 			if err := json.Unmarshal(tc.frame, &want); err != nil || !strings.HasPrefix(want.ID, "ok-") {
 				t.Fatalf("%s: an accepted case needs an id ok-…: %v", tc.name, err)
 			}
-			m := bad.expectOther()
+			m := bad.ExpectOther()
 			if m.Kind == "system/error" {
-				t.Fatalf("%s: refused with %s: %s", tc.name, m.errCode(), m.Payload)
+				t.Fatalf("%s: refused with %s: %s", tc.name, m.ErrCode(), m.Payload)
 			}
 			if m.ID != want.ID || !bytes.Contains(m.Raw, relayedAs(tc.frame)) {
 				t.Fatalf("%s: echo %.300q is not the frame as sent", tc.name, m.Raw)
 			}
 			relayed = append(relayed, want.ID)
 		} else {
-			m := bad.expectOther()
-			if m.errCode() != tc.want {
-				t.Fatalf("%s: got %s %s %.300s, want system/error %s", tc.name, m.Kind, m.errCode(), m.Payload, tc.want)
+			m := bad.ExpectOther()
+			if m.ErrCode() != tc.want {
+				t.Fatalf("%s: got %s %s %.300s, want system/error %s", tc.name, m.Kind, m.ErrCode(), m.Payload, tc.want)
 			}
 			if m.From != "system:gateway" || len(m.To) != 1 || m.To[0] != "bad" {
 				t.Fatalf("%s: error envelope from %q to %v", tc.name, m.From, m.To)
@@ -549,10 +392,10 @@ func TestBadInputCorpus(t *testing.T) {
 		}
 		// The connection is still open and works.
 		good := fmt.Sprintf("good-%d", i)
-		if err := bad.write(websocket.MessageText, fmt.Appendf(nil, `{"id":%q,"kind":"chat","payload":{"after":%q}}`, good, tc.name)); err != nil {
+		if err := bad.Write(false, fmt.Appendf(nil, `{"id":%q,"kind":"chat","payload":{"after":%q}}`, good, tc.name)); err != nil {
 			t.Fatalf("after %s: write: %v", tc.name, err)
 		}
-		if m := bad.expectOther(); m.ID != good {
+		if m := bad.ExpectOther(); m.ID != good {
 			t.Fatalf("after %s: got %s %s %s, want the echo of %s", tc.name, m.Kind, m.ID, m.Payload, good)
 		}
 		relayed = append(relayed, good)
@@ -565,7 +408,7 @@ func TestBadInputCorpus(t *testing.T) {
 		t.Fatalf("the stream's sender failed: %v", err)
 	default:
 	}
-	if err := pump.conn.Write(context.Background(), websocket.MessageText, []byte(`{"id":"p-end","kind":"chat","to":["steady"]}`)); err != nil {
+	if err := pump.Conn.Write(context.Background(), []byte(`{"id":"p-end","kind":"chat","to":["steady"]}`)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -573,14 +416,14 @@ func TestBadInputCorpus(t *testing.T) {
 	// accepted, in order, and nothing else.
 	seq, got := 0, 0
 	for {
-		m := steady.expect()
+		m := steady.Expect()
 		switch {
 		case m.Kind == "system/presence":
 			continue
 		case m.ID == "p-end":
 		case m.From == "pump":
-			if m.seq() != seq {
-				t.Fatalf("steady: stream envelope %s has seq %d, want %d", m.ID, m.seq(), seq)
+			if m.Seq() != seq {
+				t.Fatalf("steady: stream envelope %s has seq %d, want %d", m.ID, m.Seq(), seq)
 			}
 			seq++
 			continue

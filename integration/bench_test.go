@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -11,7 +13,7 @@ import (
 // it starts the gateway and the bare relay itself, and reports deliveries,
 // latency, CPU per delivery and the gateway/baseline ratio.
 func TestBenchCommand(t *testing.T) {
-	bin := buildCommand(t, "mcpp") // builds mcpp-gateway beside it
+	bin := harness.BuildCommand(t, "mcpp") // builds mcpp-gateway beside it
 	out, err := exec.Command(bin, "bench", "--subscribers", "4", "--duration", "400ms", "--warmup", "200ms",
 		"--rounds", "1", "--baseline", "--filters", "--latency-at", "0.5").CombinedOutput()
 	if err != nil {

@@ -1,9 +1,10 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"context"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"runtime"
@@ -12,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
+	mcpp "github.com/mcpp/gateway/client"
 	"github.com/mcpp/gateway/gateway"
 )
 
@@ -50,7 +50,7 @@ type churnCaster struct {
 	err  atomic.Value
 }
 
-func startCaster(conn *websocket.Conn, first int) *churnCaster {
+func startCaster(conn *mcpp.Conn, first int) *churnCaster {
 	c := &churnCaster{stop: make(chan struct{}), sent: make(chan int, 1)}
 	go func() {
 		n := first
@@ -64,7 +64,7 @@ func startCaster(conn *websocket.Conn, first int) *churnCaster {
 			case <-tick.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := conn.Write(ctx, websocket.MessageText, fmt.Appendf(nil, `{"id":"c-%d","kind":"chat","payload":{"seq":%d}}`, n, n))
+			err := conn.Write(ctx, fmt.Appendf(nil, `{"id":"c-%d","kind":"chat","payload":{"seq":%d}}`, n, n))
 			cancel()
 			if err != nil {
 				c.err.Store(err)
@@ -102,9 +102,9 @@ type churnChecker struct {
 	other     int // chat envelopes not from a churner
 }
 
-func (k *churnChecker) run(p *rawPeer) {
-	for b := range p.msgs {
-		m, err := decodeWire(b)
+func (k *churnChecker) run(p *harness.Peer) {
+	for b := range p.Msgs {
+		m, err := harness.DecodeWire(b)
 		k.mu.Lock()
 		switch {
 		case err != nil:
@@ -114,7 +114,7 @@ func (k *churnChecker) run(p *rawPeer) {
 		case m.Kind == "system/presence":
 			k.presence++
 		case m.From == "caster":
-			if s := m.seq(); s != k.next && k.fail == "" {
+			if s := m.Seq(); s != k.next && k.fail == "" {
 				k.fail = fmt.Sprintf("broadcast %s has seq %d, want %d", m.ID, s, k.next)
 			}
 			k.next++
@@ -148,7 +148,7 @@ func (k *churnChecker) state() (next int, fail string) {
 // echo, so that the steady participant must get it; talked[i] records
 // that connection i did. A closing handshake the gateway does not answer
 // fails the test, but the churn goes on.
-func churn(t *testing.T, g *testGateway, pod string, from, n, workers int, talked []bool) {
+func churn(t *testing.T, g *harness.Gateway, pod string, from, n, workers int, talked []bool) {
 	t.Helper()
 	var (
 		badCloses     atomic.Int64
@@ -170,35 +170,31 @@ func churn(t *testing.T, g *testGateway, pod string, from, n, workers int, talke
 			talk = true
 			q.Set("echo", "1")
 		}
-		conn, resp, err := dialRaw(g.WS, q, nil)
+		conn, err := harness.DialConn(g.WS, q, nil)
 		if err != nil {
-			if resp != nil {
-				b, _ := io.ReadAll(resp.Body)
-				err = fmt.Errorf("%w: %s", err, b)
-			}
 			return fmt.Errorf("connection %d: %w", i, err)
 		}
 		defer conn.CloseNow()
 		ctx, done := context.WithTimeout(context.Background(), 10*time.Second)
 		defer done()
-		_, b, err := conn.Read(ctx)
+		b, err := conn.Read(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("connection %d: welcome: %w", i, err)
 		}
-		if m, err := decodeWire(b); err != nil || m.Kind != "system/welcome" {
+		if m, err := harness.DecodeWire(b); err != nil || m.Kind != "system/welcome" {
 			return fmt.Errorf("connection %d: first message %.100q", i, b)
 		}
 		if talk {
 			id := fmt.Sprintf("churn-env-%d", i)
-			if err := conn.Write(ctx, websocket.MessageText, fmt.Appendf(nil, `{"id":%q,"kind":"chat"}`, id)); err != nil {
+			if err := conn.Write(ctx, fmt.Appendf(nil, `{"id":%q,"kind":"chat"}`, id)); err != nil {
 				return fmt.Errorf("connection %d: write: %w", i, err)
 			}
 			for {
-				_, b, err := conn.Read(ctx)
+				b, err := conn.Read(ctx, nil)
 				if err != nil {
 					return fmt.Errorf("connection %d: waiting for its echo: %w", i, err)
 				}
-				if m, _ := decodeWire(b); m.ID == id {
+				if m, _ := harness.DecodeWire(b); m.ID == id {
 					break
 				}
 			}
@@ -211,7 +207,7 @@ func churn(t *testing.T, g *testGateway, pod string, from, n, workers int, talke
 		// read and dropped by Close. A gateway that does not answer the
 		// close frame is counted (TestFaultCloseHandshake is about it),
 		// and the churn goes on so that its figures are still measured.
-		if err := conn.Close(websocket.StatusNormalClosure, "bye"); err != nil {
+		if err := conn.Close(); err != nil {
 			badCloses.Add(1)
 			mu.Lock()
 			if firstBadClose == nil {
@@ -282,7 +278,7 @@ func TestChurn(t *testing.T) {
 		workers = 8
 		slack   = 10 // goroutines
 	)
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 1e6, 1000000
 		c.SendQueue = 1 << 14
 		c.WriteTimeout = time.Minute
@@ -291,13 +287,13 @@ func TestChurn(t *testing.T) {
 		// by --history, which is not what this test is about.
 		c.History = 20
 	})
-	steady := dialPeer(t, g, pod, "steady", "", 1<<14)
-	casterConn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"caster"}}, nil)
+	steady := harness.DialPeer(t, g, pod, "steady", "", 1<<14)
+	casterConn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"caster"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caster := &rawPeer{t: t, ID: "caster", conn: casterConn, msgs: make(chan []byte), done: make(chan struct{}), discard: true}
-	go caster.readLoop()
+	caster := harness.NewPeer(t, "caster", casterConn, 0)
+	go caster.ReadLoop()
 	t.Cleanup(func() { _ = casterConn.CloseNow() })
 	check := &churnChecker{fromChurn: make([]uint8, warmup+total)}
 	talked := make([]bool, warmup+total)
@@ -305,15 +301,15 @@ func TestChurn(t *testing.T) {
 
 	settle := func(what string, sent int) {
 		t.Helper()
-		eventually(t, 30*time.Second, what+": steady has every broadcast", func() bool {
+		harness.Eventually(t, 30*time.Second, what+": steady has every broadcast", func() bool {
 			next, fail := check.state()
 			if fail != "" {
 				t.Fatalf("steady: %s", fail)
 			}
 			return next == sent
 		})
-		eventually(t, 30*time.Second, what+": only steady and caster connected, one pod", func() bool {
-			m := metricsOf(t, g.URL)
+		harness.Eventually(t, 30*time.Second, what+": only steady and caster connected, one pod", func() bool {
+			m := harness.MetricsOf(t, g.URL)
 			return m["mcpp_connections"] == 2 && m["mcpp_pods"] == 1
 		})
 	}
@@ -327,7 +323,7 @@ func TestChurn(t *testing.T) {
 	settle("warm-up", sent)
 	goroutines0 := runtime.NumGoroutine()
 	heap0 := liveHeap()
-	hist0 := metric(t, g.URL, "mcpp_history_bytes")
+	hist0 := harness.Metric(t, g.URL, "mcpp_history_bytes")
 	fds0 := openFDs(t)
 
 	start := time.Now()
@@ -338,7 +334,7 @@ func TestChurn(t *testing.T) {
 	settle("churn", sent)
 
 	var goroutines1 int
-	eventually(t, 30*time.Second, fmt.Sprintf("goroutines back to %d (+%d)", goroutines0, slack), func() bool {
+	harness.Eventually(t, 30*time.Second, fmt.Sprintf("goroutines back to %d (+%d)", goroutines0, slack), func() bool {
 		goroutines1 = runtime.NumGoroutine()
 		return goroutines1 <= goroutines0+slack
 	})
@@ -347,7 +343,7 @@ func TestChurn(t *testing.T) {
 	// meanwhile: it is bounded by --history and --history-bytes, and a
 	// stored entry costs the in-memory store about 2.3 times its bytes
 	// (measured: its structures, and the subject of each entry).
-	histGrowth := 2.5 * (metric(t, g.URL, "mcpp_history_bytes") - hist0)
+	histGrowth := 2.5 * (harness.Metric(t, g.URL, "mcpp_history_bytes") - hist0)
 	var heap1 uint64
 	within := func() bool { return float64(heap1)-histGrowth <= 1.10*float64(heap0) }
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -392,9 +388,9 @@ func TestChurn(t *testing.T) {
 	check.mu.Unlock()
 
 	// The gateway still serves the pod.
-	late := g.dial(t, pod, "late", "")
-	late.send(map[string]any{"id": "after-churn", "kind": "chat"})
-	eventually(t, 10*time.Second, "steady gets the envelope after the churn", func() bool {
+	late := g.Dial(t, pod, "late", "")
+	late.Send(map[string]any{"id": "after-churn", "kind": "chat"})
+	harness.Eventually(t, 10*time.Second, "steady gets the envelope after the churn", func() bool {
 		check.mu.Lock()
 		defer check.mu.Unlock()
 		return check.other == 1

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -39,7 +41,7 @@ func cliIDs(t *testing.T, lines []string) []string {
 	t.Helper()
 	var ids []string
 	for _, m := range decodeCLILines(t, lines) {
-		ids = append(ids, m.str("id"))
+		ids = append(ids, m.Str("id"))
 	}
 	return ids
 }
@@ -63,7 +65,7 @@ func (p *cliProc) kill() {
 // nothing twice; the file names the last envelope printed that history
 // keeps (not an ephemeral one).
 func TestCLITailResumeFile(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
+	bin := harness.BuildCommand(t, "mcpp")
 	g := histOn(t, nil)
 	gw := cliGateway(g)
 	rf := filepath.Join(t.TempDir(), "tail.id")
@@ -73,11 +75,11 @@ func TestCLITailResumeFile(t *testing.T) {
 	t1.waitWelcome()
 	cliSendLines(t, bin, gw, "lab", "alice", chatLine("r-1"), chatLine("r-2"), chatLine("r-3"),
 		`{"id":"e-1","kind":"chat","lifecycle":{"mode":"ephemeral"},"payload":{"text":"e-1"}}`)
-	eventually(t, 10*time.Second, "the first tail's four envelopes", func() bool { return len(t1.lines()) == 4 })
+	harness.Eventually(t, 10*time.Second, "the first tail's four envelopes", func() bool { return len(t1.lines()) == 4 })
 	if got := strings.Join(cliIDs(t, t1.lines()), ","); got != "r-1,r-2,r-3,e-1" {
 		t.Fatalf("the first tail printed %s", got)
 	}
-	eventually(t, 5*time.Second, "the resume file naming r-3", func() bool { return readID(rf) == "r-3" })
+	harness.Eventually(t, 5*time.Second, "the resume file naming r-3", func() bool { return readID(rf) == "r-3" })
 	time.Sleep(100 * time.Millisecond)
 	if id := readID(rf); id != "r-3" {
 		t.Fatalf("the resume file holds %q after an ephemeral envelope, want r-3 (the last one history keeps)", id)
@@ -130,18 +132,18 @@ func TestCLITailResumeFile(t *testing.T) {
 // again after another restart of the gateway, resumes from its
 // --resume-file: nothing missing, nothing twice.
 func TestCLITailResumeAcrossGatewayRestart(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
+	bin := harness.BuildCommand(t, "mcpp")
 	// --history 1000 (the default) keeps history on whatever
 	// MCPP_TEST_HISTORY says: the flag wins over the MCPP_HISTORY=0 that
-	// startGatewayProc sets then.
-	gp := startGatewayProc(t, nil, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--history-dir", t.TempDir(), "--history", "1000")
+	// StartGatewayProc sets then.
+	gp := harness.StartGatewayProc(t, nil, "--listen", fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t)), "--history-dir", t.TempDir(), "--history", "1000")
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the gateway's log:\n%s", gp.stderr)
+			t.Logf("the gateway's log:\n%s", gp.Stderr)
 		}
 	})
-	gp.waitHealthy(30 * time.Second)
-	gw := cliGateway(gp.gw)
+	gp.WaitHealthy(30 * time.Second)
+	gw := cliGateway(gp.GW)
 	rf := filepath.Join(t.TempDir(), "tail.id")
 	args := []string{"tail", "--gateway", gw, "--pod", "lab", "--participant", "watcher", "--resume-file", rf}
 
@@ -150,15 +152,15 @@ func TestCLITailResumeAcrossGatewayRestart(t *testing.T) {
 	strict := startCLI(t, bin, "tail", "--gateway", gw, "--pod", "lab", "--participant", "strict", "--reconnect=0")
 	strict.waitWelcome()
 	cliSendLines(t, bin, gw, "lab", "alice", chatLine("g-1"), chatLine("g-2"))
-	eventually(t, 10*time.Second, "g-1 and g-2 in the tail", func() bool { return len(t1.lines()) == 2 && readID(rf) == "g-2" })
+	harness.Eventually(t, 10*time.Second, "g-1 and g-2 in the tail", func() bool { return len(t1.lines()) == 2 && readID(rf) == "g-2" })
 
-	gp.restart()
+	gp.Restart()
 	// With --reconnect=0 a tail ends with the connection.
 	if code := strict.wait(); code != 1 || !strings.Contains(strict.stderr.String(), "1001") {
 		t.Errorf("tail --reconnect=0 across the gateway's restart: exit %d\n%s", code, strict.stderr.String())
 	}
 	cliSendLines(t, bin, gw, "lab", "alice", chatLine("g-3"), chatLine("g-4"))
-	eventually(t, 30*time.Second, "g-3 and g-4 in the tail after the gateway's restart", func() bool { return len(t1.lines()) >= 4 })
+	harness.Eventually(t, 30*time.Second, "g-3 and g-4 in the tail after the gateway's restart", func() bool { return len(t1.lines()) >= 4 })
 	time.Sleep(200 * time.Millisecond)
 	if got := strings.Join(cliIDs(t, t1.lines()), ","); got != "g-1,g-2,g-3,g-4" {
 		t.Fatalf("the tail printed %s across the gateway's restart, want g-1,g-2,g-3,g-4\nstderr:\n%s", got, t1.stderr.String())
@@ -167,10 +169,10 @@ func TestCLITailResumeAcrossGatewayRestart(t *testing.T) {
 		!strings.Contains(t1.stderr.String(), `"history":{"resumed":true`) {
 		t.Errorf("the tail did not reconnect once and resume:\n%s", t1.stderr.String())
 	}
-	eventually(t, 5*time.Second, "the resume file naming g-4", func() bool { return readID(rf) == "g-4" })
+	harness.Eventually(t, 5*time.Second, "the resume file naming g-4", func() bool { return readID(rf) == "g-4" })
 	t1.kill()
 
-	gp.restart()
+	gp.Restart()
 	cliSendLines(t, bin, gw, "lab", "alice", chatLine("g-5"), chatLine("g-6"))
 	t2 := startCLI(t, bin, append(args, "--count", "2")...)
 	if code := t2.wait(); code != 0 {
@@ -209,10 +211,10 @@ func historyIDs(t *testing.T, r cliResult) string {
 	}
 	var ids []string
 	for _, m := range decodeCLILines(t, strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")) {
-		if m.kind() == "system/context" {
-			ids = append(ids, "ctx:"+m.contextID())
+		if m.Kind() == "system/context" {
+			ids = append(ids, "ctx:"+m.ContextID())
 		} else {
-			ids = append(ids, m.str("id"))
+			ids = append(ids, m.Str("id"))
 		}
 	}
 	return strings.Join(ids, ",")
@@ -224,10 +226,10 @@ func historyIDs(t *testing.T, r cliResult) string {
 // descendants, the newest N, and in the pretty view with folds and
 // collapsed envelopes shown as such. It does not join the pod.
 func TestCLIHistory(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
+	bin := harness.BuildCommand(t, "mcpp")
 	g := histOn(t, nil)
 	gw := cliGateway(g)
-	obs := g.dial(t, "hist", "observer", "")
+	obs := g.Dial(t, "hist", "observer", "")
 	historyPod(t, bin, gw, "hist")
 	hist := func(args ...string) cliResult {
 		return runCLI(t, bin, "", append([]string{"history", "--gateway", gw, "--pod", "hist"}, args...)...)
@@ -237,13 +239,13 @@ func TestCLIHistory(t *testing.T) {
 	if got := historyIDs(t, r); got != "h-1,h-2,h-5,ctx:reason-1,h-6,h-7,h-8" {
 		t.Fatalf("history (folded): %s", got)
 	}
-	var collapsed msg
+	var collapsed harness.Msg
 	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
 		if strings.Contains(l, `"id":"h-7"`) {
 			_ = json.Unmarshal([]byte(l), &collapsed)
 		}
 	}
-	if p := collapsed.payload(); p["collapsed"] != true || p["summary"] != "15 activity records" || p["consumed_by"] != "h-8" {
+	if p := collapsed.Payload(); p["collapsed"] != true || p["summary"] != "15 activity records" || p["consumed_by"] != "h-8" {
 		t.Errorf("h-7 is not collapsed: %v", collapsed)
 	}
 	if r := hist("--json"); r.stdout != hist().stdout {
@@ -311,8 +313,8 @@ func TestCLIHistory(t *testing.T) {
 	// The observer got the eight envelopes and the event, and saw nobody
 	// join or leave: neither the sends nor the history requests joined.
 	n := 0
-	for m := obs.next(time.Second); m != nil; m = obs.next(300 * time.Millisecond) {
-		if m.kind() == "system/presence" {
+	for m := obs.Next(time.Second); m != nil; m = obs.Next(300 * time.Millisecond) {
+		if m.Kind() == "system/presence" {
 			t.Fatalf("the observer saw %v", m)
 		}
 		n++
@@ -325,7 +327,7 @@ func TestCLIHistory(t *testing.T) {
 // TestCLIHistoryPages: a history longer than one answer holds (4 ×
 // --max-message-bytes) is read page by page, oldest first, none twice.
 func TestCLIHistoryPages(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
+	bin := harness.BuildCommand(t, "mcpp")
 	g := histOn(t, func(c *gateway.Config) { c.MaxMessageBytes = 1024 })
 	gw := cliGateway(g)
 	var lines, want []string
@@ -371,7 +373,7 @@ func TestCLIHistoryPages(t *testing.T) {
 // after a concluded context, its conclusion marked as a fold and its
 // event saying how many envelopes were left out; then live envelopes.
 func TestCLITailHistoryPretty(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
+	bin := harness.BuildCommand(t, "mcpp")
 	g := histOn(t, nil)
 	gw := cliGateway(g)
 	cliSendLines(t, bin, gw, "lab", "alice",
@@ -382,7 +384,7 @@ func TestCLITailHistoryPretty(t *testing.T) {
 
 	tail := startCLI(t, bin, "tail", "--gateway", gw, "--pod", "lab", "--history", "20", "--pretty", "--count", "4")
 	tail.waitWelcome()
-	eventually(t, 10*time.Second, "the replayed history", func() bool { return len(tail.lines()) == 3 })
+	harness.Eventually(t, 10*time.Second, "the replayed history", func() bool { return len(tail.lines()) == 3 })
 	cliSendLines(t, bin, gw, "lab", "alice", `{"id":"m-2","kind":"chat","payload":{"text":"live"}}`)
 	if code := tail.wait(); code != 0 {
 		t.Fatalf("tail exited %d\n%s", code, tail.stderr.String())
@@ -414,7 +416,7 @@ func TestCLITailHistoryPretty(t *testing.T) {
 
 // TestCLIHistoryUsage: the usage texts describe history and resuming.
 func TestCLIHistoryUsage(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
+	bin := harness.BuildCommand(t, "mcpp")
 	r := runCLI(t, bin, "", "help")
 	if r.code != 0 || !strings.Contains(r.stdout, "history") {
 		t.Errorf("mcpp help: %q", r.stdout)

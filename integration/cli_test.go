@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,7 +43,7 @@ func runCLI(t *testing.T, bin, stdin string, args ...string) cliResult {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = cliEnv()
 	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr syncBuffer
+	var stdout, stderr harness.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if ctx.Err() != nil {
@@ -64,14 +66,14 @@ type cliProc struct {
 	t              *testing.T
 	args           []string
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *harness.SyncBuffer
 	done           chan struct{}
 	err            error
 }
 
 func startCLI(t *testing.T, bin string, args ...string) *cliProc {
 	t.Helper()
-	p := &cliProc{t: t, args: args, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &cliProc{t: t, args: args, stdout: &harness.SyncBuffer{}, stderr: &harness.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = cliEnv()
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
@@ -97,7 +99,7 @@ func startCLI(t *testing.T, bin string, args ...string) *cliProc {
 // or pretty) on standard error.
 func (p *cliProc) waitWelcome() {
 	p.t.Helper()
-	eventually(p.t, 10*time.Second, "the welcome of mcpp "+strings.Join(p.args, " "), func() bool {
+	harness.Eventually(p.t, 10*time.Second, "the welcome of mcpp "+strings.Join(p.args, " "), func() bool {
 		select {
 		case <-p.done:
 			p.t.Fatalf("mcpp %v ended before its welcome: %v\nstderr:\n%s", p.args, p.err, p.stderr.String())
@@ -137,9 +139,9 @@ func (p *cliProc) lines() []string {
 
 // decodeCLILines decodes each line as an envelope, failing on a line that is not
 // one JSON object.
-func decodeCLILines(t *testing.T, lines []string) []msg {
+func decodeCLILines(t *testing.T, lines []string) []harness.Msg {
 	t.Helper()
-	out := make([]msg, len(lines))
+	out := make([]harness.Msg, len(lines))
 	for i, l := range lines {
 		if err := json.Unmarshal([]byte(l), &out[i]); err != nil {
 			t.Fatalf("output line %d is not a JSON object: %q", i+1, l)
@@ -148,17 +150,17 @@ func decodeCLILines(t *testing.T, lines []string) []msg {
 	return out
 }
 
-func cliText(m msg) string {
-	s, _ := m.payload()["text"].(string)
+func cliText(m harness.Msg) string {
+	s, _ := m.Payload()["text"].(string)
 	return s
 }
 
 // cliGateway is the gateway's base URL (--gateway also takes the /ws URL).
-func cliGateway(g *testGateway) string { return strings.TrimSuffix(g.WS, "/ws") }
+func cliGateway(g *harness.Gateway) string { return strings.TrimSuffix(g.WS, "/ws") }
 
 func TestCLITailFilterSeesMainNotReasoning(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	bin := harness.BuildCommand(t, "mcpp")
+	g := harness.StartGateway(t, nil)
 	gw := cliGateway(g)
 
 	// main-only joins first, so that it sees the two others join (send
@@ -192,7 +194,7 @@ func TestCLITailFilterSeesMainNotReasoning(t *testing.T) {
 		t.Fatalf("tail --contexts none printed %v, want the main envelopes one and two", mainOnly.lines())
 	}
 	for _, m := range got {
-		if m.str("from") != "alice" || m.kind() != "chat" || m["context"] != nil {
+		if m.Str("from") != "alice" || m.Kind() != "chat" || m["context"] != nil {
 			t.Errorf("unexpected envelope %v", m)
 		}
 	}
@@ -227,15 +229,15 @@ func TestCLITailFilterSeesMainNotReasoning(t *testing.T) {
 }
 
 func TestCLITailCountAll(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	bin := harness.BuildCommand(t, "mcpp")
+	g := harness.StartGateway(t, nil)
 	// With --all the welcome is output, and it counts.
 	r := runCLI(t, bin, "", "tail", "--gateway", cliGateway(g), "--pod", "lab", "--all", "--count", "1")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	got := decodeCLILines(t, strings.Split(strings.TrimSpace(r.stdout), "\n"))
-	if len(got) != 1 || got[0].kind() != "system/welcome" {
+	if len(got) != 1 || got[0].Kind() != "system/welcome" {
 		t.Fatalf("tail --all --count 1 printed %q", r.stdout)
 	}
 	if r.stderr != "" {
@@ -244,10 +246,10 @@ func TestCLITailCountAll(t *testing.T) {
 }
 
 func TestCLISendRefused(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	bin := harness.BuildCommand(t, "mcpp")
+	g := harness.StartGateway(t, nil)
 	gw := cliGateway(g)
-	obs := g.dial(t, "lab", "observer", "")
+	obs := g.Dial(t, "lab", "observer", "")
 	base := []string{"send", "--gateway", gw, "--pod", "lab", "--participant", "alice"}
 	sendArgs := func(args ...string) []string { return append(append([]string{}, base...), args...) }
 
@@ -274,8 +276,8 @@ func TestCLISendRefused(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("send: exit %d: %s", r.code, r.stderr)
 	}
-	m := obs.nextNonPresence(5 * time.Second)
-	if m == nil || m.str("id") != "e-1" || cliText(m) != "ok" || m.str("correlation_id") != "c-1" ||
+	m := obs.NextNonPresence(5 * time.Second)
+	if m == nil || m.Str("id") != "e-1" || cliText(m) != "ok" || m.Str("correlation_id") != "c-1" ||
 		m["context"] != "task/step" || len(m["to"].([]any)) != 2 {
 		t.Fatalf("observer got %v", m)
 	}
@@ -290,7 +292,7 @@ func TestCLISendRefused(t *testing.T) {
 		t.Fatalf("send --stdin: exit %d, stderr %q", r.code, r.stderr)
 	}
 	for _, want := range []string{"line-1", "line-4"} {
-		if m := obs.nextNonPresence(5 * time.Second); m == nil || cliText(m) != want || m.kind() != "chat" {
+		if m := obs.NextNonPresence(5 * time.Second); m == nil || cliText(m) != want || m.Kind() != "chat" {
 			t.Fatalf("observer got %v, want %s", m, want)
 		}
 	}
@@ -302,8 +304,8 @@ func TestCLISendRefused(t *testing.T) {
 }
 
 func TestCLIRefusedUpgrade(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	bin := harness.BuildCommand(t, "mcpp")
+	g := harness.StartGateway(t, nil)
 	gw := cliGateway(g)
 	for _, c := range []struct {
 		args []string
@@ -322,8 +324,8 @@ func TestCLIRefusedUpgrade(t *testing.T) {
 }
 
 func TestCLIContextsTree(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	bin := harness.BuildCommand(t, "mcpp")
+	g := harness.StartGateway(t, nil)
 	gw := cliGateway(g)
 	stdin := `{"kind":"chat","context":{"id":"task-1","type":"task"}}
 {"kind":"chat","context":{"id":"reason-1","type":"reasoning","parent":"task-1"}}
@@ -364,11 +366,11 @@ func TestCLIContextsTree(t *testing.T) {
 
 	// --json is the gateway's answer as received.
 	r = runCLI(t, bin, "", "contexts", "--gateway", gw, "--pod", "lab", "--json")
-	var ans msg
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ans) != nil || ans.kind() != "system/contexts" {
+	var ans harness.Msg
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ans) != nil || ans.Kind() != "system/contexts" {
 		t.Fatalf("contexts --json: exit %d, %q", r.code, r.stdout)
 	}
-	if list, _ := ans.payload()["contexts"].([]any); len(list) != 3 {
+	if list, _ := ans.Payload()["contexts"].([]any); len(list) != 3 {
 		t.Errorf("contexts --json lists %d contexts, want 3: %s", len(list), r.stdout)
 	}
 
@@ -389,7 +391,7 @@ func TestCLIContextsTree(t *testing.T) {
 }
 
 func TestCLIUsage(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
+	bin := harness.BuildCommand(t, "mcpp")
 	for _, args := range [][]string{
 		{},
 		{"frobnicate"},
@@ -414,8 +416,8 @@ func TestCLIUsage(t *testing.T) {
 // HTTP (POST /pods/NAME/envelopes), so a tail sees what they send and no
 // join or leave of theirs.
 func TestCLISendDoesNotJoin(t *testing.T) {
-	bin := buildCommand(t, "mcpp")
-	g := startGateway(t, nil)
+	bin := harness.BuildCommand(t, "mcpp")
+	g := harness.StartGateway(t, nil)
 	gw := cliGateway(g)
 	tail := startCLI(t, bin, "tail", "--gateway", gw, "--pod", "lab", "--participant", "watcher", "--all")
 	tail.waitWelcome()
@@ -436,23 +438,23 @@ func TestCLISendDoesNotJoin(t *testing.T) {
 	if r := runCLI(t, bin, stdin, append([]string{"send", "--participant", "bob", "--stdin"}, base...)...); r.code != 0 {
 		t.Fatalf("send --stdin: exit %d\n%s", r.code, r.stderr)
 	}
-	eventually(t, 10*time.Second, "the four envelopes in the tail", func() bool { return len(tail.lines()) >= 5 })
+	harness.Eventually(t, 10*time.Second, "the four envelopes in the tail", func() bool { return len(tail.lines()) >= 5 })
 	time.Sleep(300 * time.Millisecond) // a leave would come right after
 	got := decodeCLILines(t, tail.lines())
 	var texts []string
 	for _, m := range got[1:] {
 		texts = append(texts, cliText(m))
-		if m.kind() != "chat" {
+		if m.Kind() != "chat" {
 			t.Errorf("the tail printed %v", m)
 		}
 	}
-	if got[0].kind() != "system/welcome" || strings.Join(texts, ",") != "one,two,three,four" {
+	if got[0].Kind() != "system/welcome" || strings.Join(texts, ",") != "one,two,three,four" {
 		t.Fatalf("the tail printed:\n%s", tail.stdout.String())
 	}
 	if strings.Contains(tail.stdout.String()+tail.stderr.String(), "system/presence") {
 		t.Fatalf("the tail saw a presence event:\n%s\n%s", tail.stdout.String(), tail.stderr.String())
 	}
-	if from := got[2].str("from"); !strings.HasPrefix(from, "anon-") {
+	if from := got[2].Str("from"); !strings.HasPrefix(from, "anon-") {
 		t.Errorf("send without --participant sent as %q, want a made-up anon-… id", from)
 	}
 }

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -27,23 +29,23 @@ func cxFull(t *testing.T, id, from, kind string, ctx any, label string) []byte {
 
 // cxErrors checks that what c received before the sentinel is exactly
 // errors of code, correlated with ids in order.
-func cxErrors(t *testing.T, got []msg, code string, ids ...string) {
+func cxErrors(t *testing.T, got []harness.Msg, code string, ids ...string) {
 	t.Helper()
 	if len(got) != len(ids) {
 		var cids []string
 		for _, m := range got {
-			cids = append(cids, m.str("correlation_id")+"="+fmt.Sprint(m.payload()["message"]))
+			cids = append(cids, m.Str("correlation_id")+"="+fmt.Sprint(m.Payload()["message"]))
 		}
-		t.Fatalf("received %q (%q), want %d %s errors", cxLabels(got), cids, len(ids), code)
+		t.Fatalf("received %q (%q), want %d %s errors", harness.Labels(got), cids, len(ids), code)
 	}
 	for i, m := range got {
-		if m.errCode() != code || m.str("correlation_id") != ids[i] {
-			t.Fatalf("message %d: %s correlated with %q, want %s for %s", i, cxLabel(m), m.str("correlation_id"), code, ids[i])
+		if m.ErrCode() != code || m.Str("correlation_id") != ids[i] {
+			t.Fatalf("message %d: %s correlated with %q, want %s for %s", i, harness.Label(m), m.Str("correlation_id"), code, ids[i])
 		}
-		if r, _ := m.payload()["retryable"].(bool); r {
+		if r, _ := m.Payload()["retryable"].(bool); r {
 			t.Fatalf("%s is retryable", code)
 		}
-		if msg, _ := m.payload()["message"].(string); msg == "" {
+		if msg, _ := m.Payload()["message"].(string); msg == "" {
 			t.Fatalf("%s without a message", code)
 		}
 	}
@@ -60,43 +62,43 @@ func cxByID(list []map[string]any) map[string]map[string]any {
 
 func TestContextDepthLimit(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil) // --max-depth 5
+	g := harness.StartGateway(t, nil) // --max-depth 5
 	const pod = "ctx-depth"
-	alice := g.dial(t, pod, "alice", "main=0&contexts=none")
-	obs := g.dial(t, pod, "obs", "")
+	alice := g.Dial(t, pod, "alice", "main=0&contexts=none")
+	obs := g.Dial(t, pod, "obs", "")
 	bad := func(id string, ctx any) {
-		alice.send(map[string]any{"id": id, "kind": "step", "context": ctx, "payload": map[string]any{"label": id}})
+		alice.Send(map[string]any{"id": id, "kind": "step", "context": ctx, "payload": map[string]any{"label": id}})
 	}
 
 	// An object chain of five, then a sixth.
-	alice.send(cxEnv("step", "d1", cxCtx("d1", "", "")))
+	alice.Send(harness.LabelEnv("step", "d1", harness.ContextField("d1", "", "")))
 	for i := 2; i <= 5; i++ {
-		alice.send(cxEnv("step", fmt.Sprintf("d%d", i), cxCtx(fmt.Sprintf("d%d", i), "", fmt.Sprintf("d%d", i-1))))
+		alice.Send(harness.LabelEnv("step", fmt.Sprintf("d%d", i), harness.ContextField(fmt.Sprintf("d%d", i), "", fmt.Sprintf("d%d", i-1))))
 	}
-	bad("bad-d6", cxCtx("d6", "", "d5"))
+	bad("bad-d6", harness.ContextField("d6", "", "d5"))
 	// Paths: a path of n segments has depth n.
-	alice.send(cxEnv("step", "p5", "a/b/c/d/e"))
+	alice.Send(harness.LabelEnv("step", "p5", "a/b/c/d/e"))
 	bad("bad-p6", "a/b/c/d/e/f")
 	bad("bad-p6b", "q/r/s/t/u/v")
 	// An unknown parent counts as a root: its child has depth 2.
-	alice.send(cxEnv("step", "u2", cxCtx("u2", "", "nowhere")))
+	alice.Send(harness.LabelEnv("step", "u2", harness.ContextField("u2", "", "nowhere")))
 	for i := 3; i <= 5; i++ {
-		alice.send(cxEnv("step", fmt.Sprintf("u%d", i), cxCtx(fmt.Sprintf("u%d", i), "", fmt.Sprintf("u%d", i-1))))
+		alice.Send(harness.LabelEnv("step", fmt.Sprintf("u%d", i), harness.ContextField(fmt.Sprintf("u%d", i), "", fmt.Sprintf("u%d", i-1))))
 	}
-	bad("bad-u6", cxCtx("u6", "", "u5"))
+	bad("bad-u6", harness.ContextField("u6", "", "u5"))
 	// A path under a deep registered object counts the registered depth.
-	alice.send(cxEnv("step", "m", cxCtx("m", "", "d3"))) // depth 4
-	alice.send(cxEnv("step", "mn", "m/n"))               // depth 5
+	alice.Send(harness.LabelEnv("step", "m", harness.ContextField("m", "", "d3"))) // depth 4
+	alice.Send(harness.LabelEnv("step", "mn", "m/n"))                              // depth 5
 	bad("bad-mno", "m/n/o")
 	// The deepest contexts still take envelopes.
-	alice.send(cxEnv("step", "d5-again", cxCtx("d5", "", "d4")))
-	cxSentinel(alice, "depth", alice, obs)
+	alice.Send(harness.LabelEnv("step", "d5-again", harness.ContextField("d5", "", "d4")))
+	harness.Sentinel(alice, "depth", alice, obs)
 
-	cxErrors(t, cxUntil(alice, "depth"), "context_depth_exceeded", "bad-d6", "bad-p6", "bad-p6b", "bad-u6", "bad-mno")
-	if got := cxLabels(cxUntil(obs, "depth")); got != "d1 d2 d3 d4 d5 p5 u2 u3 u4 u5 m mn d5-again" {
+	cxErrors(t, harness.Until(alice, "depth"), "context_depth_exceeded", "bad-d6", "bad-p6", "bad-p6b", "bad-u6", "bad-mno")
+	if got := harness.Labels(harness.Until(obs, "depth")); got != "d1 d2 d3 d4 d5 p5 u2 u3 u4 u5 m mn d5-again" {
 		t.Fatalf("obs received %q", got)
 	}
-	byID := cxByID(cxContexts(alice, map[string]any{"state": "all"}))
+	byID := cxByID(harness.Contexts(alice, map[string]any{"state": "all"}))
 	for id, depth := range map[string]float64{"d1": 1, "d5": 5, "a/b/c/d/e": 5, "u2": 2, "u5": 5, "m": 4, "m/n": 5} {
 		if c := byID[id]; c == nil || c["depth"] != depth {
 			t.Errorf("%s: %v, want depth %v", id, c, depth)
@@ -111,41 +113,41 @@ func TestContextDepthLimit(t *testing.T) {
 
 func TestContextConflict(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "ctx-conflict"
-	alice := g.dial(t, pod, "alice", "main=0&contexts=none")
-	bob := g.dial(t, pod, "bob", "main=0&contexts=none")
-	obs := g.dial(t, pod, "obs", "")
-	bad := func(c *client, id string, ctx any) {
-		c.send(map[string]any{"id": id, "kind": "step", "context": ctx, "payload": map[string]any{"label": id}})
+	alice := g.Dial(t, pod, "alice", "main=0&contexts=none")
+	bob := g.Dial(t, pod, "bob", "main=0&contexts=none")
+	obs := g.Dial(t, pod, "obs", "")
+	bad := func(c *harness.Client, id string, ctx any) {
+		c.Send(map[string]any{"id": id, "kind": "step", "context": ctx, "payload": map[string]any{"label": id}})
 	}
-	alice.send(cxEnv("step", "k-created", cxCtx("k", "reasoning", "p")))
-	alice.send(cxEnv("step", "xy-created", "x/y"))
+	alice.Send(harness.LabelEnv("step", "k-created", harness.ContextField("k", "reasoning", "p")))
+	alice.Send(harness.LabelEnv("step", "xy-created", "x/y"))
 	// Two senders are ordered by nothing: bob waits until both exist.
 	for _, want := range []string{"k-created", "xy-created"} {
-		if m := obs.nextNonPresence(5 * time.Second); m == nil || cxLabel(m) != want {
+		if m := obs.NextNonPresence(5 * time.Second); m == nil || harness.Label(m) != want {
 			t.Fatalf("obs: %v, want %s", m, want)
 		}
 	}
-	bad(bob, "bad-type", cxCtx("k", "workflow", ""))
-	bad(bob, "bad-parent", cxCtx("k", "", "q"))
-	bad(alice, "bad-both", cxCtx("k", "reasoning", "q"))
-	bob.send(cxEnv("step", "k-omitted", cxCtx("k", "", "")))
-	bob.send(cxEnv("step", "k-repeated", cxCtx("k", "reasoning", "p")))
-	bad(alice, "bad-path-parent", cxCtx("x/y", "", "z"))
-	bad(alice, "bad-path-type", cxCtx("x/y", "t", ""))
-	bob.send(cxEnv("step", "xy-object", cxCtx("x/y", "", "x")))
-	cxSentinel(alice, "conflict", alice, obs)
-	cxSentinel(bob, "conflict", bob, obs)
+	bad(bob, "bad-type", harness.ContextField("k", "workflow", ""))
+	bad(bob, "bad-parent", harness.ContextField("k", "", "q"))
+	bad(alice, "bad-both", harness.ContextField("k", "reasoning", "q"))
+	bob.Send(harness.LabelEnv("step", "k-omitted", harness.ContextField("k", "", "")))
+	bob.Send(harness.LabelEnv("step", "k-repeated", harness.ContextField("k", "reasoning", "p")))
+	bad(alice, "bad-path-parent", harness.ContextField("x/y", "", "z"))
+	bad(alice, "bad-path-type", harness.ContextField("x/y", "t", ""))
+	bob.Send(harness.LabelEnv("step", "xy-object", harness.ContextField("x/y", "", "x")))
+	harness.Sentinel(alice, "conflict", alice, obs)
+	harness.Sentinel(bob, "conflict", bob, obs)
 
-	cxErrors(t, cxUntil(alice, "conflict"), "context_conflict", "bad-both", "bad-path-parent", "bad-path-type")
-	cxErrors(t, cxUntil(bob, "conflict"), "context_conflict", "bad-type", "bad-parent")
+	cxErrors(t, harness.Until(alice, "conflict"), "context_conflict", "bad-both", "bad-path-parent", "bad-path-type")
+	cxErrors(t, harness.Until(bob, "conflict"), "context_conflict", "bad-type", "bad-parent")
 	// bob's and alice's sentinels: the second may come before bob's
 	// envelopes, so take what comes before both.
-	rest := cxUntil(obs, "conflict")
-	rest = append(rest, cxUntil(obs, "conflict")...)
-	cxSameLabels(t, "obs", rest, "k-omitted", "k-repeated", "xy-object")
-	k := cxByID(cxContexts(obs, nil))["k"]
+	rest := harness.Until(obs, "conflict")
+	rest = append(rest, harness.Until(obs, "conflict")...)
+	harness.SameLabels(t, "obs", rest, "k-omitted", "k-repeated", "xy-object")
+	k := cxByID(harness.Contexts(obs, nil))["k"]
 	if k == nil || k["type"] != "reasoning" || k["parent"] != "p" || k["messages"] != float64(3) || k["creator"] != "alice" {
 		t.Fatalf("k: %v", k)
 	}
@@ -158,33 +160,33 @@ func TestContextCycle(t *testing.T) {
 	t.Parallel()
 	// --max-depth 12: docs/protocol.md section 3 counts a chain built from
 	// the leaf up whole, and this one is ten long.
-	g := startGateway(t, func(c *gateway.Config) { c.MaxDepth = 12 })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxDepth = 12 })
 	const pod = "ctx-cycle"
-	alice := g.dial(t, pod, "alice", "main=0&contexts=none")
-	obs := g.dial(t, pod, "obs", "")
+	alice := g.Dial(t, pod, "alice", "main=0&contexts=none")
+	obs := g.Dial(t, pod, "obs", "")
 	bad := func(id string, ctx any) {
-		alice.send(map[string]any{"id": id, "kind": "step", "context": ctx, "payload": map[string]any{"label": id}})
+		alice.Send(map[string]any{"id": id, "kind": "step", "context": ctx, "payload": map[string]any{"label": id}})
 	}
-	bad("bad-self", cxCtx("s", "", "s"))
-	alice.send(cxEnv("step", "A", cxCtx("A", "", "B")))
-	bad("bad-BA", cxCtx("B", "", "A"))
-	alice.send(cxEnv("step", "B-root", cxCtx("B", "", "")))
+	bad("bad-self", harness.ContextField("s", "", "s"))
+	alice.Send(harness.LabelEnv("step", "A", harness.ContextField("A", "", "B")))
+	bad("bad-BA", harness.ContextField("B", "", "A"))
+	alice.Send(harness.LabelEnv("step", "B-root", harness.ContextField("B", "", "")))
 	// A long chain, created from the leaf up: a cycle closing it far from
 	// where it starts is still a cycle.
 	for i := 1; i <= 9; i++ {
-		alice.send(cxEnv("step", fmt.Sprintf("c%d", i), cxCtx(fmt.Sprintf("c%d", i), "", fmt.Sprintf("c%d", i+1))))
+		alice.Send(harness.LabelEnv("step", fmt.Sprintf("c%d", i), harness.ContextField(fmt.Sprintf("c%d", i), "", fmt.Sprintf("c%d", i+1))))
 	}
-	bad("bad-long", cxCtx("c10", "", "c1"))
+	bad("bad-long", harness.ContextField("c10", "", "c1"))
 	// Mixed forms.
-	alice.send(cxEnv("step", "x", cxCtx("x", "", "x/y")))
+	alice.Send(harness.LabelEnv("step", "x", harness.ContextField("x", "", "x/y")))
 	bad("bad-path", "x/y")
-	cxSentinel(alice, "cycle", alice, obs)
+	harness.Sentinel(alice, "cycle", alice, obs)
 
-	cxErrors(t, cxUntil(alice, "cycle"), "context_cycle", "bad-self", "bad-BA", "bad-long", "bad-path")
-	if got := cxLabels(cxUntil(obs, "cycle")); got != "A B-root c1 c2 c3 c4 c5 c6 c7 c8 c9 x" {
+	cxErrors(t, harness.Until(alice, "cycle"), "context_cycle", "bad-self", "bad-BA", "bad-long", "bad-path")
+	if got := harness.Labels(harness.Until(obs, "cycle")); got != "A B-root c1 c2 c3 c4 c5 c6 c7 c8 c9 x" {
 		t.Fatalf("obs received %q", got)
 	}
-	if ids := cxContextIDs(cxContexts(obs, nil)); ids != "A,B,c1,c2,c3,c4,c5,c6,c7,c8,c9,x" {
+	if ids := harness.SortedIDs(harness.Contexts(obs, nil)); ids != "A,B,c1,c2,c3,c4,c5,c6,c7,c8,c9,x" {
 		t.Fatalf("registered %s", ids)
 	}
 }
@@ -192,10 +194,10 @@ func TestContextCycle(t *testing.T) {
 func TestContextInvalidSyntax(t *testing.T) {
 	t.Parallel()
 	const maxBytes = 400
-	g := startGateway(t, func(c *gateway.Config) { c.MaxContextBytes = maxBytes })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxContextBytes = maxBytes })
 	const pod = "ctx-invalid"
-	alice := g.dial(t, pod, "alice", "main=0&contexts=none")
-	obs := g.dial(t, pod, "obs", "")
+	alice := g.Dial(t, pod, "alice", "main=0&contexts=none")
+	obs := g.Dial(t, pod, "obs", "")
 
 	sized := func(n int) string {
 		head, tail := `{"id":"big","metadata":{"p":"`, `"}}`
@@ -237,47 +239,30 @@ func TestContextInvalidSyntax(t *testing.T) {
 	for i, c := range cases {
 		id := fmt.Sprintf("bad-%d", i)
 		ids = append(ids, id)
-		alice.sendRaw([]byte(fmt.Sprintf(`{"id":%q,"kind":"step","context":%s,"payload":{"label":%q}}`, id, c, id)))
+		alice.SendRaw([]byte(fmt.Sprintf(`{"id":%q,"kind":"step","context":%s,"payload":{"label":%q}}`, id, c, id)))
 	}
 	// At the limits: accepted.
-	alice.sendRaw([]byte(`{"kind":"step","context":` + sized(maxBytes) + `,"payload":{"label":"at-limit"}}`))
-	alice.sendRaw([]byte(`{"kind":"step","context":{"id":"` + strings.Repeat("i", 256) + `","type":"` + strings.Repeat("t", 64) + `"},"payload":{"label":"long-names"}}`))
-	alice.sendRaw([]byte(`{"kind":"step","context":"A-z_0/9-x","payload":{"label":"path-chars"}}`))
-	alice.sendRaw([]byte(`{"kind":"step","context":{"id":"ünïcødé ok","metadata":{"any":[1,{"x":null}]}},"payload":{"label":"unicode"}}`))
+	alice.SendRaw([]byte(`{"kind":"step","context":` + sized(maxBytes) + `,"payload":{"label":"at-limit"}}`))
+	alice.SendRaw([]byte(`{"kind":"step","context":{"id":"` + strings.Repeat("i", 256) + `","type":"` + strings.Repeat("t", 64) + `"},"payload":{"label":"long-names"}}`))
+	alice.SendRaw([]byte(`{"kind":"step","context":"A-z_0/9-x","payload":{"label":"path-chars"}}`))
+	alice.SendRaw([]byte(`{"kind":"step","context":{"id":"ünïcødé ok","metadata":{"any":[1,{"x":null}]}},"payload":{"label":"unicode"}}`))
 	// null is not a context: the field breaks section 2.
-	alice.sendRaw([]byte(`{"id":"null-ctx","kind":"step","context":null,"payload":{"label":"null"}}`))
-	cxSentinel(alice, "invalid", alice, obs)
+	alice.SendRaw([]byte(`{"id":"null-ctx","kind":"step","context":null,"payload":{"label":"null"}}`))
+	harness.Sentinel(alice, "invalid", alice, obs)
 
-	got := cxUntil(alice, "invalid")
+	got := harness.Until(alice, "invalid")
 	if len(got) != len(ids)+1 {
-		t.Fatalf("alice received %q", cxLabels(got))
+		t.Fatalf("alice received %q", harness.Labels(got))
 	}
 	cxErrors(t, got[:len(ids)], "invalid_context", ids...)
 	cxErrors(t, got[len(ids):], "invalid_envelope", "null-ctx")
-	if got := cxLabels(cxUntil(obs, "invalid")); got != "at-limit long-names path-chars unicode" {
+	if got := harness.Labels(harness.Until(obs, "invalid")); got != "at-limit long-names path-chars unicode" {
 		t.Fatalf("obs received %q", got)
 	}
 	// The context field is relayed exactly as sent.
-	alice.sendRaw([]byte(`{"kind":"step","context":{ "metadata" : {"k": [1, 2.50]}, "id":"raw" },"payload":{"label":"raw"}}`))
-	if b := obs.rawWithCx(t, `"raw"`); !strings.Contains(string(b), `"context":{ "metadata" : {"k": [1, 2.50]}, "id":"raw" }`) {
+	alice.SendRaw([]byte(`{"kind":"step","context":{ "metadata" : {"k": [1, 2.50]}, "id":"raw" },"payload":{"label":"raw"}}`))
+	if b := obs.RawWithCx(t, `"raw"`); !strings.Contains(string(b), `"context":{ "metadata" : {"k": [1, 2.50]}, "id":"raw" }`) {
 		t.Fatalf("context not relayed as sent: %s", b)
-	}
-}
-
-// rawWithCx waits for a raw message containing sub; it reads the parsed
-// copy too so that both streams stay in step.
-func (c *client) rawWithCx(t *testing.T, sub string) []byte {
-	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case b := <-c.raw:
-			if strings.Contains(string(b), sub) {
-				return b
-			}
-		case <-deadline:
-			t.Fatalf("%s: no message containing %s within 5s", c.ID, sub)
-		}
 	}
 }
 
@@ -287,12 +272,12 @@ func (c *client) rawWithCx(t *testing.T, sub string) []byte {
 func TestContextTimeoutWithActivity(t *testing.T) {
 	// Not parallel: the pacing below is the point of the test.
 	const timeout = 500 * time.Millisecond
-	g := startGateway(t, func(c *gateway.Config) { c.ContextTimeout = timeout })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.ContextTimeout = timeout })
 	const pod = "ctx-timeout"
-	alice := g.dial(t, pod, "alice", "main=0&contexts=none")
-	bob := g.dial(t, pod, "bob", "main=0&contexts=none")
-	obs := g.dial(t, pod, "obs", "")
-	ctx := cxCtx("t1", "reasoning", "ghost")
+	alice := g.Dial(t, pod, "alice", "main=0&contexts=none")
+	bob := g.Dial(t, pod, "bob", "main=0&contexts=none")
+	obs := g.Dial(t, pod, "obs", "")
+	ctx := harness.ContextField("t1", "reasoning", "ghost")
 
 	var size int64
 	var labels []string
@@ -304,49 +289,49 @@ func TestContextTimeoutWithActivity(t *testing.T) {
 		}
 		label := fmt.Sprintf("e%d", i)
 		b := cxFull(t, label, sender.ID, "step", ctx, label)
-		sender.sendRaw(b)
+		sender.SendRaw(b)
 		size += int64(len(b))
 		labels = append(labels, label)
 		time.Sleep(timeout / 10)
 	}
 	// The last one is filled by the gateway: its ts is the gateway's clock
 	// when it was accepted, which is the context's last activity.
-	alice.send(cxEnv("step", "last", ctx))
+	alice.Send(harness.LabelEnv("step", "last", ctx))
 	labels = append(labels, "last")
 	// A refused envelope neither counts nor keeps the context alive.
 	time.Sleep(timeout / 5)
-	bob.send(map[string]any{"id": "refused", "kind": "step", "context": cxCtx("t1", "other", ""), "payload": map[string]any{"label": "refused"}})
+	bob.Send(map[string]any{"id": "refused", "kind": "step", "context": harness.ContextField("t1", "other", ""), "payload": map[string]any{"label": "refused"}})
 
-	var got []msg
+	var got []harness.Msg
 	for {
-		m := obs.nextNonPresence(5 * time.Second)
+		m := obs.NextNonPresence(5 * time.Second)
 		if m == nil {
-			t.Fatalf("no system/context within 5s after %s", cxLabels(got))
+			t.Fatalf("no system/context within 5s after %s", harness.Labels(got))
 		}
-		if m.kind() == "system/context" {
+		if m.Kind() == "system/context" {
 			// Each sender's envelopes come in order; the two senders'
 			// only by the pacing, so compare them as sets.
-			cxSameLabels(t, "obs before the event", got, labels...)
+			harness.SameLabels(t, "obs before the event", got, labels...)
 			last := got[len(got)-1]
-			if cxLabel(last) != "last" {
-				t.Fatalf("obs received %s before the event: the last envelope is not last", cxLabels(got))
+			if harness.Label(last) != "last" {
+				t.Fatalf("obs received %s before the event: the last envelope is not last", harness.Labels(got))
 			}
-			filled := fmt.Sprintf(`"protocol":"mcpp/v0.1","id":%q,"ts":%q,"from":"alice",`, last.str("id"), last.str("ts"))
-			b, _ := json.Marshal(cxEnv("step", "last", ctx))
+			filled := fmt.Sprintf(`"protocol":"mcpp/v0.1","id":%q,"ts":%q,"from":"alice",`, last.Str("id"), last.Str("ts"))
+			b, _ := json.Marshal(harness.LabelEnv("step", "last", ctx))
 			size += int64(len(b) + len(filled))
 
-			s := cxEvent(t, m, "t1", "timeout")
+			s := harness.ContextEvent(t, m, "t1", "timeout")
 			if s.Messages != int64(len(labels)) || s.Bytes != size || s.Depth != 2 ||
 				!reflect.DeepEqual(s.Participants, []string{"alice", "bob"}) {
 				t.Fatalf("stats %+v, want %d messages, %d bytes, depth 2, participants alice and bob", s, len(labels), size)
 			}
-			if s.LastActivity != last.str("ts") {
-				t.Fatalf("last activity %s, want the last accepted envelope's %s", s.LastActivity, last.str("ts"))
+			if s.LastActivity != last.Str("ts") {
+				t.Fatalf("last activity %s, want the last accepted envelope's %s", s.LastActivity, last.Str("ts"))
 			}
-			if idle := cxTime(t, s.Concluded).Sub(cxTime(t, s.LastActivity)); idle < timeout {
+			if idle := harness.ParseTime(t, s.Concluded).Sub(harness.ParseTime(t, s.LastActivity)); idle < timeout {
 				t.Fatalf("concluded after %v idle, before the timeout of %v", idle, timeout)
 			}
-			if busy := cxTime(t, s.LastActivity).Sub(cxTime(t, s.Created)); busy < 2*timeout {
+			if busy := harness.ParseTime(t, s.LastActivity).Sub(harness.ParseTime(t, s.Created)); busy < 2*timeout {
 				t.Fatalf("the context lived %v before its last envelope", busy)
 			}
 			ctxField, _ := m["context"].(map[string]any)
@@ -357,12 +342,12 @@ func TestContextTimeoutWithActivity(t *testing.T) {
 		}
 		got = append(got, m)
 	}
-	cxSentinel(bob, "timeout", bob, obs)
-	cxErrors(t, cxUntil(bob, "timeout"), "context_conflict", "refused")
-	if rest := cxUntil(obs, "timeout"); len(rest) != 0 {
-		t.Fatalf("after the event obs received %s", cxLabels(rest))
+	harness.Sentinel(bob, "timeout", bob, obs)
+	cxErrors(t, harness.Until(bob, "timeout"), "context_conflict", "refused")
+	if rest := harness.Until(obs, "timeout"); len(rest) != 0 {
+		t.Fatalf("after the event obs received %s", harness.Labels(rest))
 	}
-	c := cxByID(cxContexts(obs, map[string]any{"state": "all"}))["t1"]
+	c := cxByID(harness.Contexts(obs, map[string]any{"state": "all"}))["t1"]
 	if c == nil || c["state"] != "concluded" || c["reason"] != "timeout" || c["messages"] != float64(len(labels)) {
 		t.Fatalf("t1 after its timeout: %v", c)
 	}
@@ -374,9 +359,9 @@ func TestContextTimeoutWithActivity(t *testing.T) {
 // admits a conclusion-kind envelope in its context.
 func TestContextConclusionCascade(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "ctx-cascade"
-	alice := g.dial(t, pod, "alice", "")
+	alice := g.Dial(t, pod, "alice", "")
 	everything := []string{"step:R", "step:C1", "step:G", "step:C2", "step:X", "conclusion:R", "event:R", "event:C1", "event:G", "event:C2"}
 	observers := []struct {
 		id, query string
@@ -392,44 +377,44 @@ func TestContextConclusionCascade(t *testing.T) {
 		{"subC1", "main=0&contexts=none&ids=C1&subtree=1", []string{"step:C1", "step:G", "event:C1", "event:G"}},
 		{"mcpx", "protocol=mcpx/v0.1&contexts=none&conclusions=1", []string{"conclusion:R", "event:R", "event:C1", "event:G", "event:C2"}},
 	}
-	clients := map[string]*client{}
-	var all []*client
+	clients := map[string]*harness.Client{}
+	var all []*harness.Client
 	for _, o := range observers {
-		clients[o.id] = g.dial(t, pod, o.id, o.query)
+		clients[o.id] = g.Dial(t, pod, o.id, o.query)
 		all = append(all, clients[o.id])
 	}
-	alice.send(cxEnv("step", "step:R", cxCtx("R", "reasoning", "")))
-	alice.send(cxEnv("step", "step:C1", cxCtx("C1", "workflow", "R")))
-	alice.send(cxEnv("step", "step:G", cxCtx("G", "", "C1")))
-	alice.send(cxEnv("step", "step:C2", cxCtx("C2", "reasoning", "R")))
-	alice.send(cxEnv("step", "step:X", cxCtx("X", "workflow", "")))
-	alice.send(cxEnv("conclusion", "conclusion:R", cxCtx("R", "", "")))
-	cxSentinel(alice, "cascade", all...)
+	alice.Send(harness.LabelEnv("step", "step:R", harness.ContextField("R", "reasoning", "")))
+	alice.Send(harness.LabelEnv("step", "step:C1", harness.ContextField("C1", "workflow", "R")))
+	alice.Send(harness.LabelEnv("step", "step:G", harness.ContextField("G", "", "C1")))
+	alice.Send(harness.LabelEnv("step", "step:C2", harness.ContextField("C2", "reasoning", "R")))
+	alice.Send(harness.LabelEnv("step", "step:X", harness.ContextField("X", "workflow", "")))
+	alice.Send(harness.LabelEnv("conclusion", "conclusion:R", harness.ContextField("R", "", "")))
+	harness.Sentinel(alice, "cascade", all...)
 
 	parent := map[string]string{"event:C1": "event:R", "event:C2": "event:R", "event:G": "event:C1"}
 	for _, o := range observers {
-		got := cxUntil(clients[o.id], "cascade")
-		cxSameLabels(t, o.id, got, o.want...)
+		got := harness.Until(clients[o.id], "cascade")
+		harness.SameLabels(t, o.id, got, o.want...)
 		// Order: the envelopes as sent, the concluding envelope before any
 		// event, each event after its parent's.
 		pos := map[string]int{}
 		firstEvent := len(got)
 		for i, m := range got {
-			l := cxLabel(m)
+			l := harness.Label(m)
 			pos[l] = i
 			if strings.HasPrefix(l, "event:") {
 				firstEvent = min(firstEvent, i)
 			} else if i > firstEvent {
-				t.Errorf("%s: %s after an event: %s", o.id, l, cxLabels(got))
+				t.Errorf("%s: %s after an event: %s", o.id, l, harness.Labels(got))
 			}
 			if p, ok := parent[l]; ok {
 				if pp, seen := pos[p]; !seen && contains(o.want, p) || seen && pp > i {
-					t.Errorf("%s: %s before %s: %s", o.id, l, p, cxLabels(got))
+					t.Errorf("%s: %s before %s: %s", o.id, l, p, harness.Labels(got))
 				}
 			}
 		}
 		var envs []string
-		for _, l := range strings.Fields(cxLabels(got[:firstEvent])) {
+		for _, l := range strings.Fields(harness.Labels(got[:firstEvent])) {
 			envs = append(envs, l)
 		}
 		var wantEnvs []string
@@ -443,21 +428,21 @@ func TestContextConclusionCascade(t *testing.T) {
 		}
 		if o.id == "mcpx" {
 			for _, m := range got {
-				if m.str("protocol") != "mcpx/v0.1" {
-					t.Errorf("mcpx participant received %s with protocol %q", cxLabel(m), m.str("protocol"))
+				if m.Str("protocol") != "mcpx/v0.1" {
+					t.Errorf("mcpx participant received %s with protocol %q", harness.Label(m), m.Str("protocol"))
 				}
 			}
 		}
 		if o.id != "all" {
 			continue
 		}
-		events := map[string]msg{}
+		events := map[string]harness.Msg{}
 		for _, m := range got {
-			if m.kind() == "system/context" {
-				events[m.contextID()] = m
+			if m.Kind() == "system/context" {
+				events[m.ContextID()] = m
 			}
 		}
-		r := cxEvent(t, events["R"], "R", "conclusion")
+		r := harness.ContextEvent(t, events["R"], "R", "conclusion")
 		if r.Messages != 2 || r.Depth != 1 || !reflect.DeepEqual(r.Participants, []string{"alice"}) {
 			t.Errorf("R stats %+v", r)
 		}
@@ -469,7 +454,7 @@ func TestContextConclusionCascade(t *testing.T) {
 			"G":  {map[string]any{"id": "G", "parent": "C1"}, 3},
 			"C2": {map[string]any{"id": "C2", "type": "reasoning", "parent": "R"}, 2},
 		} {
-			s := cxEvent(t, events[id], id, "parent_concluded")
+			s := harness.ContextEvent(t, events[id], id, "parent_concluded")
 			if s.Depth != want.depth || s.Messages != 1 || s.Concluded != r.Concluded {
 				t.Errorf("%s stats %+v (R concluded %s)", id, s, r.Concluded)
 			}
@@ -483,9 +468,9 @@ func TestContextConclusionCascade(t *testing.T) {
 	}
 	// The sender receives the events too (they are the gateway's), and X is
 	// the one active context left.
-	cxSentinel(alice, "cascade-self", alice)
-	cxSameLabels(t, "alice", cxUntil(alice, "cascade-self"), "event:R", "event:C1", "event:G", "event:C2")
-	if ids := cxContextIDs(cxContexts(alice, nil)); ids != "X" {
+	harness.Sentinel(alice, "cascade-self", alice)
+	harness.SameLabels(t, "alice", harness.Until(alice, "cascade-self"), "event:R", "event:C1", "event:G", "event:C2")
+	if ids := harness.SortedIDs(harness.Contexts(alice, nil)); ids != "X" {
 		t.Fatalf("active after the cascade: %s", ids)
 	}
 }
@@ -503,27 +488,27 @@ func contains(list []string, s string) bool {
 // with its own type, parent and counters.
 func TestContextReopen(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "ctx-reopen"
-	alice := g.dial(t, pod, "alice", "main=0&contexts=none")
-	obs := g.dial(t, pod, "obs", "contexts=none&conclusions=1")
+	alice := g.Dial(t, pod, "alice", "main=0&contexts=none")
+	obs := g.Dial(t, pod, "obs", "contexts=none&conclusions=1")
 
-	alice.send(cxEnv("step", "a1", cxCtx("ro", "reasoning", "")))
-	alice.send(cxEnv("step", "a2", cxCtx("ro", "", "")))
-	alice.send(cxEnv("conclusion", "a3", cxCtx("ro", "", "")))
+	alice.Send(harness.LabelEnv("step", "a1", harness.ContextField("ro", "reasoning", "")))
+	alice.Send(harness.LabelEnv("step", "a2", harness.ContextField("ro", "", "")))
+	alice.Send(harness.LabelEnv("conclusion", "a3", harness.ContextField("ro", "", "")))
 	// Reopened with another type and a parent: no conflict with the old one.
-	alice.send(cxEnv("step", "b1", cxCtx("ro", "workflow", "ghost")))
-	alice.send(cxEnv("reasoning/end", "b2", cxCtx("ro", "", "")))
+	alice.Send(harness.LabelEnv("step", "b1", harness.ContextField("ro", "workflow", "ghost")))
+	alice.Send(harness.LabelEnv("reasoning/end", "b2", harness.ContextField("ro", "", "")))
 	// And once more, left active.
-	alice.send(cxEnv("step", "c1", "ro"))
-	cxSentinel(alice, "reopen", obs, alice)
+	alice.Send(harness.LabelEnv("step", "c1", "ro"))
+	harness.Sentinel(alice, "reopen", obs, alice)
 
-	got := cxUntil(obs, "reopen")
-	if l := cxLabels(got); l != "a3 event:ro b2 event:ro" {
+	got := harness.Until(obs, "reopen")
+	if l := harness.Labels(got); l != "a3 event:ro b2 event:ro" {
 		t.Fatalf("obs received %q", l)
 	}
-	first := cxEvent(t, got[1], "ro", "conclusion")
-	second := cxEvent(t, got[3], "ro", "conclusion")
+	first := harness.ContextEvent(t, got[1], "ro", "conclusion")
+	second := harness.ContextEvent(t, got[3], "ro", "conclusion")
 	if first.Messages != 3 || first.Depth != 1 || second.Messages != 2 || second.Depth != 2 {
 		t.Fatalf("first %+v, second %+v", first, second)
 	}
@@ -533,11 +518,11 @@ func TestContextReopen(t *testing.T) {
 	if c, _ := got[3]["context"].(map[string]any); !reflect.DeepEqual(c, map[string]any{"id": "ro", "type": "workflow", "parent": "ghost"}) {
 		t.Fatalf("second event context %v", c)
 	}
-	if rest := cxUntil(alice, "reopen"); len(rest) != 0 {
-		t.Fatalf("alice received %s", cxLabels(rest))
+	if rest := harness.Until(alice, "reopen"); len(rest) != 0 {
+		t.Fatalf("alice received %s", harness.Labels(rest))
 	}
 	// All three are queryable: the concluded ones until their retention.
-	list := cxContexts(alice, map[string]any{"state": "all", "id": "ro"})
+	list := harness.Contexts(alice, map[string]any{"state": "all", "id": "ro"})
 	if len(list) != 3 {
 		t.Fatalf("gateway/contexts id=ro: %v", list)
 	}
@@ -551,7 +536,7 @@ func TestContextReopen(t *testing.T) {
 	if fmt.Sprint(states, types, messages) != "[concluded concluded active] [reasoning workflow <nil>] [3 2 1]" {
 		t.Fatalf("incarnations: %v %v %v", states, types, messages)
 	}
-	if active := cxContexts(alice, map[string]any{"id": "ro"}); len(active) != 1 || active[0]["messages"] != float64(1) {
+	if active := harness.Contexts(alice, map[string]any{"id": "ro"}); len(active) != 1 || active[0]["messages"] != float64(1) {
 		t.Fatalf("active ro: %v", active)
 	}
 }
@@ -562,7 +547,7 @@ func TestContextManyTimeouts(t *testing.T) {
 	// Not parallel: it is about timers firing on time.
 	const n = 5000
 	const timeout = time.Second
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.ContextTimeout = timeout
 		c.ContextRetention = time.Minute
 		c.Rate, c.Burst = 1e6, 1e6
@@ -571,27 +556,27 @@ func TestContextManyTimeouts(t *testing.T) {
 		c.SendQueue = 4 * n
 	})
 	const pod = "ctx-many"
-	alice := g.dial(t, pod, "alice", "main=0&contexts=none")
-	obs := g.dial(t, pod, "obs", "main=0&contexts=none&conclusions=1")
+	alice := g.Dial(t, pod, "alice", "main=0&contexts=none")
+	obs := g.Dial(t, pod, "obs", "main=0&contexts=none&conclusions=1")
 
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		alice.sendRaw(fmt.Appendf(nil, `{"kind":"step","context":{"id":"many-%d","type":"load"},"payload":{}}`, i))
+		alice.SendRaw(fmt.Appendf(nil, `{"kind":"step","context":{"id":"many-%d","type":"load"},"payload":{}}`, i))
 	}
 	sent := time.Now()
 	deadline := sent.Add(timeout + 30*time.Second)
 	seen := make(map[string]bool, n)
 	var maxLate time.Duration
 	for len(seen) < n {
-		m := obs.next(time.Until(deadline))
+		m := obs.Next(time.Until(deadline))
 		if m == nil {
 			t.Fatalf("%d of %d system/context events by %v after the last envelope", len(seen), n, timeout+30*time.Second)
 		}
-		if m.kind() == "system/presence" {
+		if m.Kind() == "system/presence" {
 			continue
 		}
-		id := m.contextID()
-		s := cxEvent(t, m, id, "timeout")
+		id := m.ContextID()
+		s := harness.ContextEvent(t, m, id, "timeout")
 		if !strings.HasPrefix(id, "many-") || seen[id] {
 			t.Fatalf("event for %q (seen before: %v)", id, seen[id])
 		}
@@ -599,7 +584,7 @@ func TestContextManyTimeouts(t *testing.T) {
 		if s.Messages != 1 || s.Depth != 1 || !reflect.DeepEqual(s.Participants, []string{"alice"}) {
 			t.Fatalf("%s stats %+v", id, s)
 		}
-		idle := cxTime(t, s.Concluded).Sub(cxTime(t, s.LastActivity))
+		idle := harness.ParseTime(t, s.Concluded).Sub(harness.ParseTime(t, s.LastActivity))
 		if idle < timeout {
 			t.Fatalf("%s concluded after %v idle, before the timeout", id, idle)
 		}
@@ -610,10 +595,10 @@ func TestContextManyTimeouts(t *testing.T) {
 	if maxLate > 10*time.Second {
 		t.Errorf("a context concluded %v after its timeout", maxLate)
 	}
-	if active := cxContexts(alice, nil); len(active) != 0 {
+	if active := harness.Contexts(alice, nil); len(active) != 0 {
 		t.Fatalf("%d contexts still active", len(active))
 	}
-	if concluded := cxContexts(alice, map[string]any{"state": "concluded", "limit": 2 * n}); len(concluded) != n {
+	if concluded := harness.Contexts(alice, map[string]any{"state": "concluded", "limit": 2 * n}); len(concluded) != n {
 		t.Fatalf("%d concluded contexts, want %d", len(concluded), n)
 	}
 }
@@ -623,29 +608,29 @@ func TestContextManyTimeouts(t *testing.T) {
 func TestContextsRequest(t *testing.T) {
 	t.Parallel()
 	const retention = time.Second
-	g := startGateway(t, func(c *gateway.Config) { c.ContextRetention = retention })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.ContextRetention = retention })
 	const pod = "ctx-query"
-	alice := g.dial(t, pod, "alice", "main=0&contexts=none")
-	bob := g.dial(t, pod, "bob", "main=0&contexts=none")
+	alice := g.Dial(t, pod, "alice", "main=0&contexts=none")
+	bob := g.Dial(t, pod, "bob", "main=0&contexts=none")
 
 	var q1Bytes int
 	for i := 0; i < 2; i++ {
-		b := cxFull(t, fmt.Sprintf("q1-%d", i), "alice", "step", cxCtx("q1", "reasoning", ""), "q1")
+		b := cxFull(t, fmt.Sprintf("q1-%d", i), "alice", "step", harness.ContextField("q1", "reasoning", ""), "q1")
 		q1Bytes += len(b)
-		alice.sendRaw(b)
+		alice.SendRaw(b)
 	}
-	cxSentinel(alice, "q1", bob) // q1 is older than q2
-	cxUntil(bob, "q1")
-	bob.send(cxEnv("step", "q2", cxCtx("q2", "workflow", "q1")))
-	cxSentinel(bob, "q2", alice)
-	cxUntil(alice, "q2")
-	alice.send(cxEnv("conclusion", "q3", cxCtx("q3", "reasoning", "")))
-	alice.send(cxEnv("step", "zq", "zz/q"))
-	cxSentinel(alice, "sent", alice)
-	cxUntil(alice, "sent")
+	harness.Sentinel(alice, "q1", bob) // q1 is older than q2
+	harness.Until(bob, "q1")
+	bob.Send(harness.LabelEnv("step", "q2", harness.ContextField("q2", "workflow", "q1")))
+	harness.Sentinel(bob, "q2", alice)
+	harness.Until(alice, "q2")
+	alice.Send(harness.LabelEnv("conclusion", "q3", harness.ContextField("q3", "reasoning", "")))
+	alice.Send(harness.LabelEnv("step", "zq", "zz/q"))
+	harness.Sentinel(alice, "sent", alice)
+	harness.Until(alice, "sent")
 
-	active := cxContexts(alice, nil)
-	if ids := cxContextIDs(active); ids != "q1,q2,zz/q" {
+	active := harness.Contexts(alice, nil)
+	if ids := harness.SortedIDs(active); ids != "q1,q2,zz/q" {
 		t.Fatalf("active: %s", ids)
 	}
 	if active[0]["id"] != "q1" {
@@ -666,8 +651,8 @@ func TestContextsRequest(t *testing.T) {
 		q1["concluded"] != nil {
 		t.Fatalf("q1: %v (bytes want %d)", q1, q1Bytes)
 	}
-	cxTime(t, q1["created"].(string))
-	cxTime(t, q1["last_activity"].(string))
+	harness.ParseTime(t, q1["created"].(string))
+	harness.ParseTime(t, q1["last_activity"].(string))
 	q2 := byID["q2"]
 	if q2["type"] != "workflow" || q2["parent"] != "q1" || q2["depth"] != float64(2) || q2["creator"] != "bob" || q2["messages"] != float64(1) {
 		t.Fatalf("q2: %v", q2)
@@ -676,7 +661,7 @@ func TestContextsRequest(t *testing.T) {
 		t.Fatalf("zz/q: %v", zq)
 	}
 
-	concluded := cxContexts(bob, map[string]any{"state": "concluded"})
+	concluded := harness.Contexts(bob, map[string]any{"state": "concluded"})
 	if len(concluded) != 1 {
 		t.Fatalf("concluded: %v", concluded)
 	}
@@ -684,7 +669,7 @@ func TestContextsRequest(t *testing.T) {
 	if q3["id"] != "q3" || q3["state"] != "concluded" || q3["reason"] != "conclusion" || q3["messages"] != float64(1) {
 		t.Fatalf("q3: %v", q3)
 	}
-	if s, _ := q3["concluded"].(string); cxTime(t, s).Before(cxTime(t, q3["created"].(string))) {
+	if s, _ := q3["concluded"].(string); harness.ParseTime(t, s).Before(harness.ParseTime(t, q3["created"].(string))) {
 		t.Fatalf("q3 concluded %v", q3["concluded"])
 	}
 
@@ -703,7 +688,7 @@ func TestContextsRequest(t *testing.T) {
 		{map[string]any{"state": "all", "limit": 2}, "q1,q2"},
 		{map[string]any{}, "q1,q2,zz/q"},
 	} {
-		if got := cxContextIDs(cxContexts(bob, c.payload)); got != c.want {
+		if got := harness.SortedIDs(harness.Contexts(bob, c.payload)); got != c.want {
 			t.Errorf("gateway/contexts %v: %s, want %s", c.payload, got, c.want)
 		}
 	}
@@ -715,7 +700,7 @@ func TestContextsRequest(t *testing.T) {
 		"active",
 		[]any{},
 	} {
-		if m := cxRequest(bob, "gateway/contexts", bad, nil); m.errCode() != "invalid_envelope" {
+		if m := harness.Request(bob, "gateway/contexts", bad, nil); m.ErrCode() != "invalid_envelope" {
 			t.Errorf("gateway/contexts %v answered %v, want invalid_envelope", bad, m)
 		}
 	}
@@ -723,7 +708,7 @@ func TestContextsRequest(t *testing.T) {
 	// After the retention q3 is forgotten; the active ones stay.
 	deadline := time.Now().Add(retention + 10*time.Second)
 	for {
-		if ids := cxContextIDs(cxContexts(bob, map[string]any{"state": "all"})); ids == "q1,q2,zz/q" {
+		if ids := harness.SortedIDs(harness.Contexts(bob, map[string]any{"state": "all"})); ids == "q1,q2,zz/q" {
 			break
 		} else if ids != "q1,q2,q3,zz/q" {
 			t.Fatalf("while waiting for the retention: %s", ids)
@@ -739,43 +724,43 @@ func TestContextsRequest(t *testing.T) {
 // neither checked nor registered, and the request is never relayed.
 func TestGatewayRequestIgnoresContext(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "ctx-requests"
-	alice := g.dial(t, pod, "alice", "")
-	obs := g.dial(t, pod, "obs", "")
-	alice.send(cxEnv("step", "live", cxCtx("live", "reasoning", "")))
-	if m := obs.nextNonPresence(5 * time.Second); m == nil || cxLabel(m) != "live" {
+	alice := g.Dial(t, pod, "alice", "")
+	obs := g.Dial(t, pod, "obs", "")
+	alice.Send(harness.LabelEnv("step", "live", harness.ContextField("live", "reasoning", "")))
+	if m := obs.NextNonPresence(5 * time.Second); m == nil || harness.Label(m) != "live" {
 		t.Fatalf("obs: %v", m)
 	}
 
 	for _, ctx := range []any{
-		cxCtx("gx", "t", ""),
-		cxCtx("live", "other", "elsewhere"), // would conflict
-		cxCtx("live", "", "live"),           // would be a cycle
-		"a//b",                              // invalid
+		harness.ContextField("gx", "t", ""),
+		harness.ContextField("live", "other", "elsewhere"), // would conflict
+		harness.ContextField("live", "", "live"),           // would be a cycle
+		"a//b",                                             // invalid
 		5,
 		"a/b/c/d/e/f/g", // too deep
 	} {
-		m := cxRequest(alice, "gateway/contexts", nil, map[string]any{"context": ctx})
-		if m.kind() != "system/contexts" {
+		m := harness.Request(alice, "gateway/contexts", nil, map[string]any{"context": ctx})
+		if m.Kind() != "system/contexts" {
 			t.Fatalf("gateway/contexts with context %v answered %v", ctx, m)
 		}
-		m = cxRequest(alice, "gateway/filter", map[string]any{}, map[string]any{"context": ctx})
-		if m.kind() != "system/filter" {
+		m = harness.Request(alice, "gateway/filter", map[string]any{}, map[string]any{"context": ctx})
+		if m.Kind() != "system/filter" {
 			t.Fatalf("gateway/filter with context %v answered %v", ctx, m)
 		}
 	}
-	if m := cxRequest(alice, "gateway/nope", nil, map[string]any{"context": "a//b"}); m.errCode() != "unknown_request" {
+	if m := harness.Request(alice, "gateway/nope", nil, map[string]any{"context": "a//b"}); m.ErrCode() != "unknown_request" {
 		t.Fatalf("gateway/nope answered %v", m)
 	}
 	// A conclusion kind is no gateway request; but a gateway request in a
 	// context concludes nothing and counts nothing.
-	all := cxContexts(alice, map[string]any{"state": "all"})
+	all := harness.Contexts(alice, map[string]any{"state": "all"})
 	if len(all) != 1 || all[0]["id"] != "live" || all[0]["messages"] != float64(1) || all[0]["state"] != "active" {
 		t.Fatalf("contexts after the requests: %v", all)
 	}
-	cxSentinel(alice, "requests", obs)
-	if got := cxUntil(obs, "requests"); len(got) != 0 {
-		t.Fatalf("obs received %s", cxLabels(got))
+	harness.Sentinel(alice, "requests", obs)
+	if got := harness.Until(obs, "requests"); len(got) != 0 {
+		t.Fatalf("obs received %s", harness.Labels(got))
 	}
 }

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -9,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/mcpp/gateway/gateway"
 )
@@ -23,7 +23,7 @@ var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-
 // others but never the participant they are about.
 func TestCoreWelcome(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.MaxMessageBytes = 5000
 		c.MaxDepth = 7
 		c.Rate = 42
@@ -32,22 +32,22 @@ func TestCoreWelcome(t *testing.T) {
 	})
 	const pod = "core-welcome"
 
-	alice := g.dial(t, pod, "alice", "")
+	alice := g.Dial(t, pod, "alice", "")
 	w := alice.Welcome
-	if w.str("protocol") != "mcpp/v0.1" || w.str("from") != "system:gateway" {
+	if w.Str("protocol") != "mcpp/v0.1" || w.Str("from") != "system:gateway" {
 		t.Fatalf("welcome protocol/from: %v", w)
 	}
-	if !uuidV4.MatchString(w.str("id")) || w.str("ts") == "" {
+	if !uuidV4.MatchString(w.Str("id")) || w.Str("ts") == "" {
 		t.Fatalf("welcome has no id or ts: %v", w)
 	}
-	if !jsonEqual(w["to"], []string{"alice"}) {
+	if !harness.JSONEqual(w["to"], []string{"alice"}) {
 		t.Fatalf("welcome to = %v, want [alice]", w["to"])
 	}
-	pl := w.payload()
-	if !jsonEqual(pl["you"], map[string]any{"id": "alice", "capabilities": []string{"*"}}) {
+	pl := w.Payload()
+	if !harness.JSONEqual(pl["you"], map[string]any{"id": "alice", "capabilities": []string{"*"}}) {
 		t.Fatalf("welcome you = %v", pl["you"])
 	}
-	if !jsonEqual(pl["participants"], []any{}) {
+	if !harness.JSONEqual(pl["participants"], []any{}) {
 		t.Fatalf("first joiner's welcome lists participants %v, want []", pl["participants"])
 	}
 	if pl["pod"] != pod {
@@ -68,49 +68,49 @@ func TestCoreWelcome(t *testing.T) {
 	}
 
 	// bob's welcome lists alice (not bob), and shows his effective filter.
-	bob := g.dial(t, pod, "bob", "routing=directed&echo=1&contexts=none&types=reasoning")
-	if got := idsOf(bob.Welcome.payload()["participants"]); !jsonEqual(got, []string{"alice"}) {
+	bob := g.Dial(t, pod, "bob", "routing=directed&echo=1&contexts=none&types=reasoning")
+	if got := harness.IDsOf(bob.Welcome.Payload()["participants"]); !harness.JSONEqual(got, []string{"alice"}) {
 		t.Fatalf("bob's welcome participants = %v, want [alice]", got)
 	}
-	if !jsonEqual(bob.Welcome["to"], []string{"bob"}) {
+	if !harness.JSONEqual(bob.Welcome["to"], []string{"bob"}) {
 		t.Fatalf("bob's welcome to = %v", bob.Welcome["to"])
 	}
-	bf, _ := bob.Welcome.payload()["filter"].(map[string]any)
-	if bf["routing"] != "directed" || bf["echo"] != true || bf["contexts"] != "none" || !jsonEqual(bf["types"], []string{"reasoning"}) {
+	bf, _ := bob.Welcome.Payload()["filter"].(map[string]any)
+	if bf["routing"] != "directed" || bf["echo"] != true || bf["contexts"] != "none" || !harness.JSONEqual(bf["types"], []string{"reasoning"}) {
 		t.Fatalf("bob's welcome filter = %v", bf)
 	}
 	// alice hears of bob, with his capabilities; it is her first message
 	// after the welcome (she is never told of her own join).
-	j := alice.expect()
-	presenceOf(t, j, "join", "bob")
-	if !jsonEqual(j.payload()["participant"], map[string]any{"id": "bob", "capabilities": []string{"*"}}) {
-		t.Fatalf("join payload = %v", j.payload())
+	j := alice.Expect()
+	harness.PresenceOf(t, j, "join", "bob")
+	if !harness.JSONEqual(j.Payload()["participant"], map[string]any{"id": "bob", "capabilities": []string{"*"}}) {
+		t.Fatalf("join payload = %v", j.Payload())
 	}
 
-	carol := g.dial(t, pod, "carol", "")
-	got := idsOf(carol.Welcome.payload()["participants"])
+	carol := g.Dial(t, pod, "carol", "")
+	got := harness.IDsOf(carol.Welcome.Payload()["participants"])
 	if len(got) != 2 || !(got[0] == "alice" && got[1] == "bob" || got[0] == "bob" && got[1] == "alice") {
 		t.Fatalf("carol's welcome participants = %v, want alice and bob", got)
 	}
-	presenceOf(t, alice.expect(), "join", "carol")
+	harness.PresenceOf(t, alice.Expect(), "join", "carol")
 	// bob's first message after his welcome is carol's join: he was not
 	// told of his own.
-	presenceOf(t, bob.expect(), "join", "carol")
+	harness.PresenceOf(t, bob.Expect(), "join", "carol")
 
 	// bob leaves: alice and carol are told, and nothing else arrives.
-	_ = bob.conn.Close(websocket.StatusNormalClosure, "bye")
-	presenceOf(t, alice.expect(), "leave", "bob")
-	presenceOf(t, carol.expect(), "leave", "bob")
+	_ = bob.Conn.Close()
+	harness.PresenceOf(t, alice.Expect(), "leave", "bob")
+	harness.PresenceOf(t, carol.Expect(), "leave", "bob")
 
 	// A new joiner no longer sees bob.
-	dave := g.dial(t, pod, "dave", "")
-	got = idsOf(dave.Welcome.payload()["participants"])
+	dave := g.Dial(t, pod, "dave", "")
+	got = harness.IDsOf(dave.Welcome.Payload()["participants"])
 	if len(got) != 2 || strings.Contains(strings.Join(got, ","), "bob") {
 		t.Fatalf("dave's welcome participants = %v, want alice and carol", got)
 	}
-	presenceOf(t, alice.expect(), "join", "dave")
-	presenceOf(t, carol.expect(), "join", "dave")
-	alice.expectNothing(50 * time.Millisecond)
+	harness.PresenceOf(t, alice.Expect(), "join", "dave")
+	harness.PresenceOf(t, carol.Expect(), "join", "dave")
+	alice.ExpectNothing(50 * time.Millisecond)
 }
 
 // TestCoreBroadcastExactlyOnce: every envelope reaches each other
@@ -118,44 +118,44 @@ func TestCoreWelcome(t *testing.T) {
 // own unless it joined with echo=1.
 func TestCoreBroadcastExactlyOnce(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "core-broadcast"
-	sender := g.dial(t, pod, "sender", "")
-	echoer := g.dial(t, pod, "echoer", "echo=1")
-	marker := g.dial(t, pod, "marker", "")
-	var receivers []*client
+	sender := g.Dial(t, pod, "sender", "")
+	echoer := g.Dial(t, pod, "echoer", "echo=1")
+	marker := g.Dial(t, pod, "marker", "")
+	var receivers []*harness.Client
 	for i := 0; i < 4; i++ {
-		receivers = append(receivers, g.dial(t, pod, fmt.Sprintf("r%d", i), ""))
+		receivers = append(receivers, g.Dial(t, pod, fmt.Sprintf("r%d", i), ""))
 	}
-	others := append([]*client{echoer, marker}, receivers...)
+	others := append([]*harness.Client{echoer, marker}, receivers...)
 
 	const n = 25
 	for i := 0; i < n; i++ {
-		sender.send(map[string]any{"id": fmt.Sprintf("b-%d", i), "kind": "chat", "payload": map[string]any{"seq": i}})
+		sender.Send(map[string]any{"id": fmt.Sprintf("b-%d", i), "kind": "chat", "payload": map[string]any{"seq": i}})
 	}
 	for _, r := range others {
 		for i := 0; i < n; i++ {
-			if m := r.expectEnvelope("chat", fmt.Sprintf("b-%d", i)); seqOf(m) != i || m.str("from") != "sender" {
+			if m := r.ExpectEnvelope("chat", fmt.Sprintf("b-%d", i)); harness.SeqOf(m) != i || m.Str("from") != "sender" {
 				t.Fatalf("%s got %v", r.ID, m)
 			}
 		}
 	}
 	// echo-1 is accepted after every b-*: were the sender getting its own,
 	// they would come before it. The echoer gets its own once.
-	echoer.send(map[string]any{"id": "echo-1", "kind": "chat"})
-	for _, r := range append([]*client{sender}, others...) {
-		r.expectEnvelope("chat", "echo-1")
+	echoer.Send(map[string]any{"id": "echo-1", "kind": "chat"})
+	for _, r := range append([]*harness.Client{sender}, others...) {
+		r.ExpectEnvelope("chat", "echo-1")
 	}
 	// "end" is accepted after all of that: a duplicate of anything above
 	// would come before it.
-	marker.send(map[string]any{"id": "end", "kind": "chat"})
-	for _, r := range append([]*client{sender}, others...) {
+	marker.Send(map[string]any{"id": "end", "kind": "chat"})
+	for _, r := range append([]*harness.Client{sender}, others...) {
 		if r != marker {
-			r.expectEnvelope("chat", "end")
+			r.ExpectEnvelope("chat", "end")
 		}
 	}
 	// The marker (echo=0) does not get its own "end".
-	if m := marker.nextNonPresence(50 * time.Millisecond); m != nil {
+	if m := marker.NextNonPresence(50 * time.Millisecond); m != nil {
 		t.Fatalf("marker got %v", m)
 	}
 }
@@ -164,21 +164,21 @@ func TestCoreBroadcastExactlyOnce(t *testing.T) {
 // and never its own (echo=0), while an echo=1 sender sees its own once.
 func TestCoreSenderNoEcho(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "core-echo"
-	a := g.dial(t, pod, "a", "")
-	b := g.dial(t, pod, "b", "echo=1")
-	a.send(map[string]any{"id": "a1", "kind": "chat"})
-	b.expectEnvelope("chat", "a1")
+	a := g.Dial(t, pod, "a", "")
+	b := g.Dial(t, pod, "b", "echo=1")
+	a.Send(map[string]any{"id": "a1", "kind": "chat"})
+	b.ExpectEnvelope("chat", "a1")
 	// b sees its own b1; a sees b1 and nothing of its own.
-	b.send(map[string]any{"id": "b1", "kind": "chat"})
-	b.expectEnvelope("chat", "b1")
-	a.expectEnvelope("chat", "b1")
-	b.send(map[string]any{"id": "b2", "kind": "chat"})
-	a.expectEnvelope("chat", "b2")
-	b.expectEnvelope("chat", "b2")
-	a.expectNothing(30 * time.Millisecond)
-	b.expectNothing(30 * time.Millisecond)
+	b.Send(map[string]any{"id": "b1", "kind": "chat"})
+	b.ExpectEnvelope("chat", "b1")
+	a.ExpectEnvelope("chat", "b1")
+	b.Send(map[string]any{"id": "b2", "kind": "chat"})
+	a.ExpectEnvelope("chat", "b2")
+	b.ExpectEnvelope("chat", "b2")
+	a.ExpectNothing(30 * time.Millisecond)
+	b.ExpectNothing(30 * time.Millisecond)
 }
 
 // TestCoreDirectedRouting: routing=directed drops envelopes addressed only
@@ -186,11 +186,11 @@ func TestCoreSenderNoEcho(t *testing.T) {
 // default routing=all an envelope addressed to someone else is still seen.
 func TestCoreDirectedRouting(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "core-routing"
-	alice := g.dial(t, pod, "alice", "")
-	bob := g.dial(t, pod, "bob", "routing=directed")
-	carol := g.dial(t, pod, "carol", "")
+	alice := g.Dial(t, pod, "alice", "")
+	bob := g.Dial(t, pod, "bob", "routing=directed")
+	carol := g.Dial(t, pod, "carol", "")
 	sends := []struct {
 		id string
 		to []string
@@ -207,48 +207,48 @@ func TestCoreDirectedRouting(t *testing.T) {
 		if s.to != nil {
 			e["to"] = s.to
 		}
-		alice.send(e)
+		alice.Send(e)
 	}
 	for _, id := range []string{"d2", "d3", "d4", "d6"} {
-		m := bob.expectEnvelope("chat", id)
-		if id == "d2" && !jsonEqual(m["to"], []string{"bob"}) {
+		m := bob.ExpectEnvelope("chat", id)
+		if id == "d2" && !harness.JSONEqual(m["to"], []string{"bob"}) {
 			t.Fatalf("to not relayed as sent: %v", m["to"])
 		}
 	}
 	for _, id := range []string{"d1", "d2", "d3", "d4", "d5", "d6"} {
-		carol.expectEnvelope("chat", id)
+		carol.ExpectEnvelope("chat", id)
 	}
 	// Close the stream with a marker: bob got nothing else in between.
-	carol.send(map[string]any{"id": "end", "kind": "chat"})
-	bob.expectEnvelope("chat", "end")
-	alice.expectEnvelope("chat", "end")
-	bob.expectNothing(30 * time.Millisecond)
+	carol.Send(map[string]any{"id": "end", "kind": "chat"})
+	bob.ExpectEnvelope("chat", "end")
+	alice.ExpectEnvelope("chat", "end")
+	bob.ExpectNothing(30 * time.Millisecond)
 }
 
 // TestCoreFilledFields: protocol, id, ts and from are filled when absent;
 // every field that was sent is relayed byte for byte.
 func TestCoreFilledFields(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "core-fill"
-	alice := g.dial(t, pod, "alice", "")
-	bob := g.dial(t, pod, "bob", "")
-	alice.expect() // bob's join
+	alice := g.Dial(t, pod, "alice", "")
+	bob := g.Dial(t, pod, "bob", "")
+	alice.Expect() // bob's join
 
 	// Nothing but a kind and a payload: the gateway fills the rest.
 	before := time.Now().UTC().Add(-time.Second)
-	alice.sendRaw([]byte(`{"kind":"chat","payload":{"marker":"fill-1"}}`))
-	m, raw := bob.relayed("")
+	alice.SendRaw([]byte(`{"kind":"chat","payload":{"marker":"fill-1"}}`))
+	m, raw := bob.Relayed("")
 	after := time.Now().UTC().Add(time.Second)
-	if m.str("protocol") != "mcpp/v0.1" || m.str("from") != "alice" || m.kind() != "chat" {
+	if m.Str("protocol") != "mcpp/v0.1" || m.Str("from") != "alice" || m.Kind() != "chat" {
 		t.Fatalf("filled envelope: %v", m)
 	}
-	if !uuidV4.MatchString(m.str("id")) {
-		t.Fatalf("filled id %q is not a UUIDv4", m.str("id"))
+	if !uuidV4.MatchString(m.Str("id")) {
+		t.Fatalf("filled id %q is not a UUIDv4", m.Str("id"))
 	}
-	ts, err := time.Parse(time.RFC3339Nano, m.str("ts"))
-	if err != nil || !strings.HasSuffix(m.str("ts"), "Z") || ts.Before(before) || ts.After(after) {
-		t.Fatalf("filled ts %q: not an RFC 3339 UTC time of now (%v)", m.str("ts"), err)
+	ts, err := time.Parse(time.RFC3339Nano, m.Str("ts"))
+	if err != nil || !strings.HasSuffix(m.Str("ts"), "Z") || ts.Before(before) || ts.After(after) {
+		t.Fatalf("filled ts %q: not an RFC 3339 UTC time of now (%v)", m.Str("ts"), err)
 	}
 	if _, ok := m["context"]; ok {
 		t.Fatalf("the gateway added a context: %v", m)
@@ -260,9 +260,9 @@ func TestCoreFilledFields(t *testing.T) {
 		t.Fatalf("payload bytes changed: %s", raw)
 	}
 	// Two envelopes without an id get different ids.
-	alice.sendRaw([]byte(`{"kind":"chat"}`))
-	if m2 := bob.nextOf(); m2.str("id") == m.str("id") || !uuidV4.MatchString(m2.str("id")) {
-		t.Fatalf("second filled id %q (first %q)", m2.str("id"), m.str("id"))
+	alice.SendRaw([]byte(`{"kind":"chat"}`))
+	if m2 := bob.NextOf(); m2.Str("id") == m.Str("id") || !uuidV4.MatchString(m2.Str("id")) {
+		t.Fatalf("second filled id %q (first %q)", m2.Str("id"), m.Str("id"))
 	}
 
 	// Everything present, odd spacing, unknown fields, number forms and
@@ -270,8 +270,8 @@ func TestCoreFilledFields(t *testing.T) {
 	full := []byte(`{ "protocol" : "mcpp/v0.1","id":"my-id-ü1", "ts":"not really a time","from":"alice",` +
 		`"kind":"chat", "x-extra":{"a":[1, 2 ,3], "b":1.50e1},"correlation_id":["c1","c2"],` +
 		`"to":[],"payload":{"n": 1.500, "s":"\u00e9\/", "big": 12345678901234567890123}, "zz":null }`)
-	alice.sendRaw(full)
-	_, got := bob.relayed("my-id-ü1")
+	alice.SendRaw(full)
+	_, got := bob.Relayed("my-id-ü1")
 	if !bytes.Equal(got, full) {
 		t.Fatalf("complete envelope not relayed byte for byte:\n sent %s\n  got %s", full, got)
 	}
@@ -279,14 +279,14 @@ func TestCoreFilledFields(t *testing.T) {
 	// Some fields present: what was sent is kept exactly, after the
 	// fields the gateway fills.
 	part := []byte(`{"id":"keep-1","ts":"2020-01-01T00:00:00+02:00","kind":"chat","x-y":[true,false,null],"payload":[1,"two",{"3":4.0}]}`)
-	alice.sendRaw(part)
-	pm, got := bob.relayed("keep-1")
+	alice.SendRaw(part)
+	pm, got := bob.Relayed("keep-1")
 	for _, frag := range []string{`"id":"keep-1"`, `"ts":"2020-01-01T00:00:00+02:00"`, `"x-y":[true,false,null]`, `"payload":[1,"two",{"3":4.0}]`} {
 		if !bytes.Contains(got, []byte(frag)) {
 			t.Fatalf("relayed %s lost %s", got, frag)
 		}
 	}
-	if pm.str("from") != "alice" || pm.str("protocol") != "mcpp/v0.1" || pm.str("ts") != "2020-01-01T00:00:00+02:00" {
+	if pm.Str("from") != "alice" || pm.Str("protocol") != "mcpp/v0.1" || pm.Str("ts") != "2020-01-01T00:00:00+02:00" {
 		t.Fatalf("partly filled envelope: %v", pm)
 	}
 	if bytes.Count(got, []byte(`"id"`)) != 1 || bytes.Count(got, []byte(`"ts"`)) != 1 {
@@ -295,21 +295,21 @@ func TestCoreFilledFields(t *testing.T) {
 
 	// Leading white space and newlines between tokens: still one line
 	// (a batch is split on newlines), same content.
-	alice.sendRaw([]byte(" \r\n {\n\t\"id\": \"nl-1\",\r\n \"kind\": \"chat\",\n \"payload\": {\"s\": \"a\\nb\"}\n}\n"))
-	nm, got := bob.relayed("nl-1")
-	if bytes.ContainsAny(got, "\r\n") || nm.str("from") != "alice" || nm.payload()["s"] != "a\nb" {
+	alice.SendRaw([]byte(" \r\n {\n\t\"id\": \"nl-1\",\r\n \"kind\": \"chat\",\n \"payload\": {\"s\": \"a\\nb\"}\n}\n"))
+	nm, got := bob.Relayed("nl-1")
+	if bytes.ContainsAny(got, "\r\n") || nm.Str("from") != "alice" || nm.Payload()["s"] != "a\nb" {
 		t.Fatalf("multi-line envelope relayed as %q", got)
 	}
 
 	// from equal to the sender's id is accepted as is.
-	alice.sendRaw([]byte(`{"id":"from-ok","from":"alice","kind":"chat"}`))
-	bob.expectEnvelope("chat", "from-ok")
+	alice.SendRaw([]byte(`{"id":"from-ok","from":"alice","kind":"chat"}`))
+	bob.ExpectEnvelope("chat", "from-ok")
 	// payload null is allowed.
-	alice.sendRaw([]byte(`{"id":"null-payload","kind":"chat","payload":null}`))
-	if m := bob.expectEnvelope("chat", "null-payload"); m["payload"] != nil {
+	alice.SendRaw([]byte(`{"id":"null-payload","kind":"chat","payload":null}`))
+	if m := bob.ExpectEnvelope("chat", "null-payload"); m["payload"] != nil {
 		t.Fatalf("payload null relayed as %v", m["payload"])
 	}
-	alice.expectNothing(30 * time.Millisecond)
+	alice.ExpectNothing(30 * time.Millisecond)
 }
 
 // TestCoreRefusals: each refused envelope gets the right system/error,
@@ -317,11 +317,11 @@ func TestCoreFilledFields(t *testing.T) {
 // is not relayed and the connection stays open.
 func TestCoreRefusals(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "core-refusals"
-	alice := g.dial(t, pod, "alice", "")
-	bob := g.dial(t, pod, "bob", "")
-	alice.expect() // bob's join
+	alice := g.DialWebSocket(t, pod, "alice", "") // sends a binary message too
+	bob := g.Dial(t, pod, "bob", "")
+	alice.Expect() // bob's join
 
 	const noID = "" // the envelope has no (valid) id
 	cases := []struct {
@@ -369,19 +369,19 @@ func TestCoreRefusals(t *testing.T) {
 		{"foreign from, system kind", `{"id":"o3","kind":"system/x","from":"bob"}`, "auth_violation", "o3"},
 	}
 	for _, tc := range cases {
-		alice.sendRaw([]byte(tc.msg))
-		m := alice.expectKind("system/error")
-		if m.errCode() != tc.code {
-			t.Errorf("%s: got %q (%v), want %q", tc.name, m.errCode(), m.payload()["message"], tc.code)
+		alice.SendRaw([]byte(tc.msg))
+		m := alice.ExpectKind("system/error")
+		if m.ErrCode() != tc.code {
+			t.Errorf("%s: got %q (%v), want %q", tc.name, m.ErrCode(), m.Payload()["message"], tc.code)
 			continue
 		}
 		if got, _ := m["correlation_id"].(string); got != tc.cid {
 			t.Errorf("%s: correlation_id %q, want %q", tc.name, got, tc.cid)
 		}
-		if m.str("from") != "system:gateway" || !jsonEqual(m["to"], []string{"alice"}) || m.str("protocol") != "mcpp/v0.1" {
+		if m.Str("from") != "system:gateway" || !harness.JSONEqual(m["to"], []string{"alice"}) || m.Str("protocol") != "mcpp/v0.1" {
 			t.Errorf("%s: error envelope header: %v", tc.name, m)
 		}
-		pl := m.payload()
+		pl := m.Payload()
 		if msg, _ := pl["message"].(string); msg == "" || pl["retryable"] != false {
 			t.Errorf("%s: error payload %v", tc.name, pl)
 		}
@@ -389,21 +389,21 @@ func TestCoreRefusals(t *testing.T) {
 	// A binary message is invalid_json.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := alice.conn.Write(ctx, websocket.MessageBinary, []byte(`{"id":"bin","kind":"chat"}`)); err != nil {
+	if err := alice.Conn.(harness.WebSocketConn).WriteBinary(ctx, []byte(`{"id":"bin","kind":"chat"}`)); err != nil {
 		t.Fatal(err)
 	}
-	alice.expectError("invalid_json")
+	alice.ExpectError("invalid_json")
 
 	// Nothing was relayed, and the connection still works both ways.
-	if !alice.isOpen() {
+	if !alice.IsOpen() {
 		t.Fatal("connection closed after refusals")
 	}
-	alice.send(map[string]any{"id": "good", "kind": "chat"})
-	bob.expectEnvelope("chat", "good")
-	bob.send(map[string]any{"id": "back", "kind": "chat"})
-	alice.expectEnvelope("chat", "back")
-	bob.expectNothing(30 * time.Millisecond)
-	alice.expectNothing(30 * time.Millisecond)
+	alice.Send(map[string]any{"id": "good", "kind": "chat"})
+	bob.ExpectEnvelope("chat", "good")
+	bob.Send(map[string]any{"id": "back", "kind": "chat"})
+	alice.ExpectEnvelope("chat", "back")
+	bob.ExpectNothing(30 * time.Millisecond)
+	alice.ExpectNothing(30 * time.Millisecond)
 }
 
 // TestCoreMCPX: an MCPx client (topic=) gets its welcome, gateway messages
@@ -411,49 +411,49 @@ func TestCoreRefusals(t *testing.T) {
 // the same pod gets mcpp/v0.1; nothing else in the envelope changes.
 func TestCoreMCPX(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "core-mcpx"
-	alice := g.dial(t, pod, "alice", "") // MCPP
+	alice := g.Dial(t, pod, "alice", "") // MCPP
 	// bob joins with topic= instead of pod= (dial always sets pod).
 	q := map[string][]string{"topic": {pod}, "participant": {"bob"}}
-	conn, _, err := dialRaw(g.WS, q, nil)
+	conn, _, err := harness.DialWebSocket(g.WS, q, nil) // the public client always sends pod=
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob := startClient(t, conn, true)
-	carol := g.dial(t, pod, "carol", "protocol=mcpx/v0.1")
+	bob := harness.StartClient(t, harness.WebSocketConn{WS: conn}, true)
+	carol := g.Dial(t, pod, "carol", "protocol=mcpx/v0.1")
 
-	if alice.Welcome.str("protocol") != "mcpp/v0.1" {
-		t.Fatalf("MCPP welcome protocol %q", alice.Welcome.str("protocol"))
+	if alice.Welcome.Str("protocol") != "mcpp/v0.1" {
+		t.Fatalf("MCPP welcome protocol %q", alice.Welcome.Str("protocol"))
 	}
-	if bob.Welcome.str("protocol") != "mcpx/v0.1" || bob.Welcome.payload()["pod"] != pod {
+	if bob.Welcome.Str("protocol") != "mcpx/v0.1" || bob.Welcome.Payload()["pod"] != pod {
 		t.Fatalf("MCPx (topic=) welcome: %v", bob.Welcome)
 	}
-	if carol.Welcome.str("protocol") != "mcpx/v0.1" {
-		t.Fatalf("protocol=mcpx/v0.1 welcome protocol %q", carol.Welcome.str("protocol"))
+	if carol.Welcome.Str("protocol") != "mcpx/v0.1" {
+		t.Fatalf("protocol=mcpx/v0.1 welcome protocol %q", carol.Welcome.Str("protocol"))
 	}
 	// Presence: each in its own protocol.
-	m := alice.expect()
-	presenceOf(t, m, "join", "bob")
-	if m.str("protocol") != "mcpp/v0.1" {
-		t.Fatalf("MCPP presence protocol %q", m.str("protocol"))
+	m := alice.Expect()
+	harness.PresenceOf(t, m, "join", "bob")
+	if m.Str("protocol") != "mcpp/v0.1" {
+		t.Fatalf("MCPP presence protocol %q", m.Str("protocol"))
 	}
-	m = bob.expect()
-	presenceOf(t, m, "join", "carol")
-	if m.str("protocol") != "mcpx/v0.1" {
-		t.Fatalf("MCPx presence protocol %q", m.str("protocol"))
+	m = bob.Expect()
+	harness.PresenceOf(t, m, "join", "carol")
+	if m.Str("protocol") != "mcpx/v0.1" {
+		t.Fatalf("MCPx presence protocol %q", m.Str("protocol"))
 	}
-	alice.expect() // carol's join
+	alice.Expect() // carol's join
 
 	// An envelope without protocol and one with mcpp/v0.1.
-	alice.sendRaw([]byte(`{"id":"x1","kind":"chat","payload":{"k":[1, 2]}}`))
+	alice.SendRaw([]byte(`{"id":"x1","kind":"chat","payload":{"k":[1, 2]}}`))
 	sent := []byte(`{"protocol":"mcpp/v0.1","id":"x2","ts":"t","from":"alice","kind":"chat","extra":1,"payload":{"k":"v"}}`)
-	alice.sendRaw(sent)
+	alice.SendRaw(sent)
 	want := bytes.Replace(sent, []byte(`"mcpp/v0.1"`), []byte(`"mcpx/v0.1"`), 1)
-	for _, c := range []*client{bob, carol} {
+	for _, c := range []*harness.Client{bob, carol} {
 		for _, id := range []string{"x1", "x2"} {
-			m, raw := c.relayed(id)
-			if m.str("protocol") != "mcpx/v0.1" || m.str("from") != "alice" {
+			m, raw := c.Relayed(id)
+			if m.Str("protocol") != "mcpx/v0.1" || m.Str("from") != "alice" {
 				t.Fatalf("%s got %v, want protocol mcpx/v0.1", c.ID, m)
 			}
 			if id == "x2" && !bytes.Equal(raw, want) {
@@ -462,27 +462,27 @@ func TestCoreMCPX(t *testing.T) {
 		}
 	}
 	// An MCPx client's envelope reaches an MCPP client as sent.
-	bob.sendRaw([]byte(`{"protocol":"mcpx/v0.1","id":"x3","kind":"chat"}`))
-	if m := alice.expectEnvelope("chat", "x3"); m.str("protocol") != "mcpx/v0.1" || m.str("from") != "bob" {
+	bob.SendRaw([]byte(`{"protocol":"mcpx/v0.1","id":"x3","kind":"chat"}`))
+	if m := alice.ExpectEnvelope("chat", "x3"); m.Str("protocol") != "mcpx/v0.1" || m.Str("from") != "bob" {
 		t.Fatalf("alice got %v", m)
 	}
-	carol.expectEnvelope("chat", "x3")
+	carol.ExpectEnvelope("chat", "x3")
 	// And without protocol, an MCPP client sees the filled mcpp/v0.1.
-	bob.sendRaw([]byte(`{"id":"x4","kind":"chat"}`))
-	if m := alice.expectEnvelope("chat", "x4"); m.str("protocol") != "mcpp/v0.1" {
+	bob.SendRaw([]byte(`{"id":"x4","kind":"chat"}`))
+	if m := alice.ExpectEnvelope("chat", "x4"); m.Str("protocol") != "mcpp/v0.1" {
 		t.Fatalf("alice got %v", m)
 	}
-	if m := carol.expectEnvelope("chat", "x4"); m.str("protocol") != "mcpx/v0.1" {
+	if m := carol.ExpectEnvelope("chat", "x4"); m.Str("protocol") != "mcpx/v0.1" {
 		t.Fatalf("carol got %v", m)
 	}
 	// Errors come in the participant's protocol.
-	bob.sendRaw([]byte(`{"id":"x5","kind":"system/x"}`))
-	if e := bob.expectError("reserved_kind"); e.str("protocol") != "mcpx/v0.1" {
-		t.Fatalf("MCPx error protocol %q", e.str("protocol"))
+	bob.SendRaw([]byte(`{"id":"x5","kind":"system/x"}`))
+	if e := bob.ExpectError("reserved_kind"); e.Str("protocol") != "mcpx/v0.1" {
+		t.Fatalf("MCPx error protocol %q", e.Str("protocol"))
 	}
-	alice.sendRaw([]byte(`{"id":"x6","kind":"system/x"}`))
-	if e := alice.expectError("reserved_kind"); e.str("protocol") != "mcpp/v0.1" {
-		t.Fatalf("MCPP error protocol %q", e.str("protocol"))
+	alice.SendRaw([]byte(`{"id":"x6","kind":"system/x"}`))
+	if e := alice.ExpectError("reserved_kind"); e.Str("protocol") != "mcpp/v0.1" {
+		t.Fatalf("MCPP error protocol %q", e.Str("protocol"))
 	}
 }
 
@@ -490,34 +490,34 @@ func TestCoreMCPX(t *testing.T) {
 // connections, accepted envelopes and errors by code.
 func TestCoreHealthAndMetrics(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "core-metrics"
-	status, _, err := httpGet(g.URL + "/healthz")
+	status, _, err := harness.HTTPGet(g.URL + "/healthz")
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("/healthz: %d %v", status, err)
 	}
-	if v := metric(t, g.URL, "mcpp_connections"); v != 0 {
+	if v := harness.Metric(t, g.URL, "mcpp_connections"); v != 0 {
 		t.Fatalf("mcpp_connections = %v before any connection", v)
 	}
-	a := g.dial(t, pod, "a", "")
-	b := g.dial(t, pod, "b", "")
-	a.expect() // b's join
-	eventually(t, 5*time.Second, "mcpp_connections = 2", func() bool {
-		return metric(t, g.URL, "mcpp_connections") == 2
+	a := g.Dial(t, pod, "a", "")
+	b := g.Dial(t, pod, "b", "")
+	a.Expect() // b's join
+	harness.Eventually(t, 5*time.Second, "mcpp_connections = 2", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_connections") == 2
 	})
 	for i := 0; i < 3; i++ {
-		a.send(map[string]any{"id": fmt.Sprintf("m%d", i), "kind": "chat"})
+		a.Send(map[string]any{"id": fmt.Sprintf("m%d", i), "kind": "chat"})
 	}
-	a.sendRaw([]byte(`nope`))
-	a.expectError("invalid_json")
-	a.sendRaw([]byte(`{"kind":"system/x"}`))
-	a.expectError("reserved_kind")
-	a.sendRaw([]byte(`{"kind":"system/y"}`))
-	a.expectError("reserved_kind")
+	a.SendRaw([]byte(`nope`))
+	a.ExpectError("invalid_json")
+	a.SendRaw([]byte(`{"kind":"system/x"}`))
+	a.ExpectError("reserved_kind")
+	a.SendRaw([]byte(`{"kind":"system/y"}`))
+	a.ExpectError("reserved_kind")
 	for i := 0; i < 3; i++ {
-		b.expectEnvelope("chat", fmt.Sprintf("m%d", i))
+		b.ExpectEnvelope("chat", fmt.Sprintf("m%d", i))
 	}
-	ms := metricsOf(t, g.URL)
+	ms := harness.MetricsOf(t, g.URL)
 	for series, want := range map[string]float64{
 		"mcpp_envelopes_in_total":                 3,
 		`mcpp_errors_total{code="invalid_json"}`:  1,
@@ -527,9 +527,9 @@ func TestCoreHealthAndMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want %v", series, ms[series], want)
 		}
 	}
-	_ = b.conn.Close(websocket.StatusNormalClosure, "")
-	eventually(t, 5*time.Second, "mcpp_connections = 1", func() bool {
-		return metric(t, g.URL, "mcpp_connections") == 1
+	_ = b.Conn.Close()
+	harness.Eventually(t, 5*time.Second, "mcpp_connections = 1", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_connections") == 1
 	})
 }
 
@@ -539,10 +539,10 @@ func TestCoreHealthAndMetrics(t *testing.T) {
 // missed.
 func TestCoreJoinDuringTraffic(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.Rate, c.Burst = 1e6, 1000000 })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.Rate, c.Burst = 1e6, 1000000 })
 	const pod = "core-join-traffic"
-	sender := g.dial(t, pod, "sender", "")
-	observer := g.dial(t, pod, "observer", "")
+	sender := g.Dial(t, pod, "sender", "")
+	observer := g.Dial(t, pod, "observer", "")
 
 	stop := make(chan struct{})
 	last := make(chan int, 1)
@@ -555,7 +555,7 @@ func TestCoreJoinDuringTraffic(t *testing.T) {
 			for i := 0; i < 20; i++ {
 				b := fmt.Appendf(nil, `{"id":"j-%d","kind":"chat","payload":{"seq":%d}}`, seq, seq)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				err := sender.conn.Write(ctx, websocket.MessageText, b)
+				err := sender.Conn.Write(ctx, b)
 				cancel()
 				if err != nil {
 					failed <- err
@@ -564,12 +564,12 @@ func TestCoreJoinDuringTraffic(t *testing.T) {
 				seq++
 			}
 			for got := 0; got < 20; {
-				m := observer.next(5 * time.Second)
+				m := observer.Next(5 * time.Second)
 				if m == nil {
 					failed <- fmt.Errorf("observer: nothing within 5s")
 					return
 				}
-				if m.kind() == "chat" {
+				if m.Kind() == "chat" {
 					got++
 				}
 			}
@@ -587,9 +587,9 @@ func TestCoreJoinDuringTraffic(t *testing.T) {
 		last <- seq - 1
 	}()
 
-	var joiners []*client
+	var joiners []*harness.Client
 	for i := 0; i < 6; i++ {
-		joiners = append(joiners, g.dial(t, pod, fmt.Sprintf("j%d", i), ""))
+		joiners = append(joiners, g.Dial(t, pod, fmt.Sprintf("j%d", i), ""))
 	}
 	close(stop)
 	var end int
@@ -601,8 +601,8 @@ func TestCoreJoinDuringTraffic(t *testing.T) {
 	for _, j := range joiners {
 		first := -1
 		for prev := -1; prev != end; {
-			m := j.nextOf()
-			s := seqOf(m)
+			m := j.NextOf()
+			s := harness.SeqOf(m)
 			if prev >= 0 && s != prev+1 {
 				t.Fatalf("%s: got seq %d after %d (first %d)", j.ID, s, prev, first)
 			}

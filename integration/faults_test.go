@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"bufio"
 	"context"
 	"crypto/rand"
@@ -19,14 +21,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/wire"
 )
 
 // rawUpgrade opens a TCP connection to the gateway and upgrades it by
 // hand, so that the test controls every byte that follows.
-func rawUpgrade(t *testing.T, g *testGateway, query string) (*net.TCPConn, *bufio.Reader) {
+func rawUpgrade(t *testing.T, g *harness.Gateway, query string) (*net.TCPConn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
 	if err != nil {
@@ -139,15 +140,15 @@ func TestFaultSlowReaderMemoryBounded(t *testing.T) {
 		pod   = "fault-flood"
 	)
 	const historyBytes = 8 << 20
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.MaxMessageBytes = 2 * size
 		c.SendQueue = queue
 		c.Rate, c.Burst = 1e6, 1000000
 		c.WriteTimeout = time.Minute // the cut must come from the queue
 		c.HistoryBytes = historyBytes
 	})
-	sender := dialPeer(t, g, pod, "sender", "", 64)
-	sconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"slow"}}, nil)
+	sender := harness.DialPeer(t, g, pod, "sender", "", 64)
+	sconn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"slow"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,34 +179,34 @@ func TestFaultSlowReaderMemoryBounded(t *testing.T) {
 	// Each envelope has an id of its own (the pod's history refuses a
 	// second envelope with an id it holds): the id is rewritten in place,
 	// so that the test itself holds one envelope's memory.
-	frame := envelopeOfSize(t, "flood-000000", "chat", size)
+	frame := harness.EnvelopeOfSize(t, "flood-000000", "chat", size)
 	flooded := make(chan error, 1)
 	go func() {
 		for i := 0; i < n; i++ {
 			copy(frame[len(`{"id":"flood-`):], fmt.Sprintf("%06d", i))
-			if err := sender.write(websocket.MessageText, frame); err != nil {
+			if err := sender.Write(false, frame); err != nil {
 				flooded <- fmt.Errorf("flood: envelope %d: %w", i, err)
 				return
 			}
 		}
 		flooded <- nil
 	}()
-	eventually(t, 60*time.Second, "slow cut as a slow consumer", func() bool {
-		return metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) == 1
+	harness.Eventually(t, 60*time.Second, "slow cut as a slow consumer", func() bool {
+		return harness.Metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) == 1
 	})
 	// slow reads again at once, keeping nothing: what its socket held,
 	// then the close frame (README: the library gives the closing
 	// handshake 5 s).
-	slow := &rawPeer{t: t, ID: "slow", conn: sconn, msgs: make(chan []byte), done: make(chan struct{}), discard: true}
-	go slow.readLoop()
-	if code := slow.waitClosed(10 * time.Second); code != 4008 {
-		t.Errorf("slow closed with %d (%v), want 4008", code, slow.closeErr())
+	slow := harness.NewPeer(t, "slow", sconn, 0)
+	go slow.ReadLoop()
+	if code := slow.WaitClosed(10 * time.Second); code != 4008 {
+		t.Errorf("slow closed with %d (%v), want 4008", code, slow.CloseErr())
 	}
 	if err := <-flooded; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the whole flood accepted", func() bool {
-		return metric(t, g.URL, "mcpp_envelopes_in_total") == n
+	harness.Eventually(t, 60*time.Second, "the whole flood accepted", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_envelopes_in_total") == n
 	})
 	close(stop)
 	wg.Wait()
@@ -230,21 +231,11 @@ func TestFaultSlowReaderMemoryBounded(t *testing.T) {
 		t.Errorf("live heap %.1f MiB over the baseline after the cut (the history holds at most %d MiB)", float64(after-base)/(1<<20), historyBytes>>20)
 	}
 
-	if !sender.isOpenPeer() {
+	if !sender.IsOpen() {
 		t.Fatal("the sender was closed")
 	}
 	t.Logf("flood of %d x %d KiB (%d MiB), --send-queue %d: live heap %.1f MiB before, peak %+.1f MiB (bound %+.1f MiB), %+.1f MiB after the cut",
 		n, size>>10, n*size>>20, queue, float64(base)/(1<<20), grown, float64(bound-base)/(1<<20), (float64(after)-float64(base))/(1<<20))
-}
-
-// isOpenPeer reports whether the connection is still open.
-func (p *rawPeer) isOpenPeer() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
 }
 
 // TestFaultHalfClose: a client that half-closes its TCP connection
@@ -252,11 +243,11 @@ func (p *rawPeer) isOpenPeer() bool {
 // leave, the gateway closes its side of the socket, and the pod goes on.
 func TestFaultHalfClose(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "fault-half"
-	observer := g.dial(t, pod, "observer", "")
+	observer := g.Dial(t, pod, "observer", "")
 	conn, br := rawUpgrade(t, g, "pod="+pod+"&participant=half")
-	presenceOf(t, observer.expect(), "join", "half")
+	harness.PresenceOf(t, observer.Expect(), "join", "half")
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if op, payload, err := readServerFrame(br); err != nil || op != 1 || !strings.Contains(string(payload), "system/welcome") {
 		t.Fatalf("welcome: op %d %q %v", op, payload, err)
@@ -264,19 +255,19 @@ func TestFaultHalfClose(t *testing.T) {
 	if err := conn.CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	presenceOf(t, observer.expect(), "leave", "half")
-	eventually(t, 5*time.Second, "mcpp_connections = 1", func() bool {
-		return metric(t, g.URL, "mcpp_connections") == 1
+	harness.PresenceOf(t, observer.Expect(), "leave", "half")
+	harness.Eventually(t, 5*time.Second, "mcpp_connections = 1", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_connections") == 1
 	})
 	// The gateway must close its side too: a socket it keeps half open
 	// is a descriptor and a connection's memory kept forever.
 	if _, ended := readUntilEnd(conn, br, 5*time.Second); !ended {
 		t.Error("the gateway never closed its side of a half-closed connection")
 	}
-	other := g.dial(t, pod, "other", "")
-	presenceOf(t, observer.expect(), "join", "other")
-	other.send(map[string]any{"id": "after-half", "kind": "chat"})
-	observer.expectEnvelope("chat", "after-half")
+	other := g.Dial(t, pod, "other", "")
+	harness.PresenceOf(t, observer.Expect(), "join", "other")
+	other.Send(map[string]any{"id": "after-half", "kind": "chat"})
+	observer.ExpectEnvelope("chat", "after-half")
 }
 
 // TestFaultHandshakeTimeout: connections that never finish their upgrade
@@ -286,7 +277,7 @@ func TestFaultHalfClose(t *testing.T) {
 func TestFaultHandshakeTimeout(t *testing.T) {
 	t.Parallel()
 	const timeout = time.Second
-	g := startGateway(t, func(c *gateway.Config) { c.HandshakeTimeout = timeout })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.HandshakeTimeout = timeout })
 	addr := strings.TrimPrefix(g.URL, "http://")
 	full := "GET /ws?pod=fault-slowloris&participant=x HTTP/1.1\r\nHost: " + addr +
 		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
@@ -351,11 +342,11 @@ func TestFaultHandshakeTimeout(t *testing.T) {
 		}
 		t.Logf("%s: dropped after %v (answer %q)", r.name, r.elapsed.Round(10*time.Millisecond), firstLine(r.got))
 	}
-	if v := metric(t, g.URL, "mcpp_connections"); v != 0 {
+	if v := harness.Metric(t, g.URL, "mcpp_connections"); v != 0 {
 		t.Fatalf("mcpp_connections = %v", v)
 	}
-	c := g.dial(t, "fault-slowloris", "after", "")
-	c.send(map[string]any{"kind": "chat"})
+	c := g.Dial(t, "fault-slowloris", "after", "")
+	c.Send(map[string]any{"kind": "chat"})
 }
 
 func firstLine(s string) string {
@@ -372,15 +363,15 @@ func firstLine(s string) string {
 func TestFaultKilledMidFrame(t *testing.T) {
 	t.Parallel()
 	const limit = 4096 // the connection is closed past limit + 64 KiB
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.MaxMessageBytes = limit
 		c.PingInterval = 500 * time.Millisecond
 		c.WriteTimeout = time.Second
 	})
 	const pod = "fault-midframe"
-	observer := g.dial(t, pod, "observer", "")
-	talker := g.dial(t, pod, "talker", "")
-	presenceOf(t, observer.expect(), "join", "talker")
+	observer := g.Dial(t, pod, "observer", "")
+	talker := g.Dial(t, pod, "talker", "")
+	harness.PresenceOf(t, observer.Expect(), "join", "talker")
 	key := [4]byte{1, 2, 3, 4}
 	cases := []struct {
 		name  string
@@ -396,8 +387,8 @@ func TestFaultKilledMidFrame(t *testing.T) {
 	for i, tc := range cases {
 		id := fmt.Sprintf("victim-%d", i)
 		conn, br := rawUpgrade(t, g, "pod="+pod+"&participant="+id)
-		presenceOf(t, observer.expect(), "join", id)
-		presenceOf(t, talker.expect(), "join", id)
+		harness.PresenceOf(t, observer.Expect(), "join", id)
+		harness.PresenceOf(t, talker.Expect(), "join", id)
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if _, _, err := readServerFrame(br); err != nil {
 			t.Fatalf("%s: welcome: %v", tc.name, err)
@@ -408,8 +399,8 @@ func TestFaultKilledMidFrame(t *testing.T) {
 		if tc.close {
 			_ = conn.Close()
 		}
-		for _, c := range []*client{observer, talker} {
-			m := c.nextNonPresenceOrLeave(10*time.Second, id)
+		for _, c := range []*harness.Client{observer, talker} {
+			m := c.NextNonPresenceOrLeave(10*time.Second, id)
 			if m == nil {
 				t.Fatalf("%s: %s did not hear %s leave within 10s", tc.name, c.ID, id)
 			}
@@ -425,32 +416,12 @@ func TestFaultKilledMidFrame(t *testing.T) {
 		}
 		// The others are unaffected.
 		tag := fmt.Sprintf("after-%d", i)
-		talker.send(map[string]any{"id": tag, "kind": "chat"})
-		observer.expectEnvelope("chat", tag)
+		talker.Send(map[string]any{"id": tag, "kind": "chat"})
+		observer.ExpectEnvelope("chat", tag)
 	}
-	eventually(t, 5*time.Second, "mcpp_connections = 2", func() bool {
-		return metric(t, g.URL, "mcpp_connections") == 2
+	harness.Eventually(t, 5*time.Second, "mcpp_connections = 2", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_connections") == 2
 	})
-}
-
-// nextNonPresenceOrLeave waits for the leave presence of id, failing on
-// anything else but presence; it returns nil after d.
-func (c *client) nextNonPresenceOrLeave(d time.Duration, id string) msg {
-	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		m := c.next(time.Until(deadline))
-		if m == nil {
-			return nil
-		}
-		if m.kind() != "system/presence" {
-			c.t.Fatalf("%s: got %v while waiting for %s to leave", c.ID, m, id)
-		}
-		who, _ := m.payload()["participant"].(map[string]any)
-		if m.payload()["event"] == "leave" && who["id"] == id {
-			return m
-		}
-	}
 }
 
 // TestFaultCloseHandshake: a client that closes with a closing handshake
@@ -460,13 +431,13 @@ func (c *client) nextNonPresenceOrLeave(d time.Duration, id string) msg {
 func TestFaultCloseHandshake(t *testing.T) {
 	t.Parallel()
 	const pod, workers, each = "fault-close", 8, 100
-	g := startGateway(t, func(c *gateway.Config) { c.Rate, c.Burst = 1e6, 1000000 })
-	casterConn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"caster"}}, nil)
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.Rate, c.Burst = 1e6, 1000000 })
+	casterConn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"caster"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caster := &rawPeer{t: t, ID: "caster", conn: casterConn, msgs: make(chan []byte), done: make(chan struct{}), discard: true}
-	go caster.readLoop()
+	caster := harness.NewPeer(t, "caster", casterConn, 0)
+	go caster.ReadLoop()
 	t.Cleanup(func() { _ = casterConn.CloseNow() })
 	bc := startCaster(casterConn, 0)
 	var (
@@ -479,17 +450,17 @@ func TestFaultCloseHandshake(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				conn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {fmt.Sprintf("c-%d-%d", w, i)}}, nil)
+				conn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {fmt.Sprintf("c-%d-%d", w, i)}}, nil)
 				if err != nil {
 					first.CompareAndSwap(nil, err)
 					failed.Add(1)
 					return
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, _, err = conn.Read(ctx)
+				_, err = conn.Read(ctx, nil)
 				cancel()
 				if err == nil {
-					err = conn.Close(websocket.StatusNormalClosure, "bye")
+					err = conn.Close()
 				}
 				if err != nil {
 					first.CompareAndSwap(nil, err)
@@ -512,31 +483,31 @@ func TestFaultCloseHandshake(t *testing.T) {
 // what they were, so no socket and no connection state is kept.
 func TestFaultAbruptDisconnectReleasesSockets(t *testing.T) {
 	t.Parallel()
-	p := startGatewayProc(t, nil, "--listen", "127.0.0.1:0")
-	fdDir := "/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/fd"
+	p := harness.StartGatewayProc(t, nil, "--listen", "127.0.0.1:0")
+	fdDir := "/proc/" + strconv.Itoa(p.Cmd.Process.Pid) + "/fd"
 	const pod, n = "fault-abrupt", 300
 	dropOne := func(id string) {
-		conn, _, err := dialRaw(p.gw.WS, url.Values{"pod": {pod}, "participant": {id}}, nil)
+		conn, err := harness.DialConn(p.GW.WS, url.Values{"pod": {pod}, "participant": {id}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, _, err := conn.Read(ctx); err != nil {
+		if _, err := conn.Read(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 		_ = conn.CloseNow()
 	}
 	connections := func(want float64) func() bool {
-		return func() bool { return metric(t, p.gw.URL, "mcpp_connections") == want }
+		return func() bool { return harness.Metric(t, p.GW.URL, "mcpp_connections") == want }
 	}
 	dropOne("warm-up")
-	eventually(t, 10*time.Second, "no connection", connections(0))
+	harness.Eventually(t, 10*time.Second, "no connection", connections(0))
 	before := countFDs(t, fdDir)
 	for i := 0; i < n; i++ {
 		dropOne(fmt.Sprintf("abrupt-%d", i))
 	}
-	eventually(t, 10*time.Second, "no connection", connections(0))
+	harness.Eventually(t, 10*time.Second, "no connection", connections(0))
 	after := countFDs(t, fdDir)
 	for deadline := time.Now().Add(10 * time.Second); after > before+5 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		after = countFDs(t, fdDir)
@@ -560,68 +531,68 @@ func TestShutdownSlowReaderQueued(t *testing.T) {
 	)
 	// No pings: a ping that finds bob's socket full would cut him
 	// (TestFaultPauseShorterThanWriteTimeout is about that).
-	p := startGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
+	p := harness.StartGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
 		"--send-queue", "8192", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", "30s", "--ping-interval", "0")
-	g := p.gw
-	alice := g.dial(t, pod, "alice", "")
-	bconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"bob"}}, nil)
+	g := p.GW
+	alice := g.Dial(t, pod, "alice", "")
+	bconn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"bob"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	presenceOf(t, alice.expect(), "join", "bob")
-	filler := pad(size)
+	harness.PresenceOf(t, alice.Expect(), "join", "bob")
+	filler := harness.Pad(size)
 	for i := 0; i < n; i++ {
-		alice.send(map[string]any{"id": fmt.Sprintf("q-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
+		alice.Send(map[string]any{"id": fmt.Sprintf("q-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
 	}
-	eventually(t, 60*time.Second, "all envelopes accepted", func() bool {
-		return metric(t, g.URL, "mcpp_envelopes_in_total") == n
+	harness.Eventually(t, 60*time.Second, "all envelopes accepted", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_envelopes_in_total") == n
 	})
 	// Messages written: alice's welcome, bob's welcome, bob's join to
 	// alice, and what bob's socket took before it filled up.
-	written := metric(t, g.URL, "mcpp_websocket_messages_out_total") - 3
+	written := harness.Metric(t, g.URL, "mcpp_websocket_messages_out_total") - 3
 	queued := n - int(written)
 	if queued < 1000 {
 		t.Fatalf("only %d envelopes are queued for bob at SIGTERM; the test needs thousands", queued)
 	}
 
 	sigterm := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "/healthz no longer 200", func() bool {
-		status, _, err := httpGet(g.URL + "/healthz")
+	harness.Eventually(t, 10*time.Second, "/healthz no longer 200", func() bool {
+		status, _, err := harness.HTTPGet(g.URL + "/healthz")
 		return err != nil || status != http.StatusOK
 	})
 	// bob reads slowly: a pause every few messages.
-	bob := &rawPeer{t: t, ID: "bob", conn: bconn, msgs: make(chan []byte, 16), done: make(chan struct{})}
-	go bob.readLoop()
-	if w := bob.expect(); w.Kind != "system/welcome" {
+	bob := harness.NewPeer(t, "bob", bconn, 16)
+	go bob.ReadLoop()
+	if w := bob.Expect(); w.Kind != "system/welcome" {
 		t.Fatalf("bob's first message is %s", w.Kind)
 	}
 	for i := 0; i < n; i++ {
-		m := bob.expectOther()
-		if m.seq() != i {
-			t.Fatalf("bob: envelope %d is %s (seq %d)", i, m.ID, m.seq())
+		m := bob.ExpectOther()
+		if m.Seq() != i {
+			t.Fatalf("bob: envelope %d is %s (seq %d)", i, m.ID, m.Seq())
 		}
 		if i%4 == 0 {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if code := bob.waitClosed(30 * time.Second); code != websocket.StatusGoingAway {
+	if code := bob.WaitClosed(30 * time.Second); code != wire.CloseGoingAway {
 		t.Fatalf("bob closed with %d, want 1001", code)
 	}
-	if code := alice.waitClosed(30 * time.Second); code != websocket.StatusGoingAway {
+	if code := alice.WaitClosed(30 * time.Second); code != wire.CloseGoingAway {
 		t.Fatalf("alice closed with %d, want 1001", code)
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("gateway still running 30s after SIGTERM")
 	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("gateway exited with %d, want 0:\n%s", code, p.stderr)
+	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("gateway exited with %d, want 0:\n%s", code, p.Stderr)
 	}
-	if log := p.stderr.String(); strings.Contains(log, "timed out") {
+	if log := p.Stderr.String(); strings.Contains(log, "timed out") {
 		t.Fatalf("shutdown timed out:\n%s", log)
 	}
 	t.Logf("%d envelopes of %d KiB queued for a slow reader at SIGTERM; all delivered in order, then 1001; exit after %v",
@@ -642,57 +613,57 @@ func TestShutdownTimeoutDropsStuckReader(t *testing.T) {
 	)
 	// No pings: a ping that finds bob's socket full would cut him before
 	// the shutdown (TestFaultPauseShorterThanWriteTimeout is about that).
-	p := startGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
+	p := harness.StartGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--rate", "100000", "--burst", "100000",
 		"--send-queue", "8192", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", timeout.String(), "--ping-interval", "0")
-	g := p.gw
-	alice := g.dial(t, pod, "alice", "")
-	carol := g.dial(t, pod, "carol", "")
-	bconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"bob"}}, nil)
+	g := p.GW
+	alice := g.Dial(t, pod, "alice", "")
+	carol := g.Dial(t, pod, "carol", "")
+	bconn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"bob"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	presenceOf(t, alice.expect(), "join", "carol")
-	presenceOf(t, alice.expect(), "join", "bob")
-	presenceOf(t, carol.expect(), "join", "bob")
-	filler := pad(size)
+	harness.PresenceOf(t, alice.Expect(), "join", "carol")
+	harness.PresenceOf(t, alice.Expect(), "join", "bob")
+	harness.PresenceOf(t, carol.Expect(), "join", "bob")
+	filler := harness.Pad(size)
 	for i := 0; i < n; i++ {
-		alice.send(map[string]any{"id": fmt.Sprintf("s-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
+		alice.Send(map[string]any{"id": fmt.Sprintf("s-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
 	}
 	for i := 0; i < n; i++ {
-		if m := carol.nextOf(); seqOf(m) != i {
-			t.Fatalf("carol: envelope %d is %v", i, m.str("id"))
+		if m := carol.NextOf(); harness.SeqOf(m) != i {
+			t.Fatalf("carol: envelope %d is %v", i, m.Str("id"))
 		}
 	}
 
 	sigterm := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-time.After(timeout + 20*time.Second): // a hang, not a speed limit
 		t.Fatalf("gateway still running %v after SIGTERM with --shutdown-timeout %v", time.Since(sigterm).Round(time.Millisecond), timeout)
 	}
 	exitAfter := time.Since(sigterm)
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("gateway exited with %d, want 0:\n%s", code, p.stderr)
+	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("gateway exited with %d, want 0:\n%s", code, p.Stderr)
 	}
-	if !strings.Contains(p.stderr.String(), "timed out") {
-		t.Errorf("the gateway did not log that the shutdown timed out:\n%s", p.stderr)
+	if !strings.Contains(p.Stderr.String(), "timed out") {
+		t.Errorf("the gateway did not log that the shutdown timed out:\n%s", p.Stderr)
 	}
-	for _, c := range []*client{alice, carol} {
-		if code := c.waitClosed(10 * time.Second); code != websocket.StatusGoingAway {
+	for _, c := range []*harness.Client{alice, carol} {
+		if code := c.WaitClosed(10 * time.Second); code != wire.CloseGoingAway {
 			t.Errorf("%s closed with %d, want 1001", c.ID, code)
 		}
 	}
 	// bob gets what his socket held, then the connection ends without a
 	// closing handshake.
-	bob := startClient(t, bconn, true)
-	if code := bob.waitClosed(20 * time.Second); code == websocket.StatusGoingAway {
+	bob := harness.StartClient(t, bconn, true)
+	if code := bob.WaitClosed(20 * time.Second); code == wire.CloseGoingAway {
 		t.Errorf("the stuck reader got 1001; its queue cannot have been delivered")
 	}
 	t.Logf("stuck reader with %d envelopes of %d KiB owed: gateway exited 0 after %v (--shutdown-timeout %v); bob got %d envelopes before the drop",
-		n, size>>10, exitAfter.Round(time.Millisecond), timeout, len(bob.in))
+		n, size>>10, exitAfter.Round(time.Millisecond), timeout, len(bob.In))
 }
 
 // TestFaultStuckWriterCut: a participant that stops reading while the
@@ -707,47 +678,47 @@ func TestFaultStuckWriterCut(t *testing.T) {
 		size = 128 << 10
 		n    = 200 // 25 MiB: more than loopback socket buffers hold
 	)
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.MaxMessageBytes = 2 * size
 		c.Rate, c.Burst = 1e6, 1000000
 		c.SendQueue = 4096 // the cut must come from the write timeout
 		c.SendQueueBytes = 1 << 30
 		c.WriteTimeout = time.Second
 	})
-	sender := dialPeer(t, g, pod, "sender", "", 1024)
+	sender := harness.DialPeer(t, g, pod, "sender", "", 1024)
 	for round := 0; round < 2; round++ {
 		id := fmt.Sprintf("stuck-%d", round)
-		conn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {id}}, nil)
+		conn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {id}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = conn.CloseNow() })
 		// conn reads nothing from here on.
-		if m := sender.expect(); m.Kind != "system/presence" || !strings.Contains(string(m.Payload), `"join"`) {
+		if m := sender.Expect(); m.Kind != "system/presence" || !strings.Contains(string(m.Payload), `"join"`) {
 			t.Fatalf("sender got %s %s, want %s's join", m.Kind, m.Payload, id)
 		}
 		start := time.Now()
 		for i := 0; i < n; i++ {
 			// Ids of their own: the history refuses one it holds.
-			frame := envelopeOfSize(t, fmt.Sprintf("stuck-%d-%04d", round, i), "chat", size)
-			if err := sender.write(websocket.MessageText, frame); err != nil {
+			frame := harness.EnvelopeOfSize(t, fmt.Sprintf("stuck-%d-%04d", round, i), "chat", size)
+			if err := sender.Write(false, frame); err != nil {
 				t.Fatalf("round %d: envelope %d: %v", round, i, err)
 			}
 		}
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			b := sender.next(time.Until(deadline))
+			b := sender.Next(time.Until(deadline))
 			if b == nil {
 				t.Fatalf("round %d: %s, stuck with a full socket, was not cut within 20s (--write-timeout 1s)", round, id)
 			}
-			m, _ := decodeWire(b)
+			m, _ := harness.DecodeWire(b)
 			if m.Kind == "system/presence" && strings.Contains(string(m.Payload), `"leave"`) && strings.Contains(string(m.Payload), id) {
 				break
 			}
 		}
 		t.Logf("round %d: %s cut %v after the flood began", round, id, time.Since(start).Round(10*time.Millisecond))
 	}
-	if v := metric(t, g.URL, "mcpp_connections"); v != 1 {
+	if v := harness.Metric(t, g.URL, "mcpp_connections"); v != 1 {
 		t.Fatalf("mcpp_connections = %v, want 1", v)
 	}
 }
@@ -765,7 +736,7 @@ func TestFaultPauseShorterThanWriteTimeout(t *testing.T) {
 		n        = 400 // 25 MiB: more than loopback socket buffers hold
 		interval = 4 * time.Second
 	)
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.MaxMessageBytes = 2 * size
 		c.Rate, c.Burst = 1e6, 1000000
 		c.SendQueue = 4096
@@ -773,7 +744,7 @@ func TestFaultPauseShorterThanWriteTimeout(t *testing.T) {
 		c.WriteTimeout = 30 * time.Second
 		c.PingInterval = interval
 	})
-	sender := dialPeer(t, g, pod, "sender", "", 1024)
+	sender := harness.DialPeer(t, g, pod, "sender", "", 1024)
 	// The watcher answers pings by hand, so that the test knows when the
 	// gateway pings: every interval from then on.
 	wconn, wbr := rawUpgrade(t, g, "pod="+pod+"&participant=watcher&main=0")
@@ -795,7 +766,7 @@ func TestFaultPauseShorterThanWriteTimeout(t *testing.T) {
 			}
 		}
 	}()
-	if m := sender.expect(); m.Kind != "system/presence" {
+	if m := sender.Expect(); m.Kind != "system/presence" {
 		t.Fatalf("sender got %s, want watcher's join", m.Kind)
 	}
 	var ping time.Time
@@ -806,36 +777,36 @@ func TestFaultPauseShorterThanWriteTimeout(t *testing.T) {
 	}
 	// The pauser joins right after a ping and reads nothing until the
 	// next ping has found its socket full and has had 5s (and 2s more).
-	conn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"pauser"}}, nil)
+	conn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"pauser"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.CloseNow() })
 	for i := 0; i < n; i++ {
 		// Ids of their own: the history refuses one it holds.
-		if err := sender.write(websocket.MessageText, envelopeOfSize(t, fmt.Sprintf("pause-%04d", i), "chat", size)); err != nil {
+		if err := sender.Write(false, harness.EnvelopeOfSize(t, fmt.Sprintf("pause-%04d", i), "chat", size)); err != nil {
 			t.Fatalf("envelope %d: %v", i, err)
 		}
 	}
 	filled := time.Since(ping)
 	resume := ping.Add(interval + 7*time.Second)
 	time.Sleep(time.Until(resume)) // the pause is the point of the test
-	pauser := &rawPeer{t: t, ID: "pauser", conn: conn, msgs: make(chan []byte, 64), done: make(chan struct{})}
-	go pauser.readLoop()
-	if w := pauser.expect(); w.Kind != "system/welcome" {
+	pauser := harness.NewPeer(t, "pauser", conn, 64)
+	go pauser.ReadLoop()
+	if w := pauser.Expect(); w.Kind != "system/welcome" {
 		t.Fatalf("pauser's first message is %s", w.Kind)
 	}
 	for i := 0; i < n; i++ {
-		b := pauser.next(10 * time.Second)
+		b := pauser.Next(10 * time.Second)
 		if b == nil {
 			t.Fatalf("pauser got %d of %d envelopes after a pause of %v, then its connection ended (%v; --write-timeout 30s)",
-				i, n, time.Since(ping).Round(time.Second), pauser.closeErr())
+				i, n, time.Since(ping).Round(time.Second), pauser.CloseErr())
 		}
-		if m, _ := decodeWire(b); m.ID != fmt.Sprintf("pause-%04d", i) {
+		if m, _ := harness.DecodeWire(b); m.ID != fmt.Sprintf("pause-%04d", i) {
 			t.Fatalf("pauser: envelope %d is %s", i, m.ID)
 		}
 	}
-	if !pauser.isOpenPeer() {
+	if !pauser.IsOpen() {
 		t.Fatal("pauser was closed")
 	}
 	t.Logf("flood sent %v after a ping; pauser read nothing for %v and then got all %d envelopes", filled.Round(10*time.Millisecond), interval+7*time.Second, n)
@@ -850,11 +821,11 @@ func TestFaultPauseShorterThanWriteTimeout(t *testing.T) {
 // running at the time.
 func TestFaultShutdownDuringStart(t *testing.T) {
 	for i := 0; i < 20; i++ {
-		g := startGateway(t, nil)
+		g := harness.StartGateway(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = g.Shutdown(ctx)
 		cancel()
-		if status, _, err := httpGet(g.URL + "/healthz"); err == nil {
+		if status, _, err := harness.HTTPGet(g.URL + "/healthz"); err == nil {
 			t.Fatalf("round %d: /healthz answered %d after Shutdown returned", i, status)
 		}
 	}

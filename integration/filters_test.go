@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"reflect"
 	"strings"
 	"testing"
@@ -12,13 +14,13 @@ import (
 // exclusion filters receive, events included.
 func TestFilterPresets(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "filter-presets"
-	alice := g.dial(t, pod, "alice", "")
+	alice := g.Dial(t, pod, "alice", "")
 	type observer struct {
 		query string
 		want  []string // in the order sent
-		c     *client
+		c     *harness.Client
 	}
 	all := []string{"m1", "reason", "wf", "root", "child", "grand", "pq", "pqr", "pxq", "other-c", "event:other-1", "rc-c", "event:rc"}
 	observers := []*observer{
@@ -49,44 +51,44 @@ func TestFilterPresets(t *testing.T) {
 		// and over contexts=all
 		{query: "main=0&exclude_types=reasoning,workflow,other", want: []string{"child", "pq", "pqr", "pxq"}},
 	}
-	var clients []*client
+	var clients []*harness.Client
 	for i, o := range observers {
-		o.c = g.dial(t, pod, "obs-"+string(rune('a'+i)), o.query)
+		o.c = g.Dial(t, pod, "obs-"+string(rune('a'+i)), o.query)
 		clients = append(clients, o.c)
 	}
 	// The welcome carries the effective filter.
-	wf, _ := observers[3].c.Welcome.payload()["filter"].(map[string]any)
-	if !jsonEqual(wf, map[string]any{"main": true, "contexts": "none", "types": []string{"reasoning"}, "exclude_types": []string{},
+	wf, _ := observers[3].c.Welcome.Payload()["filter"].(map[string]any)
+	if !harness.JSONEqual(wf, map[string]any{"main": true, "contexts": "none", "types": []string{"reasoning"}, "exclude_types": []string{},
 		"ids": []string{}, "subtree": false, "conclusions": false, "routing": "all", "echo": false, "batch": false}) {
 		t.Fatalf("welcome filter %v", wf)
 	}
 
 	for _, e := range []map[string]any{
-		cxEnv("chat", "m1", nil),
-		cxEnv("reflection", "reason", cxCtx("reason-789", "reasoning", "")),
-		cxEnv("step", "wf", cxCtx("wf-1", "workflow", "")),
-		cxEnv("step", "root", cxCtx("root-1", "workflow", "")),
-		cxEnv("step", "child", cxCtx("child-1", "", "root-1")),
-		cxEnv("step", "grand", cxCtx("grand-1", "reasoning", "child-1")),
-		cxEnv("step", "pq", "p/q"),
-		cxEnv("step", "pqr", "p/q/r"),
-		cxEnv("step", "pxq", "px/q"),
-		cxEnv("conclusion", "other-c", cxCtx("other-1", "other", "")),
-		cxEnv("reasoning/conclusion", "rc-c", cxCtx("rc", "reasoning", "")),
+		harness.LabelEnv("chat", "m1", nil),
+		harness.LabelEnv("reflection", "reason", harness.ContextField("reason-789", "reasoning", "")),
+		harness.LabelEnv("step", "wf", harness.ContextField("wf-1", "workflow", "")),
+		harness.LabelEnv("step", "root", harness.ContextField("root-1", "workflow", "")),
+		harness.LabelEnv("step", "child", harness.ContextField("child-1", "", "root-1")),
+		harness.LabelEnv("step", "grand", harness.ContextField("grand-1", "reasoning", "child-1")),
+		harness.LabelEnv("step", "pq", "p/q"),
+		harness.LabelEnv("step", "pqr", "p/q/r"),
+		harness.LabelEnv("step", "pxq", "px/q"),
+		harness.LabelEnv("conclusion", "other-c", harness.ContextField("other-1", "other", "")),
+		harness.LabelEnv("reasoning/conclusion", "rc-c", harness.ContextField("rc", "reasoning", "")),
 	} {
-		alice.send(e)
+		alice.Send(e)
 	}
-	cxSentinel(alice, "presets", clients...)
+	harness.Sentinel(alice, "presets", clients...)
 	for _, o := range observers {
-		got := cxUntil(o.c, "presets")
-		if g, w := cxLabels(got), strings.Join(o.want, " "); g != w {
+		got := harness.Until(o.c, "presets")
+		if g, w := harness.Labels(got), strings.Join(o.want, " "); g != w {
 			t.Errorf("filter %q received\n  %s\nwant\n  %s", o.query, g, w)
 		}
 	}
 	// The sender, without echo, received none of its envelopes but the
 	// gateway's events.
-	cxSentinel(alice, "presets-self", alice)
-	if got := cxLabels(cxUntil(alice, "presets-self")); got != "event:other-1 event:rc" {
+	harness.Sentinel(alice, "presets-self", alice)
+	if got := harness.Labels(harness.Until(alice, "presets-self")); got != "event:other-1 event:rc" {
 		t.Errorf("the sender received %q", got)
 	}
 }
@@ -96,13 +98,13 @@ func TestFilterPresets(t *testing.T) {
 // one is invalid_filter and leaves the filter as it was.
 func TestFilterRuntimeChange(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "filter-runtime"
-	alice := g.dial(t, pod, "alice", "")
-	bob := g.dial(t, pod, "bob", "")
+	alice := g.Dial(t, pod, "alice", "")
+	bob := g.Dial(t, pod, "bob", "")
 
-	ans := cxRequest(bob, "gateway/filter", map[string]any{"contexts": "none", "types": []string{"reasoning"}}, nil)
-	if ans.kind() != "system/filter" {
+	ans := harness.Request(bob, "gateway/filter", map[string]any{"contexts": "none", "types": []string{"reasoning"}}, nil)
+	if ans.Kind() != "system/filter" {
 		t.Fatalf("gateway/filter answered %v", ans)
 	}
 	if to, _ := ans["to"].([]any); len(to) != 1 || to[0] != "bob" {
@@ -110,29 +112,29 @@ func TestFilterRuntimeChange(t *testing.T) {
 	}
 	want := map[string]any{"main": true, "contexts": "none", "types": []any{"reasoning"}, "exclude_types": []any{},
 		"ids": []any{}, "subtree": false, "conclusions": false, "routing": "all", "echo": false, "batch": false}
-	if !reflect.DeepEqual(ans.payload(), want) {
-		t.Fatalf("effective filter\n got %v\nwant %v", ans.payload(), want)
+	if !reflect.DeepEqual(ans.Payload(), want) {
+		t.Fatalf("effective filter\n got %v\nwant %v", ans.Payload(), want)
 	}
 
 	send := func(tag string) {
-		alice.send(cxEnv("chat", tag+"-main", nil))
-		alice.send(cxEnv("step", tag+"-reason", cxCtx("r", "reasoning", "")))
-		alice.send(cxEnv("step", tag+"-wf", cxCtx("w", "workflow", "")))
-		cxSentinel(alice, tag, bob)
+		alice.Send(harness.LabelEnv("chat", tag+"-main", nil))
+		alice.Send(harness.LabelEnv("step", tag+"-reason", harness.ContextField("r", "reasoning", "")))
+		alice.Send(harness.LabelEnv("step", tag+"-wf", harness.ContextField("w", "workflow", "")))
+		harness.Sentinel(alice, tag, bob)
 	}
 	send("one")
-	if got := cxLabels(cxUntil(bob, "one")); got != "one-main one-reason" {
+	if got := harness.Labels(harness.Until(bob, "one")); got != "one-main one-reason" {
 		t.Fatalf("after the first change bob received %q", got)
 	}
 
 	// A partial update keeps the fields it does not name.
-	ans = cxRequest(bob, "gateway/filter", map[string]any{"main": false}, nil)
+	ans = harness.Request(bob, "gateway/filter", map[string]any{"main": false}, nil)
 	want["main"] = false
-	if ans.kind() != "system/filter" || !reflect.DeepEqual(ans.payload(), want) {
-		t.Fatalf("partial update answered %s %v, want %v", ans.kind(), ans.payload(), want)
+	if ans.Kind() != "system/filter" || !reflect.DeepEqual(ans.Payload(), want) {
+		t.Fatalf("partial update answered %s %v, want %v", ans.Kind(), ans.Payload(), want)
 	}
 	send("two")
-	if got := cxLabels(cxUntil(bob, "two")); got != "two-reason" {
+	if got := harness.Labels(harness.Until(bob, "two")); got != "two-reason" {
 		t.Fatalf("after the partial update bob received %q", got)
 	}
 
@@ -146,41 +148,41 @@ func TestFilterRuntimeChange(t *testing.T) {
 		{"bogus": true},
 		{"main": true, "contexts": "bad"}, // all or nothing: main does not change either
 	} {
-		m := cxRequest(bob, "gateway/filter", bad, nil)
-		if m.errCode() != "invalid_filter" {
+		m := harness.Request(bob, "gateway/filter", bad, nil)
+		if m.ErrCode() != "invalid_filter" {
 			t.Fatalf("gateway/filter %v answered %v, want invalid_filter", bad, m)
 		}
-		if r, _ := m.payload()["retryable"].(bool); r {
+		if r, _ := m.Payload()["retryable"].(bool); r {
 			t.Fatal("invalid_filter is retryable")
 		}
 	}
 	// A payload that is not a filter object does not fit the request.
-	if m := cxRequest(bob, "gateway/filter", []string{"main"}, nil); m.errCode() != "invalid_envelope" {
+	if m := harness.Request(bob, "gateway/filter", []string{"main"}, nil); m.ErrCode() != "invalid_envelope" {
 		t.Fatalf("gateway/filter with an array answered %v", m)
 	}
 	send("three")
-	if got := cxLabels(cxUntil(bob, "three")); got != "three-reason" {
+	if got := harness.Labels(harness.Until(bob, "three")); got != "three-reason" {
 		t.Fatalf("after refused updates bob received %q", got)
 	}
 	// An empty update answers the filter as it is.
-	if ans = cxRequest(bob, "gateway/filter", map[string]any{}, nil); !reflect.DeepEqual(ans.payload(), want) {
-		t.Fatalf("empty update answered %v", ans.payload())
+	if ans = harness.Request(bob, "gateway/filter", map[string]any{}, nil); !reflect.DeepEqual(ans.Payload(), want) {
+		t.Fatalf("empty update answered %v", ans.Payload())
 	}
 
 	// Back to everything; a change applies to envelopes accepted after the
 	// answer, from any sender.
-	ans = cxRequest(bob, "gateway/filter", map[string]any{"main": true, "contexts": "all", "types": []string{}}, nil)
-	if ans.kind() != "system/filter" {
+	ans = harness.Request(bob, "gateway/filter", map[string]any{"main": true, "contexts": "all", "types": []string{}}, nil)
+	if ans.Kind() != "system/filter" {
 		t.Fatalf("%v", ans)
 	}
 	send("four")
-	if got := cxLabels(cxUntil(bob, "four")); got != "four-main four-reason four-wf" {
+	if got := harness.Labels(harness.Until(bob, "four")); got != "four-main four-reason four-wf" {
 		t.Fatalf("after the reset bob received %q", got)
 	}
 	// The answer was never relayed to alice.
-	cxSentinel(bob, "alice-sees", alice)
-	if got := cxUntil(alice, "alice-sees"); len(got) != 0 {
-		t.Fatalf("alice received %s", cxLabels(got))
+	harness.Sentinel(bob, "alice-sees", alice)
+	if got := harness.Until(alice, "alice-sees"); len(got) != 0 {
+		t.Fatalf("alice received %s", harness.Labels(got))
 	}
 }
 
@@ -189,52 +191,52 @@ func TestFilterRuntimeChange(t *testing.T) {
 // only the filters that would admit it anyway, unless routing is directed.
 func TestFilterAddressedEnvelopes(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "filter-addressed"
-	alice := g.dial(t, pod, "alice", "")
-	nothing := g.dial(t, pod, "nothing", "main=0&contexts=none")
-	excl := g.dial(t, pod, "excl", "exclude_types=reasoning")
-	directed := g.dial(t, pod, "directed", "routing=directed")
-	carol := g.dial(t, pod, "carol", "")
+	alice := g.Dial(t, pod, "alice", "")
+	nothing := g.Dial(t, pod, "nothing", "main=0&contexts=none")
+	excl := g.Dial(t, pod, "excl", "exclude_types=reasoning")
+	directed := g.Dial(t, pod, "directed", "routing=directed")
+	carol := g.Dial(t, pod, "carol", "")
 
 	for _, e := range []map[string]any{
-		cxEnv("chat", "main-all", nil),
-		cxEnv("step", "ctx-all", cxCtx("r", "reasoning", "")),
+		harness.LabelEnv("chat", "main-all", nil),
+		harness.LabelEnv("step", "ctx-all", harness.ContextField("r", "reasoning", "")),
 	} {
-		alice.send(e)
+		alice.Send(e)
 	}
 	to := func(e map[string]any, ids ...string) map[string]any {
 		e["to"] = ids
 		return e
 	}
-	alice.send(to(cxEnv("chat", "main-to-nothing", nil), "nothing"))
-	alice.send(to(cxEnv("step", "ctx-to-nothing", cxCtx("r", "", "")), "nothing"))
-	alice.send(to(cxEnv("step", "ctx-to-excl", cxCtx("r", "", "")), "excl"))
-	alice.send(to(cxEnv("step", "ctx-to-carol", cxCtx("r", "", "")), "carol"))
-	alice.send(to(cxEnv("chat", "main-to-carol", nil), "carol"))
-	alice.send(to(cxEnv("chat", "main-to-carol-and-directed", nil), "carol", "directed"))
-	alice.send(to(cxEnv("conclusion", "conclusion-to-nothing", cxCtx("r", "", "")), "nothing"))
-	cxSentinel(alice, "addr", nothing, excl, directed, carol)
+	alice.Send(to(harness.LabelEnv("chat", "main-to-nothing", nil), "nothing"))
+	alice.Send(to(harness.LabelEnv("step", "ctx-to-nothing", harness.ContextField("r", "", "")), "nothing"))
+	alice.Send(to(harness.LabelEnv("step", "ctx-to-excl", harness.ContextField("r", "", "")), "excl"))
+	alice.Send(to(harness.LabelEnv("step", "ctx-to-carol", harness.ContextField("r", "", "")), "carol"))
+	alice.Send(to(harness.LabelEnv("chat", "main-to-carol", nil), "carol"))
+	alice.Send(to(harness.LabelEnv("chat", "main-to-carol-and-directed", nil), "carol", "directed"))
+	alice.Send(to(harness.LabelEnv("conclusion", "conclusion-to-nothing", harness.ContextField("r", "", "")), "nothing"))
+	harness.Sentinel(alice, "addr", nothing, excl, directed, carol)
 
-	if got := cxLabels(cxUntil(nothing, "addr")); got != "main-to-nothing ctx-to-nothing conclusion-to-nothing" {
+	if got := harness.Labels(harness.Until(nothing, "addr")); got != "main-to-nothing ctx-to-nothing conclusion-to-nothing" {
 		// The event of r's conclusion is not addressed: the filter drops it.
 		t.Errorf("main=0&contexts=none received %q", got)
 	}
-	if got := cxLabels(cxUntil(excl, "addr")); got != "main-all main-to-nothing ctx-to-excl main-to-carol main-to-carol-and-directed" {
+	if got := harness.Labels(harness.Until(excl, "addr")); got != "main-all main-to-nothing ctx-to-excl main-to-carol main-to-carol-and-directed" {
 		t.Errorf("exclude_types=reasoning received %q", got)
 	}
-	if got := cxLabels(cxUntil(directed, "addr")); got != "main-all ctx-all main-to-carol-and-directed event:r" {
+	if got := harness.Labels(harness.Until(directed, "addr")); got != "main-all ctx-all main-to-carol-and-directed event:r" {
 		t.Errorf("routing=directed received %q", got)
 	}
-	if got := cxLabels(cxUntil(carol, "addr")); got != "main-all ctx-all main-to-nothing ctx-to-nothing ctx-to-excl ctx-to-carol main-to-carol main-to-carol-and-directed conclusion-to-nothing event:r" {
+	if got := harness.Labels(harness.Until(carol, "addr")); got != "main-all ctx-all main-to-nothing ctx-to-nothing ctx-to-excl ctx-to-carol main-to-carol main-to-carol-and-directed conclusion-to-nothing event:r" {
 		t.Errorf("carol received %q", got)
 	}
 	// A sender addressing itself receives its envelope, even without echo.
-	alice.send(to(cxEnv("chat", "to-self", nil), "alice"))
-	if m := alice.nextNonPresence(5 * time.Second); m == nil || cxLabel(m) != "event:r" {
+	alice.Send(to(harness.LabelEnv("chat", "to-self", nil), "alice"))
+	if m := alice.NextNonPresence(5 * time.Second); m == nil || harness.Label(m) != "event:r" {
 		t.Fatalf("alice: %v, want the event of r first", m)
 	}
-	if m := alice.nextNonPresence(5 * time.Second); m == nil || cxLabel(m) != "to-self" {
+	if m := alice.NextNonPresence(5 * time.Second); m == nil || harness.Label(m) != "to-self" {
 		t.Fatalf("alice: %v, want her envelope addressed to herself", m)
 	}
 }
@@ -244,42 +246,42 @@ func TestFilterAddressedEnvelopes(t *testing.T) {
 // another type is refused and reaches no one.
 func TestFilterRegisteredTypeCounts(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "filter-registered-type"
-	alice := g.dial(t, pod, "alice", "")
-	reasoners := g.dial(t, pod, "reasoners", "main=0&contexts=none&types=reasoning")
-	noReason := g.dial(t, pod, "no-reason", "main=0&exclude_types=reasoning")
-	untypedOnly := g.dial(t, pod, "untyped", "main=0&exclude_types=reasoning,workflow")
+	alice := g.Dial(t, pod, "alice", "")
+	reasoners := g.Dial(t, pod, "reasoners", "main=0&contexts=none&types=reasoning")
+	noReason := g.Dial(t, pod, "no-reason", "main=0&exclude_types=reasoning")
+	untypedOnly := g.Dial(t, pod, "untyped", "main=0&exclude_types=reasoning,workflow")
 
-	alice.send(cxEnv("step", "created", cxCtx("rt", "reasoning", "")))
-	alice.send(cxEnv("step", "omitted", cxCtx("rt", "", "")))
-	alice.send(cxEnv("step", "path-form", "rt")) // a one-segment path names rt without a type
-	alice.send(map[string]any{"id": "conflict-1", "kind": "step", "context": cxCtx("rt", "workflow", ""), "payload": map[string]any{"label": "other-type"}})
-	alice.send(cxEnv("step", "repeated", cxCtx("rt", "reasoning", "")))
+	alice.Send(harness.LabelEnv("step", "created", harness.ContextField("rt", "reasoning", "")))
+	alice.Send(harness.LabelEnv("step", "omitted", harness.ContextField("rt", "", "")))
+	alice.Send(harness.LabelEnv("step", "path-form", "rt")) // a one-segment path names rt without a type
+	alice.Send(map[string]any{"id": "conflict-1", "kind": "step", "context": harness.ContextField("rt", "workflow", ""), "payload": map[string]any{"label": "other-type"}})
+	alice.Send(harness.LabelEnv("step", "repeated", harness.ContextField("rt", "reasoning", "")))
 	// The reverse: created without a type, a later envelope cannot add one.
-	alice.send(cxEnv("step", "untyped-created", cxCtx("ut", "", "")))
-	alice.send(map[string]any{"id": "conflict-2", "kind": "step", "context": cxCtx("ut", "reasoning", ""), "payload": map[string]any{"label": "typed-later"}})
-	alice.send(cxEnv("step", "untyped-again", "ut"))
-	cxSentinel(alice, "types", reasoners, noReason, untypedOnly, alice)
+	alice.Send(harness.LabelEnv("step", "untyped-created", harness.ContextField("ut", "", "")))
+	alice.Send(map[string]any{"id": "conflict-2", "kind": "step", "context": harness.ContextField("ut", "reasoning", ""), "payload": map[string]any{"label": "typed-later"}})
+	alice.Send(harness.LabelEnv("step", "untyped-again", "ut"))
+	harness.Sentinel(alice, "types", reasoners, noReason, untypedOnly, alice)
 
-	if got := cxLabels(cxUntil(reasoners, "types")); got != "created omitted path-form repeated" {
+	if got := harness.Labels(harness.Until(reasoners, "types")); got != "created omitted path-form repeated" {
 		t.Errorf("types=reasoning received %q", got)
 	}
-	if got := cxLabels(cxUntil(noReason, "types")); got != "untyped-created untyped-again" {
+	if got := harness.Labels(harness.Until(noReason, "types")); got != "untyped-created untyped-again" {
 		t.Errorf("exclude_types=reasoning received %q", got)
 	}
-	if got := cxLabels(cxUntil(untypedOnly, "types")); got != "untyped-created untyped-again" {
+	if got := harness.Labels(harness.Until(untypedOnly, "types")); got != "untyped-created untyped-again" {
 		t.Errorf("exclude_types=reasoning,workflow received %q", got)
 	}
-	errs := cxUntil(alice, "types")
-	if got := cxLabels(errs); got != "error:context_conflict error:context_conflict" {
+	errs := harness.Until(alice, "types")
+	if got := harness.Labels(errs); got != "error:context_conflict error:context_conflict" {
 		t.Fatalf("alice received %q", got)
 	}
-	if errs[0].str("correlation_id") != "conflict-1" || errs[1].str("correlation_id") != "conflict-2" {
-		t.Fatalf("errors correlate %q and %q", errs[0].str("correlation_id"), errs[1].str("correlation_id"))
+	if errs[0].Str("correlation_id") != "conflict-1" || errs[1].Str("correlation_id") != "conflict-2" {
+		t.Fatalf("errors correlate %q and %q", errs[0].Str("correlation_id"), errs[1].Str("correlation_id"))
 	}
 	// The registry still has the first types.
-	list := cxContexts(alice, map[string]any{"state": "all"})
+	list := harness.Contexts(alice, map[string]any{"state": "all"})
 	for _, c := range list {
 		switch c["id"] {
 		case "rt":
@@ -292,7 +294,7 @@ func TestFilterRegisteredTypeCounts(t *testing.T) {
 			}
 		}
 	}
-	if cxContextIDs(list) != "rt,ut" {
-		t.Fatalf("contexts %s", cxContextIDs(list))
+	if harness.SortedIDs(list) != "rt,ut" {
+		t.Fatalf("contexts %s", harness.SortedIDs(list))
 	}
 }

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"context"
 	"fmt"
 	"net/url"
@@ -8,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/wire"
 )
 
 // TestFlowReplacement: a second connection with the same participant id
@@ -18,51 +19,51 @@ import (
 // receiving; nobody else sees a presence change.
 func TestFlowReplacement(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "flow-replace"
-	old := g.dial(t, pod, "alice", "")
-	bob := g.dial(t, pod, "bob", "")
-	presenceOf(t, old.expect(), "join", "bob")
-	old.send(map[string]any{"id": "from-old", "kind": "chat"})
-	bob.expectEnvelope("chat", "from-old")
+	old := g.Dial(t, pod, "alice", "")
+	bob := g.Dial(t, pod, "bob", "")
+	harness.PresenceOf(t, old.Expect(), "join", "bob")
+	old.Send(map[string]any{"id": "from-old", "kind": "chat"})
+	bob.ExpectEnvelope("chat", "from-old")
 
-	repl := g.dial(t, pod, "alice", "")
-	if code := old.waitClosed(5 * time.Second); code != 4000 {
+	repl := g.Dial(t, pod, "alice", "")
+	if code := old.WaitClosed(5 * time.Second); code != 4000 {
 		t.Fatalf("replaced connection closed with %d, want 4000", code)
 	}
 	if repl.ID != "alice" {
 		t.Fatalf("replacement joined as %q", repl.ID)
 	}
 	// Its welcome lists bob only, not alice herself.
-	if got := idsOf(repl.Welcome.payload()["participants"]); !jsonEqual(got, []string{"bob"}) {
+	if got := harness.IDsOf(repl.Welcome.Payload()["participants"]); !harness.JSONEqual(got, []string{"bob"}) {
 		t.Fatalf("replacement's welcome participants = %v, want [bob]", got)
 	}
 	// Once the old connection's handler is gone (the gauge counts
 	// connections until they leave their pod), bob has still heard of no
 	// leave or join: his next message is the replacement's envelope.
-	eventually(t, 5*time.Second, "mcpp_connections = 2", func() bool {
-		return metric(t, g.URL, "mcpp_connections") == 2
+	harness.Eventually(t, 5*time.Second, "mcpp_connections = 2", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_connections") == 2
 	})
-	repl.send(map[string]any{"id": "from-new", "kind": "chat"})
-	if m := bob.expect(); m.kind() != "chat" || m.str("id") != "from-new" || m.str("from") != "alice" {
+	repl.Send(map[string]any{"id": "from-new", "kind": "chat"})
+	if m := bob.Expect(); m.Kind() != "chat" || m.Str("id") != "from-new" || m.Str("from") != "alice" {
 		t.Fatalf("bob got %v, want the replacement's envelope and no presence", m)
 	}
 	// The replacement keeps receiving.
 	for i := 0; i < 5; i++ {
-		bob.send(map[string]any{"id": fmt.Sprintf("to-new-%d", i), "kind": "chat"})
+		bob.Send(map[string]any{"id": fmt.Sprintf("to-new-%d", i), "kind": "chat"})
 	}
 	for i := 0; i < 5; i++ {
-		repl.expectEnvelope("chat", fmt.Sprintf("to-new-%d", i))
+		repl.ExpectEnvelope("chat", fmt.Sprintf("to-new-%d", i))
 	}
 	// A third participant's welcome lists alice once.
-	carol := g.dial(t, pod, "carol", "")
-	got := idsOf(carol.Welcome.payload()["participants"])
+	carol := g.Dial(t, pod, "carol", "")
+	got := harness.IDsOf(carol.Welcome.Payload()["participants"])
 	if len(got) != 2 || strings.Count(strings.Join(got, ","), "alice") != 1 {
 		t.Fatalf("carol's welcome participants = %v", got)
 	}
-	presenceOf(t, bob.expect(), "join", "carol")
-	presenceOf(t, repl.expect(), "join", "carol")
-	bob.expectNothing(30 * time.Millisecond)
+	harness.PresenceOf(t, bob.Expect(), "join", "carol")
+	harness.PresenceOf(t, repl.Expect(), "join", "carol")
+	bob.ExpectNothing(30 * time.Millisecond)
 }
 
 // TestFlowOversize: an envelope over --max-message-bytes gets
@@ -71,30 +72,30 @@ func TestFlowReplacement(t *testing.T) {
 func TestFlowOversize(t *testing.T) {
 	t.Parallel()
 	const limit = 4096
-	g := startGateway(t, func(c *gateway.Config) { c.MaxMessageBytes = limit })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxMessageBytes = limit })
 	const pod = "flow-oversize"
-	alice := g.dial(t, pod, "alice", "")
-	bob := g.dial(t, pod, "bob", "")
-	presenceOf(t, alice.expect(), "join", "bob")
+	alice := g.Dial(t, pod, "alice", "")
+	bob := g.Dial(t, pod, "bob", "")
+	harness.PresenceOf(t, alice.Expect(), "join", "bob")
 
 	// Exactly the limit is accepted.
-	alice.sendRaw(envelopeOfSize(t, "at-limit", "chat", limit))
-	bob.expectEnvelope("chat", "at-limit")
+	alice.SendRaw(harness.EnvelopeOfSize(t, "at-limit", "chat", limit))
+	bob.ExpectEnvelope("chat", "at-limit")
 	// One byte over, twice the limit, and just under limit+64KiB: refused,
 	// connection open.
 	for _, n := range []int{limit + 1, 2 * limit, limit + 64<<10 - 1} {
 		id := fmt.Sprintf("big-%d", n)
-		alice.sendRaw(envelopeOfSize(t, id, "chat", n))
-		e := alice.expectError("message_too_large")
-		if e.str("correlation_id") != id || e.payload()["retryable"] != false {
+		alice.SendRaw(harness.EnvelopeOfSize(t, id, "chat", n))
+		e := alice.ExpectError("message_too_large")
+		if e.Str("correlation_id") != id || e.Payload()["retryable"] != false {
 			t.Fatalf("%d bytes: %v", n, e)
 		}
 	}
-	alice.send(map[string]any{"id": "small", "kind": "chat"})
-	if m := bob.nextOf(); m.str("id") != "small" {
-		t.Fatalf("bob got %v, want only the small envelope after the refused ones", m.str("id"))
+	alice.Send(map[string]any{"id": "small", "kind": "chat"})
+	if m := bob.NextOf(); m.Str("id") != "small" {
+		t.Fatalf("bob got %v, want only the small envelope after the refused ones", m.Str("id"))
 	}
-	if v := metric(t, g.URL, `mcpp_errors_total{code="message_too_large"}`); v != 3 {
+	if v := harness.Metric(t, g.URL, `mcpp_errors_total{code="message_too_large"}`); v != 3 {
 		t.Fatalf("message_too_large count %v, want 3", v)
 	}
 
@@ -102,16 +103,16 @@ func TestFlowOversize(t *testing.T) {
 	// has closed; what counts is the close code.)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = alice.conn.Write(ctx, websocket.MessageText, envelopeOfSize(t, "huge", "chat", limit+64<<10+4096))
-	if code := alice.waitClosed(5 * time.Second); code != websocket.StatusMessageTooBig {
+	_ = alice.Conn.Write(ctx, harness.EnvelopeOfSize(t, "huge", "chat", limit+64<<10+4096))
+	if code := alice.WaitClosed(5 * time.Second); code != wire.CloseMessageTooBig {
 		t.Fatalf("closed with %d, want 1009", code)
 	}
-	presenceOf(t, bob.expect(), "leave", "alice")
+	harness.PresenceOf(t, bob.Expect(), "leave", "alice")
 	// bob is unaffected and the pod still works.
-	carol := g.dial(t, pod, "carol", "")
-	presenceOf(t, bob.expect(), "join", "carol")
-	carol.send(map[string]any{"id": "after", "kind": "chat"})
-	bob.expectEnvelope("chat", "after")
+	carol := g.Dial(t, pod, "carol", "")
+	harness.PresenceOf(t, bob.Expect(), "join", "carol")
+	carol.Send(map[string]any{"id": "after", "kind": "chat"})
+	bob.ExpectEnvelope("chat", "after")
 }
 
 // TestFlowOrder2000: 2,000 envelopes from one sender arrive complete and
@@ -119,56 +120,56 @@ func TestFlowOversize(t *testing.T) {
 // message, one per line).
 func TestFlowOrder2000(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 1e6, 1000000
 		c.SendQueue = 4096
 		c.WriteTimeout = time.Minute
 	})
 	const pod = "flow-order"
 	const n = 2000
-	sender := g.dial(t, pod, "sender", "")
-	plain := g.dial(t, pod, "plain", "")
+	sender := g.Dial(t, pod, "sender", "")
+	plain := g.Dial(t, pod, "plain", "")
 	// The batching receiver reads nothing until all has been sent, so
 	// that its queue fills up and batches form.
-	bconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"batcher"}, "batch": {"1"}}, nil)
+	bconn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"batcher"}, "batch": {"1"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	presenceOf(t, sender.expect(), "join", "plain")
-	presenceOf(t, sender.expect(), "join", "batcher")
-	presenceOf(t, plain.expect(), "join", "batcher")
+	harness.PresenceOf(t, sender.Expect(), "join", "plain")
+	harness.PresenceOf(t, sender.Expect(), "join", "batcher")
+	harness.PresenceOf(t, plain.Expect(), "join", "batcher")
 
-	filler := pad(2000)
+	filler := harness.Pad(2000)
 	for i := 0; i < n; i++ {
-		sender.send(map[string]any{"id": fmt.Sprintf("o-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
+		sender.Send(map[string]any{"id": fmt.Sprintf("o-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
 	}
 	for i := 0; i < n; i++ {
-		m := plain.nextOf()
-		if seqOf(m) != i || m.str("id") != fmt.Sprintf("o-%d", i) {
-			t.Fatalf("plain: envelope %d is %v (seq %d)", i, m.str("id"), seqOf(m))
+		m := plain.NextOf()
+		if harness.SeqOf(m) != i || m.Str("id") != fmt.Sprintf("o-%d", i) {
+			t.Fatalf("plain: envelope %d is %v (seq %d)", i, m.Str("id"), harness.SeqOf(m))
 		}
 	}
-	plain.expectNothing(20 * time.Millisecond)
-	eventually(t, 5*time.Second, "all envelopes accepted", func() bool {
-		return metric(t, g.URL, "mcpp_envelopes_in_total") == n
+	plain.ExpectNothing(20 * time.Millisecond)
+	harness.Eventually(t, 5*time.Second, "all envelopes accepted", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_envelopes_in_total") == n
 	})
 
-	batcher := startClient(t, bconn, true)
-	if f, _ := batcher.Welcome.payload()["filter"].(map[string]any); f["batch"] != true {
+	batcher := harness.StartClient(t, bconn, true)
+	if f, _ := batcher.Welcome.Payload()["filter"].(map[string]any); f["batch"] != true {
 		t.Fatalf("batcher's filter %v", f)
 	}
 	for i := 0; i < n; i++ {
-		m := batcher.nextOf()
-		if seqOf(m) != i {
-			t.Fatalf("batcher: envelope %d is %v (seq %d)", i, m.str("id"), seqOf(m))
+		m := batcher.NextOf()
+		if harness.SeqOf(m) != i {
+			t.Fatalf("batcher: envelope %d is %v (seq %d)", i, m.Str("id"), harness.SeqOf(m))
 		}
 	}
-	batcher.expectNothing(20 * time.Millisecond)
+	batcher.ExpectNothing(20 * time.Millisecond)
 	// Count the messages and their lines: every line an envelope, and
 	// some messages held several.
 	messages, lines, multi := 0, 0, 0
-	for len(batcher.raw) > 0 {
-		b := <-batcher.raw
+	for len(batcher.Raw) > 0 {
+		b := <-batcher.Raw
 		k := strings.Count(string(b), "\n") + 1
 		messages++
 		lines += k
@@ -184,8 +185,8 @@ func TestFlowOrder2000(t *testing.T) {
 	}
 	t.Logf("batch=1: %d envelopes in %d messages", lines, messages)
 	// The plain receiver got one envelope per message.
-	for len(plain.raw) > 0 {
-		if b := <-plain.raw; strings.Contains(string(b), "\n") {
+	for len(plain.Raw) > 0 {
+		if b := <-plain.Raw; strings.Contains(string(b), "\n") {
 			t.Fatalf("batch=0 receiver got a multi-line message")
 		}
 	}
@@ -196,15 +197,15 @@ func TestFlowOrder2000(t *testing.T) {
 // every envelope; the metric counts the disconnect.
 func TestFlowSlowConsumer(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 1e6, 1000000
 		c.SendQueue = 16
 		c.WriteTimeout = time.Minute // the cut must come from the queue, not a write timeout
 	})
 	const pod = "flow-slow"
-	sender := g.dial(t, pod, "sender", "")
-	fast := g.dial(t, pod, "fast", "")
-	sconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"slow"}}, nil)
+	sender := g.Dial(t, pod, "sender", "")
+	fast := g.Dial(t, pod, "fast", "")
+	sconn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"slow"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,42 +213,42 @@ func TestFlowSlowConsumer(t *testing.T) {
 	// windows that the fast reader acknowledges by receiving them, so
 	// that only the slow one can fall behind. Envelopes are large, so
 	// that the TCP buffers to slow fill up quickly.
-	filler := pad(32 << 10)
+	filler := harness.Pad(32 << 10)
 	const window, maxSent = 4, 4000
 	sent := 0
-	for metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) < 1 {
+	for harness.Metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) < 1 {
 		if sent >= maxSent {
 			t.Fatalf("slow consumer not cut after %d envelopes of 32 KiB", sent)
 		}
 		for i := 0; i < window; i++ {
-			sender.send(map[string]any{"id": fmt.Sprintf("s-%d", sent), "kind": "chat", "payload": map[string]any{"seq": sent, "pad": filler}})
+			sender.Send(map[string]any{"id": fmt.Sprintf("s-%d", sent), "kind": "chat", "payload": map[string]any{"seq": sent, "pad": filler}})
 			sent++
 		}
 		for i := sent - window; i < sent; i++ {
-			if m := fast.nextOf(); seqOf(m) != i {
-				t.Fatalf("fast reader: envelope %d is %v", i, m.str("id"))
+			if m := fast.NextOf(); harness.SeqOf(m) != i {
+				t.Fatalf("fast reader: envelope %d is %v", i, m.Str("id"))
 			}
 		}
 	}
 	// Now slow reads: what was written before the cut, then the close.
-	slow := startClient(t, sconn, true)
-	if code := slow.waitClosed(10 * time.Second); code != 4008 {
+	slow := harness.StartClient(t, sconn, true)
+	if code := slow.WaitClosed(10 * time.Second); code != 4008 {
 		t.Fatalf("slow consumer closed with %d, want 4008", code)
 	}
 	// The fast reader is still there and still gets everything.
 	for i := 0; i < 10; i++ {
-		sender.send(map[string]any{"id": fmt.Sprintf("s-%d", sent), "kind": "chat", "payload": map[string]any{"seq": sent}})
+		sender.Send(map[string]any{"id": fmt.Sprintf("s-%d", sent), "kind": "chat", "payload": map[string]any{"seq": sent}})
 		sent++
 	}
 	for i := sent - 10; i < sent; i++ {
-		if m := fast.nextOf(); seqOf(m) != i {
-			t.Fatalf("fast reader after the cut: envelope %d is %v", i, m.str("id"))
+		if m := fast.NextOf(); harness.SeqOf(m) != i {
+			t.Fatalf("fast reader after the cut: envelope %d is %v", i, m.Str("id"))
 		}
 	}
-	if !fast.isOpen() || !sender.isOpen() {
+	if !fast.IsOpen() || !sender.IsOpen() {
 		t.Fatal("a fast participant was closed")
 	}
-	if v := metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`); v != 1 {
+	if v := harness.Metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`); v != 1 {
 		t.Fatalf("mcpp_cuts_total{reason=\"slow_consumer\"} = %v, want 1", v)
 	}
 	t.Logf("slow consumer cut after %d envelopes of 32 KiB", sent-10)

@@ -3,55 +3,38 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
+	mcpp "github.com/mcpp/gateway/client"
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // benchGateway is an in-process gateway for the history benchmarks, with
 // the limits opened wide so that they measure history, not rates.
 func benchGateway(b *testing.B) string {
 	b.Helper()
-	cfg := gateway.DefaultConfig()
-	cfg.PingInterval = 0
-	cfg.History = 1000
-	cfg.Rate, cfg.Burst = 1e6, 1000000
-	cfg.SendQueue = 1 << 14
-	g, err := gateway.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = g.Serve(ln) }()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	})
-	return "ws://" + ln.Addr().String() + "/ws"
+	return harness.StartGateway(b, func(cfg *gateway.Config) {
+		cfg.History = 1000
+		cfg.Rate, cfg.Burst = 1e6, 1000000
+		cfg.SendQueue = 1 << 14
+	}).WS
 }
 
 // benchDial joins pod with query and returns the connection, its welcome
 // read.
-func benchDial(b *testing.B, ws, pod, query string) *websocket.Conn {
+func benchDial(b *testing.B, ws, pod, query string) *mcpp.Conn {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, ws+"?pod="+pod+"&"+query, nil)
+	c, err := mcpp.DialConn(ctx, ws+"?"+query, mcpp.Options{Pod: pod})
 	if err != nil {
 		b.Fatal(err)
 	}
-	c.SetReadLimit(64 << 20)
-	if _, w, err := c.Read(ctx); err != nil || !strings.Contains(string(w), `"system/welcome"`) {
+	if w, err := c.Read(ctx, nil); err != nil || !strings.Contains(string(w), `"system/welcome"`) {
 		b.Fatalf("welcome: %v %.100s", err, w)
 	}
 	return c
@@ -71,13 +54,13 @@ func benchFill(b *testing.B, ws, pod string, n int) {
 	go func() {
 		for i := 0; i < n; i++ {
 			msg := fmt.Sprintf(`{"id":"ID-%04d","kind":"chat","payload":{"text":"%s"}}`, i, pad)
-			if err := sender.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			if err := sender.Write(ctx, []byte(msg)); err != nil {
 				return
 			}
 		}
 	}()
 	for got := 0; got < n; {
-		_, m, err := reader.Read(ctx)
+		m, err := reader.Read(ctx, nil)
 		if err != nil {
 			b.Fatalf("filling: %v after %d", err, got)
 		}
@@ -88,12 +71,12 @@ func benchFill(b *testing.B, ws, pod string, n int) {
 }
 
 // readN reads c until it has n envelopes of kind chat.
-func readN(b *testing.B, c *websocket.Conn, n int) {
+func readN(b *testing.B, c *mcpp.Conn, n int) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for got := 0; got < n; {
-		_, m, err := c.Read(ctx)
+		m, err := c.Read(ctx, nil)
 		if err != nil {
 			b.Fatalf("read %d of %d: %v", got, n, err)
 		}

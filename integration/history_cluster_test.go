@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -25,25 +26,25 @@ import (
 // twice.
 func TestHistoryCluster(t *testing.T) {
 	nodes := startCluster(t, 3, "--history", "1000", "--context-timeout", "1s")
-	n1, n2, n3 := nodes[0].gw, nodes[1].gw, nodes[2].gw
+	n1, n2, n3 := nodes[0].GW, nodes[1].GW, nodes[2].GW
 
 	t.Run("one order", func(t *testing.T) {
 		const pod, each = "hist-cluster-order", 200
-		var rx []*client
-		for i, g := range []*testGateway{n1, n2, n3} {
-			rx = append(rx, g.dial(t, pod, fmt.Sprintf("rx%d", i+1), ""))
+		var rx []*harness.Client
+		for i, g := range []*harness.Gateway{n1, n2, n3} {
+			rx = append(rx, g.Dial(t, pod, fmt.Sprintf("rx%d", i+1), ""))
 		}
-		alice := n1.dial(t, pod, "alice", "")
-		bob := n2.dial(t, pod, "bob", "")
+		alice := n1.Dial(t, pod, "alice", "")
+		bob := n2.Dial(t, pod, "bob", "")
 		var wg sync.WaitGroup
-		for _, c := range []*client{alice, bob} {
+		for _, c := range []*harness.Client{alice, bob} {
 			wg.Add(1)
-			go func(c *client) {
+			go func(c *harness.Client) {
 				defer wg.Done()
 				for i := 0; i < each; i++ {
 					b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("%s-%d", c.ID, i), "kind": "ord", "payload": map[string]any{"seq": i}})
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					err := c.conn.Write(ctx, websocket.MessageText, b)
+					err := c.Conn.Write(ctx, b)
 					cancel()
 					if err != nil {
 						t.Errorf("%s: write: %v", c.ID, err)
@@ -59,12 +60,12 @@ func TestHistoryCluster(t *testing.T) {
 			var ids []string
 			deadline := time.Now().Add(20 * time.Second)
 			for len(ids) < 2*each && time.Now().Before(deadline) {
-				m := c.next(time.Until(deadline))
+				m := c.Next(time.Until(deadline))
 				if m == nil {
 					break
 				}
-				if m.kind() == "ord" {
-					ids = append(ids, m.str("id"))
+				if m.Kind() == "ord" {
+					ids = append(ids, m.Str("id"))
 				}
 			}
 			if len(ids) != 2*each {
@@ -97,8 +98,8 @@ func TestHistoryCluster(t *testing.T) {
 		t.Logf("%d envelopes from two nodes, %d switches between the senders, one order on three nodes", 2*each, interleaved)
 
 		// gateway/history and a joiner's replay give the same order, on every node.
-		for i, g := range []*testGateway{n1, n2, n3} {
-			q := g.dial(t, pod, fmt.Sprintf("q%d", i+1), "")
+		for i, g := range []*harness.Gateway{n1, n2, n3} {
+			q := g.Dial(t, pod, fmt.Sprintf("q%d", i+1), "")
 			got, more := histPage(q, "h", map[string]any{"limit": 1000})
 			if more {
 				t.Errorf("node %d: gateway/history says more", i+1)
@@ -111,17 +112,17 @@ func TestHistoryCluster(t *testing.T) {
 
 	t.Run("resume on another node", func(t *testing.T) {
 		const pod = "hist-cluster-resume"
-		alice := n2.dial(t, pod, "alice", "echo=1")
-		bob := n1.dial(t, pod, "bob", "")
-		alice.expectPresence("join", "bob", 5*time.Second)
+		alice := n2.Dial(t, pod, "alice", "echo=1")
+		bob := n1.Dial(t, pod, "bob", "")
+		alice.AwaitPresence("join", "bob", 5*time.Second)
 		histSendSeen(alice, histChat("x1"), histChat("x2"), histChat("x3"))
 		for _, id := range []string{"x1", "x2", "x3"} {
-			bob.expectEnvelope("chat", id)
+			bob.ExpectEnvelope("chat", id)
 		}
-		if err := bob.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+		if err := bob.Conn.Close(); err != nil {
 			t.Fatal(err)
 		}
-		alice.expectPresence("leave", "bob", 5*time.Second)
+		alice.AwaitPresence("leave", "bob", 5*time.Second)
 		histSendSeen(alice, histChat("x4"), histIn("x5", "step", histReasoning("C")), histIn("x6", "conclusion", histReasoning("C")))
 		histAwaitEvent(alice, "C")
 		histSendSeen(alice, histChat("x7"))
@@ -130,8 +131,8 @@ func TestHistoryCluster(t *testing.T) {
 		histEq(t, "bob resumed on node 3", histLabels(got), []string{"x4", "x5", "x6", "ev:C", "x7"})
 		histWantInfo(t, "bob", info, map[string]any{"resumed": true, "replayed": 5})
 		histLive(t, alice, "x8", bob2)
-		alice.send(histChat("x9"))
-		if m := bob2.nextOf(); m.str("id") != "x9" {
+		alice.Send(histChat("x9"))
+		if m := bob2.NextOf(); m.Str("id") != "x9" {
 			t.Fatalf("bob: got %v, want x9 (a duplicate?)", m)
 		}
 	})
@@ -141,32 +142,32 @@ func TestHistoryCluster(t *testing.T) {
 	// creator goes on sending after the envelope that created it.)
 	t.Run("a timeout is one event", func(t *testing.T) {
 		const pod = "hist-cluster-timeout"
-		alice := n1.dial(t, pod, "alice", "echo=1")
-		bob := n2.dial(t, pod, "bob", "")
-		carol := n3.dial(t, pod, "carol", "")
-		alice.expectPresence("join", "carol", 5*time.Second)
+		alice := n1.Dial(t, pod, "alice", "echo=1")
+		bob := n2.Dial(t, pod, "bob", "")
+		carol := n3.Dial(t, pod, "carol", "")
+		alice.AwaitPresence("join", "carol", 5*time.Second)
 		z := strings.Repeat("Z", 100)
 		histSendSeen(alice, histIn("t1", "step", histReasoning("T")),
 			map[string]any{"id": z, "kind": "chat", "payload": strings.Repeat("Q", 200)})
 		histAwaitEvent(alice, "T")
 		// Every node's registry has concluded T: whatever event a node
 		// publishes for it is published.
-		for i, g := range []*testGateway{n1, n2, n3} {
-			probe := g.dial(t, pod, fmt.Sprintf("probe%d", i+1), "main=0&contexts=none")
-			eventually(t, 10*time.Second, fmt.Sprintf("T concluded on node %d", i+1), func() bool {
-				probe.send(map[string]any{"id": "c", "kind": "gateway/contexts", "payload": map[string]any{"id": "T", "state": "all"}})
-				list, _ := probe.nextOf().payload()["contexts"].([]any)
+		for i, g := range []*harness.Gateway{n1, n2, n3} {
+			probe := g.Dial(t, pod, fmt.Sprintf("probe%d", i+1), "main=0&contexts=none")
+			harness.Eventually(t, 10*time.Second, fmt.Sprintf("T concluded on node %d", i+1), func() bool {
+				probe.Send(map[string]any{"id": "c", "kind": "gateway/contexts", "payload": map[string]any{"id": "T", "state": "all"}})
+				list, _ := probe.NextOf().Payload()["contexts"].([]any)
 				return len(list) == 1 && list[0].(map[string]any)["state"] == "concluded"
 			})
 		}
 		histSendSeen(alice, histChat("after"))
 		got, _ := histPage(alice, "h", map[string]any{"fold": false})
 		histEq(t, "the history", got, []string{"t1", z, "ev:T", "after"})
-		for _, c := range []*client{bob, carol} {
+		for _, c := range []*harness.Client{bob, carol} {
 			var labels []string
 			for {
-				m := c.nextOf()
-				if labels = append(labels, histLabel(m)); m.str("id") == "after" {
+				m := c.NextOf()
+				if labels = append(labels, histLabel(m)); m.Str("id") == "after" {
 					break
 				}
 			}
@@ -201,7 +202,7 @@ func histStreamLeader(t *testing.T, port int, all bool) string {
 		t.Fatal(err)
 	}
 	leader := ""
-	eventually(t, 30*time.Second, "the history stream's leader and current replicas", func() bool {
+	harness.Eventually(t, 30*time.Second, "the history stream's leader and current replicas", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		s, err := js.Stream(ctx, "MCPP_HISTORY")
@@ -227,7 +228,7 @@ func histStreamLeader(t *testing.T, port int, all bool) string {
 // (SIGKILL) while a sender on another node streams 400 numbered envelopes:
 // a receiver on the third node gets all 400, once each, in order.
 func TestHistoryClusterFailover(t *testing.T) {
-	ports := []int{freePort(t), freePort(t), freePort(t)}
+	ports := []int{harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)}
 	nodes := startClusterEach(t, 3, func(i int) []string { return []string{"--nats-port", fmt.Sprint(ports[i])} }, "--history", "1000")
 	names := make([]string, len(nodes))
 	for i := range nodes {
@@ -253,11 +254,11 @@ func TestHistoryClusterFailover(t *testing.T) {
 	t.Logf("nodes %v; the history stream's leader is node %d; sender on node %d, receiver on node %d", names, leader+1, sIdx+1, rIdx+1)
 
 	const pod, total = "hist-failover", 400
-	rx := nodes[rIdx].gw.dial(t, pod, "rx", "")
-	tx := nodes[sIdx].gw.dial(t, pod, "tx", "")
-	rx.expectPresence("join", "tx", 10*time.Second)
-	tx.send(histChat("warm"))
-	rx.expectEnvelope("chat", "warm")
+	rx := nodes[rIdx].GW.Dial(t, pod, "rx", "")
+	tx := nodes[sIdx].GW.Dial(t, pod, "tx", "")
+	rx.AwaitPresence("join", "tx", 10*time.Second)
+	tx.Send(histChat("warm"))
+	rx.ExpectEnvelope("chat", "warm")
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -266,7 +267,7 @@ func TestHistoryClusterFailover(t *testing.T) {
 		for i := 0; i < total; i++ {
 			b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("f%d", i), "kind": "seq", "payload": map[string]any{"seq": i}})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := tx.conn.Write(ctx, websocket.MessageText, b)
+			err := tx.Conn.Write(ctx, b)
 			cancel()
 			if err != nil {
 				t.Errorf("tx: write %d: %v", i, err)
@@ -280,19 +281,19 @@ func TestHistoryClusterFailover(t *testing.T) {
 	killed := time.Time{}
 	deadline := time.Now().Add(60 * time.Second)
 	for len(seqs) < total && time.Now().Before(deadline) {
-		m := rx.next(time.Until(deadline))
+		m := rx.Next(time.Until(deadline))
 		if m == nil {
 			break
 		}
-		if m.kind() == "system/error" {
+		if m.Kind() == "system/error" {
 			t.Fatalf("rx: %v", m)
 		}
-		if m.kind() != "seq" {
+		if m.Kind() != "seq" {
 			continue
 		}
-		seqs = append(seqs, seqOf(m))
+		seqs = append(seqs, harness.SeqOf(m))
 		if len(seqs) == 50 {
-			if err := nodes[leader].cmd.Process.Kill(); err != nil {
+			if err := nodes[leader].Cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
 			killed = time.Now()
@@ -305,12 +306,12 @@ func TestHistoryClusterFailover(t *testing.T) {
 	}
 	took := time.Since(killed)
 	// Nothing more: no envelope twice.
-	tx.send(histChat("after"))
-	if m := rx.nextOf(); m.str("id") != "after" {
+	tx.Send(histChat("after"))
+	if m := rx.NextOf(); m.Str("id") != "after" {
 		t.Fatalf("rx: got %v after the 400, want the next envelope", m)
 	}
-	holds := metric(t, nodes[sIdx].gw.URL, "mcpp_history_holds_total")
-	late := metric(t, nodes[sIdx].gw.URL, "mcpp_history_late_total")
+	holds := harness.Metric(t, nodes[sIdx].GW.URL, "mcpp_history_holds_total")
+	late := harness.Metric(t, nodes[sIdx].GW.URL, "mcpp_history_late_total")
 	if late != 0 {
 		t.Errorf("the sender's node republished %v frames out of their place", late)
 	}

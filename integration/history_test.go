@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/gateway"
@@ -27,9 +28,9 @@ import (
 
 // histOn starts a gateway with history on (--history 1000 unless edit
 // says otherwise).
-func histOn(t *testing.T, edit func(*gateway.Config)) *testGateway {
+func histOn(t *testing.T, edit func(*gateway.Config)) *harness.Gateway {
 	t.Helper()
-	return startGateway(t, func(c *gateway.Config) {
+	return harness.StartGateway(t, func(c *gateway.Config) {
 		c.History = 1000
 		if edit != nil {
 			edit(c)
@@ -39,14 +40,14 @@ func histOn(t *testing.T, edit func(*gateway.Config)) *testGateway {
 
 // histLabel names a received envelope: its id, or "ev:CONTEXT" for a
 // system/context event.
-func histLabel(m msg) string {
-	if m.kind() == "system/context" {
-		return "ev:" + m.contextID()
+func histLabel(m harness.Msg) string {
+	if m.Kind() == "system/context" {
+		return "ev:" + m.ContextID()
 	}
-	return m.str("id")
+	return m.Str("id")
 }
 
-func histLabels(ms []msg) []string {
+func histLabels(ms []harness.Msg) []string {
 	out := []string{}
 	for _, m := range ms {
 		out = append(out, histLabel(m))
@@ -82,59 +83,59 @@ func histBytes(t *testing.T, e any) []byte {
 // waits until the last one comes back to it: the fan-out applies a frame
 // to the pod's history before it delivers it, so the history then holds
 // every one. A system/error fails the test.
-func histSendSeen(c *client, envs ...any) {
-	c.t.Helper()
+func histSendSeen(c *harness.Client, envs ...any) {
+	c.T.Helper()
 	last := ""
 	for _, e := range envs {
-		b := histBytes(c.t, e)
+		b := histBytes(c.T, e)
 		if last = gjson.GetBytes(b, "id").String(); last == "" {
-			c.t.Fatalf("histSendSeen needs envelopes with ids: %s", b)
+			c.T.Fatalf("histSendSeen needs envelopes with ids: %s", b)
 		}
-		c.sendRaw(b)
+		c.SendRaw(b)
 	}
 	for {
-		m := c.nextOf()
-		if m.kind() == "system/error" {
-			c.t.Fatalf("%s: an envelope was refused: %v", c.ID, m)
+		m := c.NextOf()
+		if m.Kind() == "system/error" {
+			c.T.Fatalf("%s: an envelope was refused: %v", c.ID, m)
 		}
-		if m.kind() != "system/context" && m.str("id") == last {
+		if m.Kind() != "system/context" && m.Str("id") == last {
 			return
 		}
 	}
 }
 
 // histAwaitEvent reads c until the system/context event of ctx.
-func histAwaitEvent(c *client, ctx string) msg {
-	c.t.Helper()
+func histAwaitEvent(c *harness.Client, ctx string) harness.Msg {
+	c.T.Helper()
 	for {
-		m := c.nextOf()
-		if m.kind() == "system/error" {
-			c.t.Fatalf("%s: %v", c.ID, m)
+		m := c.NextOf()
+		if m.Kind() == "system/error" {
+			c.T.Fatalf("%s: %v", c.ID, m)
 		}
-		if m.kind() == "system/context" && m.contextID() == ctx {
+		if m.Kind() == "system/context" && m.ContextID() == ctx {
 			return m
 		}
 	}
 }
 
 // histInfo is the welcome's history object (nil without one).
-func histInfo(c *client) map[string]any {
-	info, _ := c.Welcome.payload()["history"].(map[string]any)
+func histInfo(c *harness.Client) map[string]any {
+	info, _ := c.Welcome.Payload()["history"].(map[string]any)
 	return info
 }
 
 // histJoin joins and reads the replay its welcome announces.
-func histJoin(t *testing.T, g *testGateway, pod, id, query string) (*client, map[string]any, []msg) {
+func histJoin(t *testing.T, g *harness.Gateway, pod, id, query string) (*harness.Client, map[string]any, []harness.Msg) {
 	t.Helper()
-	c := g.dial(t, pod, id, query)
+	c := g.Dial(t, pod, id, query)
 	return c, histInfo(c), histReadReplay(c)
 }
 
 // histDialQ joins with exactly this query (for topic=, which dial cannot
 // express) and reads the replay.
-func histDialQ(t *testing.T, g *testGateway, q url.Values) (*client, map[string]any, []msg) {
+func histDialQ(t *testing.T, g *harness.Gateway, q url.Values) (*harness.Client, map[string]any, []harness.Msg) {
 	t.Helper()
-	conn, resp, err := dialRaw(g.WS, q, nil)
+	conn, resp, err := harness.DialWebSocket(g.WS, q, nil)
 	if err != nil {
 		body := ""
 		if resp != nil {
@@ -143,19 +144,19 @@ func histDialQ(t *testing.T, g *testGateway, q url.Values) (*client, map[string]
 		}
 		t.Fatalf("dial %v: %v %s", q, err, body)
 	}
-	c := startClient(t, conn, true)
+	c := harness.StartClient(t, harness.WebSocketConn{WS: conn}, true)
 	return c, histInfo(c), histReadReplay(c)
 }
 
-func histReadReplay(c *client) []msg {
-	c.t.Helper()
+func histReadReplay(c *harness.Client) []harness.Msg {
+	c.T.Helper()
 	n := 0
 	if f, ok := histInfo(c)["replayed"].(float64); ok {
 		n = int(f)
 	}
-	out := []msg{}
+	out := []harness.Msg{}
 	for i := 0; i < n; i++ {
-		out = append(out, c.nextOf())
+		out = append(out, c.NextOf())
 	}
 	return out
 }
@@ -163,7 +164,7 @@ func histReadReplay(c *client) []msg {
 // histWantInfo checks the welcome's history object exactly.
 func histWantInfo(t *testing.T, who string, got map[string]any, want map[string]any) {
 	t.Helper()
-	if !jsonEqual(got, want) {
+	if !harness.JSONEqual(got, want) {
 		g, _ := json.Marshal(got)
 		w, _ := json.Marshal(want)
 		t.Fatalf("%s: the welcome's history is %s, want %s", who, g, w)
@@ -173,11 +174,11 @@ func histWantInfo(t *testing.T, who string, got map[string]any, want map[string]
 // histLive has sender (joined with echo=1) send one more envelope: each
 // receiver's next envelope must be it, so nothing more was replayed and
 // nothing came twice, and live delivery goes on after the replay.
-func histLive(t *testing.T, sender *client, id string, receivers ...*client) {
+func histLive(t *testing.T, sender *harness.Client, id string, receivers ...*harness.Client) {
 	t.Helper()
 	histSendSeen(sender, map[string]any{"id": id, "kind": "chat", "payload": map[string]any{"text": id}})
 	for _, r := range receivers {
-		if m := r.nextOf(); m.str("id") != id {
+		if m := r.NextOf(); m.Str("id") != id {
 			t.Fatalf("%s: got %s (%v), want the live envelope %s next", r.ID, histLabel(m), m, id)
 		}
 	}
@@ -185,17 +186,17 @@ func histLive(t *testing.T, sender *client, id string, receivers ...*client) {
 
 // histRawOf scans c's raw messages (one envelope each: the client does
 // not batch) for the one with this id, skipping older ones.
-func histRawOf(c *client, id string) []byte {
-	c.t.Helper()
+func histRawOf(c *harness.Client, id string) []byte {
+	c.T.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
-		case b := <-c.raw:
+		case b := <-c.Raw:
 			if gjson.GetBytes(b, "id").String() == id {
 				return b
 			}
 		case <-deadline:
-			c.t.Fatalf("%s: no raw message with id %q", c.ID, id)
+			c.T.Fatalf("%s: no raw message with id %q", c.ID, id)
 			return nil
 		}
 	}
@@ -203,29 +204,29 @@ func histRawOf(c *client, id string) []byte {
 
 // histAsk sends gateway/history (payload nil: none) and returns the
 // answer correlated to it: system/history or system/error.
-func histAsk(c *client, id string, payload any) msg {
-	c.t.Helper()
+func histAsk(c *harness.Client, id string, payload any) harness.Msg {
+	c.T.Helper()
 	env := map[string]any{"id": id, "kind": "gateway/history"}
 	if payload != nil {
 		env["payload"] = payload
 	}
-	c.send(env)
-	m := c.nextOf()
-	if m.str("correlation_id") != id {
-		c.t.Fatalf("%s: got %v, want the answer to %s", c.ID, m, id)
+	c.Send(env)
+	m := c.NextOf()
+	if m.Str("correlation_id") != id {
+		c.T.Fatalf("%s: got %v, want the answer to %s", c.ID, m, id)
 	}
 	return m
 }
 
 // histPage asks gateway/history and returns the labels of the answer's
 // envelopes and its more.
-func histPage(c *client, id string, payload any) ([]string, bool) {
-	c.t.Helper()
+func histPage(c *harness.Client, id string, payload any) ([]string, bool) {
+	c.T.Helper()
 	m := histAsk(c, id, payload)
-	if m.kind() != "system/history" {
-		c.t.Fatalf("%s: gateway/history %v: got %v", c.ID, payload, m)
+	if m.Kind() != "system/history" {
+		c.T.Fatalf("%s: gateway/history %v: got %v", c.ID, payload, m)
 	}
-	return histAnswerLabels(c.t, m.payload()), m.payload()["more"] == true
+	return histAnswerLabels(c.T, m.Payload()), m.Payload()["more"] == true
 }
 
 // histAnswerLabels labels the envelopes of a system/history payload.
@@ -238,26 +239,26 @@ func histAnswerLabels(t *testing.T, payload map[string]any) []string {
 	out := []string{}
 	for _, e := range list {
 		o, _ := e.(map[string]any)
-		out = append(out, histLabel(msg(o)))
+		out = append(out, histLabel(harness.Msg(o)))
 	}
 	return out
 }
 
 // histAskErr asks gateway/history and expects a refusal with this code.
-func histAskErr(c *client, id string, payload any, code string) {
-	c.t.Helper()
+func histAskErr(c *harness.Client, id string, payload any, code string) {
+	c.T.Helper()
 	m := histAsk(c, id, payload)
-	if m.errCode() != code {
-		c.t.Fatalf("%s: gateway/history %v: got %v, want system/error %s", c.ID, payload, m, code)
+	if m.ErrCode() != code {
+		c.T.Fatalf("%s: gateway/history %v: got %v, want system/error %s", c.ID, payload, m, code)
 	}
-	if !c.isOpen() {
-		c.t.Fatalf("%s: the connection closed after a refused gateway/history", c.ID)
+	if !c.IsOpen() {
+		c.T.Fatalf("%s: the connection closed after a refused gateway/history", c.ID)
 	}
 }
 
 // histPost posts body to POST /pods/POD/envelopes as participant and
 // returns the answer's results.
-func histPost(t *testing.T, g *testGateway, pod, participant, contentType, body string) []map[string]any {
+func histPost(t *testing.T, g *harness.Gateway, pod, participant, contentType, body string) []map[string]any {
 	t.Helper()
 	u := g.URL + "/pods/" + pod + "/envelopes?participant=" + url.QueryEscape(participant)
 	hc := &http.Client{Timeout: 15 * time.Second}
@@ -313,10 +314,10 @@ func histReasoning(id string) map[string]any { return map[string]any{"id": id, "
 // --history-bytes are in the welcome's limits, also when set as MCPP_
 // variables (the command line wins), and the gateway keeps that many.
 func TestHistoryFlagsFromEnvironment(t *testing.T) {
-	p := startGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=3", "MCPP_HISTORY_AGE=90m", "MCPP_HISTORY_BYTES=64MiB"})
-	g := p.gw
-	alice := g.dial(t, "hist-env", "alice", "echo=1")
-	limits, _ := alice.Welcome.payload()["limits"].(map[string]any)
+	p := harness.StartGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=3", "MCPP_HISTORY_AGE=90m", "MCPP_HISTORY_BYTES=64MiB"})
+	g := p.GW
+	alice := g.Dial(t, "hist-env", "alice", "echo=1")
+	limits, _ := alice.Welcome.Payload()["limits"].(map[string]any)
 	for k, v := range map[string]float64{"history": 3, "history_age_ms": 90 * 60 * 1000, "history_bytes": 64 << 20} {
 		if got, ok := limits[k]; !ok || got != v {
 			t.Errorf("limits.%s = %v, want %v (from MCPP_)", k, got, v)
@@ -328,10 +329,10 @@ func TestHistoryFlagsFromEnvironment(t *testing.T) {
 	histWantInfo(t, "bob", info, map[string]any{"replayed": 3, "folded": 0, "collapsed": 0})
 
 	// The command line wins over the environment.
-	p2 := startGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=3", "MCPP_HISTORY_AGE=90m", "MCPP_HISTORY_BYTES=64MiB"},
+	p2 := harness.StartGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=3", "MCPP_HISTORY_AGE=90m", "MCPP_HISTORY_BYTES=64MiB"},
 		"--history", "7", "--history-age", "2h", "--history-bytes", "32MiB")
-	c := p2.gw.dial(t, "hist-env", "carol", "")
-	limits, _ = c.Welcome.payload()["limits"].(map[string]any)
+	c := p2.GW.Dial(t, "hist-env", "carol", "")
+	limits, _ = c.Welcome.Payload()["limits"].(map[string]any)
 	for k, v := range map[string]float64{"history": 7, "history_age_ms": 2 * 3600 * 1000, "history_bytes": 32 << 20} {
 		if got, ok := limits[k]; !ok || got != v {
 			t.Errorf("limits.%s = %v, want %v (the flag over MCPP_)", k, got, v)
@@ -339,9 +340,9 @@ func TestHistoryFlagsFromEnvironment(t *testing.T) {
 	}
 
 	// MCPP_HISTORY=0 turns it off.
-	p3 := startGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=0"})
-	d := p3.gw.dial(t, "hist-env", "dave", "echo=1")
-	limits, _ = d.Welcome.payload()["limits"].(map[string]any)
+	p3 := harness.StartGatewayProc(t, []string{"MCPP_LISTEN=127.0.0.1:0", "MCPP_HISTORY=0"})
+	d := p3.GW.Dial(t, "hist-env", "dave", "echo=1")
+	limits, _ = d.Welcome.Payload()["limits"].(map[string]any)
 	if fmt.Sprint(limits["history"]) != "0" {
 		t.Errorf("limits.history = %v with MCPP_HISTORY=0", limits["history"])
 	}
@@ -353,19 +354,19 @@ func TestHistoryFlagsFromEnvironment(t *testing.T) {
 // and gets nothing of the past, an id may come twice, and gateway/history
 // answers an empty page.
 func TestHistoryOff(t *testing.T) {
-	g := startGateway(t, func(c *gateway.Config) { c.History = 0 })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.History = 0 })
 	const pod = "hist-off"
-	alice := g.dial(t, pod, "alice", "echo=1")
-	bob := g.dial(t, pod, "bob", "")
-	limits, _ := alice.Welcome.payload()["limits"].(map[string]any)
+	alice := g.Dial(t, pod, "alice", "echo=1")
+	bob := g.Dial(t, pod, "bob", "")
+	limits, _ := alice.Welcome.Payload()["limits"].(map[string]any)
 	if fmt.Sprint(limits["history"]) != "0" {
 		t.Errorf("limits.history = %v, want 0", limits["history"])
 	}
 	histSendSeen(alice, histChat("same"), histChat("other"))
 	histSendSeen(alice, map[string]any{"id": "same", "kind": "chat", "payload": map[string]any{"text": "again"}})
-	bob.expectEnvelope("chat", "same")
-	bob.expectEnvelope("chat", "other")
-	if m := bob.expectEnvelope("chat", "same"); m.payload()["text"] != "again" {
+	bob.ExpectEnvelope("chat", "same")
+	bob.ExpectEnvelope("chat", "other")
+	if m := bob.ExpectEnvelope("chat", "same"); m.Payload()["text"] != "again" {
 		t.Fatalf("bob: the second 'same' is %v", m)
 	}
 
@@ -380,11 +381,11 @@ func TestHistoryOff(t *testing.T) {
 	histLive(t, alice, "live", bob, carol, dave)
 
 	m := histAsk(carol, "q1", map[string]any{"limit": 10})
-	if m.kind() != "system/history" || !jsonEqual(m.payload(), map[string]any{"envelopes": []any{}, "more": false}) {
+	if m.Kind() != "system/history" || !harness.JSONEqual(m.Payload(), map[string]any{"envelopes": []any{}, "more": false}) {
 		t.Fatalf("gateway/history with history off: %v", m)
 	}
 	res := histPost(t, g, pod, "tool", "application/json", `{"id":"q2","kind":"gateway/history"}`)
-	if len(res) != 1 || !jsonEqual(res[0], map[string]any{"id": "q2", "answer": map[string]any{"envelopes": []any{}, "more": false}}) {
+	if len(res) != 1 || !harness.JSONEqual(res[0], map[string]any{"id": "q2", "answer": map[string]any{"envelopes": []any{}, "more": false}}) {
 		t.Fatalf("POST gateway/history with history off: %v", res)
 	}
 }
@@ -398,7 +399,7 @@ func TestHistoryOff(t *testing.T) {
 func TestHistoryJoinLastN(t *testing.T) {
 	g := histOn(t, nil)
 	const pod = "hist-lastn"
-	alice := g.dial(t, pod, "alice", "echo=1")
+	alice := g.Dial(t, pod, "alice", "echo=1")
 	histSendSeen(alice,
 		histChat("m1"), histChat("m2"),
 		histIn("c1", "step", histReasoning("ctx-a")),
@@ -411,7 +412,7 @@ func TestHistoryJoinLastN(t *testing.T) {
 	b, info, got := histJoin(t, g, pod, "bob", "history=3")
 	histEq(t, "history=3", histLabels(got), []string{"d1", "c3", "m5"})
 	histWantInfo(t, "history=3", info, map[string]any{"replayed": 3, "folded": 0, "collapsed": 0})
-	if got[0]["to"] == nil || got[2].payload()["text"] != "m5" {
+	if got[0]["to"] == nil || got[2].Payload()["text"] != "m5" {
 		t.Fatalf("replayed envelopes are not as relayed: %v", got)
 	}
 
@@ -436,13 +437,13 @@ func TestHistoryJoinLastN(t *testing.T) {
 	self, info, got := histJoin(t, g, pod, "alice", "history=2")
 	histEq(t, "alice's own, without echo", histLabels(got), []string{"m5", "live1"})
 	histWantInfo(t, "alice", info, map[string]any{"replayed": 2, "folded": 0, "collapsed": 0})
-	if self.Welcome.payload()["filter"].(map[string]any)["echo"] != false {
-		t.Fatalf("alice joined without echo, the welcome says %v", self.Welcome.payload()["filter"])
+	if self.Welcome.Payload()["filter"].(map[string]any)["echo"] != false {
+		t.Fatalf("alice joined without echo, the welcome says %v", self.Welcome.Payload()["filter"])
 	}
 
 	// N over --history is taken as --history.
 	g5 := histOn(t, func(c *gateway.Config) { c.History = 5 })
-	a5 := g5.dial(t, pod, "alice", "echo=1")
+	a5 := g5.Dial(t, pod, "alice", "echo=1")
 	for i := 1; i <= 8; i++ {
 		histSendSeen(a5, histChat(fmt.Sprintf("n%d", i)))
 	}
@@ -460,10 +461,10 @@ func TestHistoryJoinLastN(t *testing.T) {
 func TestHistoryFolding(t *testing.T) {
 	g := histOn(t, nil)
 	const pod = "hist-fold"
-	alice := g.dial(t, pod, "alice", "echo=1")
+	alice := g.Dial(t, pod, "alice", "echo=1")
 	histSendSeen(alice, histChat("m1"), histIn("a1", "step", histReasoning("A")), histIn("a2", "step", histReasoning("A")),
 		histIn("a-end", "conclusion", histReasoning("A")))
-	if ev := histAwaitEvent(alice, "A"); ev.payload()["reason"] != "conclusion" {
+	if ev := histAwaitEvent(alice, "A"); ev.Payload()["reason"] != "conclusion" {
 		t.Fatalf("A's event: %v", ev)
 	}
 	histSendSeen(alice, histIn("b1", "step", histReasoning("B")), histChat("m2"),
@@ -475,17 +476,17 @@ func TestHistoryFolding(t *testing.T) {
 	j1, info, got := histJoin(t, g, pod, "j1", "history=all")
 	histEq(t, "folded replay", histLabels(got), []string{"m1", "a-end", "ev:A", "b1", "m2", "tr", "cons", "a3"})
 	histWantInfo(t, "history=all", info, map[string]any{"replayed": 8, "folded": 2, "collapsed": 1})
-	if got[2].payload()["event"] != "concluded" || got[2].payload()["reason"] != "conclusion" {
+	if got[2].Payload()["event"] != "concluded" || got[2].Payload()["reason"] != "conclusion" {
 		t.Fatalf("the replayed event: %v", got[2])
 	}
-	if pl := got[5].payload(); pl["collapsed"] != true || pl["consumed_by"] != "cons" || pl["summary"] != "three rows" {
+	if pl := got[5].Payload(); pl["collapsed"] != true || pl["consumed_by"] != "cons" || pl["summary"] != "three rows" {
 		t.Fatalf("tr is replayed as %v, want it collapsed", got[5])
 	}
 
 	j2, info, got := histJoin(t, g, pod, "j2", "fold=0&history=all")
 	histEq(t, "fold=0", histLabels(got), []string{"m1", "a1", "a2", "a-end", "ev:A", "b1", "m2", "tr", "cons", "a3"})
 	histWantInfo(t, "fold=0", info, map[string]any{"replayed": 10, "folded": 0, "collapsed": 0})
-	if pl := got[7].payload(); pl["collapsed"] != nil || pl["rows"] == nil {
+	if pl := got[7].Payload(); pl["collapsed"] != nil || pl["rows"] == nil {
 		t.Fatalf("fold=0: tr is replayed as %v, want it whole", got[7])
 	}
 
@@ -506,15 +507,15 @@ func TestHistoryFolding(t *testing.T) {
 func TestHistoryFoldingTimeout(t *testing.T) {
 	g := histOn(t, func(c *gateway.Config) { c.ContextTimeout = 400 * time.Millisecond })
 	const pod = "hist-fold-timeout"
-	alice := g.dial(t, pod, "alice", "echo=1")
+	alice := g.Dial(t, pod, "alice", "echo=1")
 	histSendSeen(alice, histIn("t1", "step", histReasoning("T")), histIn("t2", "step", histReasoning("T")), histChat("m1"))
-	if ev := histAwaitEvent(alice, "T"); ev.payload()["reason"] != "timeout" {
+	if ev := histAwaitEvent(alice, "T"); ev.Payload()["reason"] != "timeout" {
 		t.Fatalf("T's event: %v", ev)
 	}
 	j1, info, got := histJoin(t, g, pod, "j1", "history=all")
 	histEq(t, "folded replay", histLabels(got), []string{"m1", "ev:T"})
 	histWantInfo(t, "history=all", info, map[string]any{"replayed": 2, "folded": 2, "collapsed": 0})
-	if got[1].payload()["reason"] != "timeout" {
+	if got[1].Payload()["reason"] != "timeout" {
 		t.Fatalf("the replayed event: %v", got[1])
 	}
 	j2, info, got := histJoin(t, g, pod, "j2", "history=all&fold=0")
@@ -528,8 +529,8 @@ func TestHistoryFoldingTimeout(t *testing.T) {
 func TestHistoryLifecycleInvalid(t *testing.T) {
 	g := histOn(t, nil)
 	const pod = "hist-lifecycle-bad"
-	alice := g.dial(t, pod, "alice", "")
-	bob := g.dial(t, pod, "bob", "")
+	alice := g.Dial(t, pod, "alice", "")
+	bob := g.Dial(t, pod, "bob", "")
 	var ids65 []string
 	for i := 0; i < 65; i++ {
 		ids65 = append(ids65, fmt.Sprintf("x%d", i))
@@ -570,12 +571,12 @@ func TestHistoryLifecycleInvalid(t *testing.T) {
 	}
 	for i, tc := range cases {
 		id := fmt.Sprintf("bad-%d", i)
-		alice.sendRaw([]byte(fmt.Sprintf(`{"id":%q,"kind":"chat","lifecycle":%s,"payload":{}}`, id, tc.lifecycle)))
-		m := alice.nextOf()
-		if m.errCode() != "invalid_envelope" || m.str("correlation_id") != id {
+		alice.SendRaw([]byte(fmt.Sprintf(`{"id":%q,"kind":"chat","lifecycle":%s,"payload":{}}`, id, tc.lifecycle)))
+		m := alice.NextOf()
+		if m.ErrCode() != "invalid_envelope" || m.Str("correlation_id") != id {
 			t.Errorf("lifecycle %s (%s): got %v, want invalid_envelope for %s", tc.name, tc.lifecycle, m, id)
 		}
-		if !alice.isOpen() {
+		if !alice.IsOpen() {
 			t.Fatalf("lifecycle %s: the connection closed", tc.name)
 		}
 	}
@@ -588,13 +589,13 @@ func TestHistoryLifecycleInvalid(t *testing.T) {
 		`{"mode":"durable"}`,
 		`{"mode":"ephemeral","consumes":["a"]}`,
 	} {
-		alice.sendRaw([]byte(fmt.Sprintf(`{"kind":"chat","lifecycle":%s,"payload":{"ok":true}}`, lc)))
-		if m := bob.nextOf(); m.kind() != "chat" || m.payload()["ok"] != true {
+		alice.SendRaw([]byte(fmt.Sprintf(`{"kind":"chat","lifecycle":%s,"payload":{"ok":true}}`, lc)))
+		if m := bob.NextOf(); m.Kind() != "chat" || m.Payload()["ok"] != true {
 			t.Fatalf("lifecycle %s: bob got %v, want it relayed", lc, m)
 		}
 	}
-	alice.send(histChat("after"))
-	if m := bob.nextOf(); m.str("id") != "after" {
+	alice.Send(histChat("after"))
+	if m := bob.NextOf(); m.Str("id") != "after" {
 		t.Fatalf("bob got %v, want the envelope after the refused ones", m)
 	}
 }
@@ -607,10 +608,10 @@ func TestHistoryLifecycleInvalid(t *testing.T) {
 func TestHistoryTransientCollapse(t *testing.T) {
 	g := histOn(t, nil)
 	const pod, other = "hist-collapse", "hist-collapse-other"
-	alice := g.dial(t, pod, "alice", "echo=1")
-	bob := g.dial(t, pod, "bob", "")
+	alice := g.Dial(t, pod, "alice", "echo=1")
+	bob := g.Dial(t, pod, "bob", "")
 	summary := `15 activity records (page 1/9, "IDs": 72, 73, 74…) é`
-	tr1 := `{"id":"tr1","kind":"tool/result","x-extra":{"keep":[1,2]},"lifecycle":{"mode":"transient","summary":` + string(mustJSON(t, summary)) + `},"payload":{"records":[72,73,74],"page":1}, "correlation_id":"call-1"}`
+	tr1 := `{"id":"tr1","kind":"tool/result","x-extra":{"keep":[1,2]},"lifecycle":{"mode":"transient","summary":` + string(harness.MustJSON(t, summary)) + `},"payload":{"records":[72,73,74],"page":1}, "correlation_id":"call-1"}`
 	tr2 := `{"kind":"tool/result","id":"tr2","lifecycle":{"summary":"no payload","mode":"transient"}}`
 	histSendSeen(alice, histChat("m-durable"), tr1, tr2,
 		`{"id":"c1","kind":"tool/used","lifecycle":{"consumes":["tr1","tr2","nope","m-durable"]},"payload":{"used":2}}`,
@@ -622,8 +623,8 @@ func TestHistoryTransientCollapse(t *testing.T) {
 	// Live: relayed as sent.
 	liveRaw := map[string][]byte{}
 	for _, id := range []string{"m-durable", "tr1", "tr2", "c1", "c2", "tr3", "e-cons", "tr4"} {
-		m := bob.nextOf()
-		if m.str("id") != id {
+		m := bob.NextOf()
+		if m.Str("id") != id {
 			t.Fatalf("bob got %v, want %s", m, id)
 		}
 		liveRaw[id] = histRawOf(bob, id)
@@ -640,12 +641,12 @@ func TestHistoryTransientCollapse(t *testing.T) {
 	histWantInfo(t, "carol", info, map[string]any{"replayed": 7, "folded": 0, "collapsed": 3})
 	carolRaw := map[string][]byte{}
 	for _, m := range got {
-		carolRaw[m.str("id")] = histRawOf(carol, m.str("id"))
+		carolRaw[m.Str("id")] = histRawOf(carol, m.Str("id"))
 	}
 	for _, c := range []struct{ id, summary, by string }{{"tr1", summary, "c1"}, {"tr2", "no payload", "c1"}, {"tr3", "s3", "e-cons"}} {
 		raw := carolRaw[c.id]
 		want := map[string]any{"collapsed": true, "summary": c.summary, "consumed_by": c.by}
-		if pl := gjson.GetBytes(raw, "payload"); !pl.IsObject() || !jsonEqual(pl.Value(), want) || len(pl.Map()) != 3 {
+		if pl := gjson.GetBytes(raw, "payload"); !pl.IsObject() || !harness.JSONEqual(pl.Value(), want) || len(pl.Map()) != 3 {
 			t.Errorf("%s is replayed with payload %s, want exactly %v", c.id, pl.Raw, want)
 		}
 		if a, b := histFields(t, liveRaw[c.id]), histFields(t, raw); strings.Join(a, "\n") != strings.Join(b, "\n") {
@@ -669,28 +670,28 @@ func TestHistoryTransientCollapse(t *testing.T) {
 
 	// gateway/history folds and collapses the same way by default.
 	m := histAsk(dan, "q1", nil)
-	envs, _ := m.payload()["envelopes"].([]any)
-	if len(envs) != 7 || !jsonEqual(envs[1].(map[string]any)["payload"], map[string]any{"collapsed": true, "summary": summary, "consumed_by": "c1"}) {
+	envs, _ := m.Payload()["envelopes"].([]any)
+	if len(envs) != 7 || !harness.JSONEqual(envs[1].(map[string]any)["payload"], map[string]any{"collapsed": true, "summary": summary, "consumed_by": "c1"}) {
 		t.Fatalf("gateway/history: %v", m)
 	}
 	m = histAsk(dan, "q2", map[string]any{"fold": false})
-	envs, _ = m.payload()["envelopes"].([]any)
-	if len(envs) != 7 || !jsonEqual(envs[1].(map[string]any)["payload"], map[string]any{"records": []int{72, 73, 74}, "page": 1}) {
+	envs, _ = m.Payload()["envelopes"].([]any)
+	if len(envs) != 7 || !harness.JSONEqual(envs[1].(map[string]any)["payload"], map[string]any{"records": []int{72, 73, 74}, "page": 1}) {
 		t.Fatalf("gateway/history fold false: %v", m)
 	}
 
 	// A consumes in one pod does not reach another pod's envelope.
-	ox := g.dial(t, other, "alice", "echo=1")
+	ox := g.Dial(t, other, "alice", "echo=1")
 	histSendSeen(ox, `{"id":"tr-x","kind":"tool/result","lifecycle":{"mode":"transient","summary":"x"},"payload":{"x":1}}`)
 	histSendSeen(alice, `{"id":"c-x","kind":"tool/used","lifecycle":{"consumes":["tr-x"]},"payload":{}}`)
 	_, info, got = histJoin(t, g, other, "erin", "history=all")
 	histEq(t, "the other pod", histLabels(got), []string{"tr-x"})
 	histWantInfo(t, "erin", info, map[string]any{"replayed": 1, "folded": 0, "collapsed": 0})
-	if got[0].payload()["x"] != float64(1) {
+	if got[0].Payload()["x"] != float64(1) {
 		t.Fatalf("the other pod's tr-x is replayed as %v", got[0])
 	}
-	for _, c := range []*client{bob, carol, dan} {
-		c.expectEnvelope("tool/used", "c-x")
+	for _, c := range []*harness.Client{bob, carol, dan} {
+		c.ExpectEnvelope("tool/used", "c-x")
 	}
 	histLive(t, alice, "live", bob, carol, dan)
 }
@@ -701,14 +702,14 @@ func TestHistoryTransientCollapse(t *testing.T) {
 func TestHistoryEphemeral(t *testing.T) {
 	g := histOn(t, nil)
 	const pod = "hist-ephemeral"
-	alice := g.dial(t, pod, "alice", "echo=1")
-	bob := g.dial(t, pod, "bob", "")
+	alice := g.Dial(t, pod, "alice", "echo=1")
+	bob := g.Dial(t, pod, "bob", "")
 	eph := func(id, text string) string {
 		return fmt.Sprintf(`{"id":%q,"kind":"status","lifecycle":{"mode":"ephemeral"},"payload":{"text":%q}}`, id, text)
 	}
 	histSendSeen(alice, histChat("m1"), eph("e1", "first"), eph("e1", "again"), eph("m1", "an id history holds"), histChat("x1"), eph("eph-r", "last seen"))
 	for _, want := range []string{"m1", "e1", "e1", "m1", "x1", "eph-r"} {
-		if m := bob.nextOf(); m.str("id") != want {
+		if m := bob.NextOf(); m.Str("id") != want {
 			t.Fatalf("bob got %v, want %s", m, want)
 		}
 	}
@@ -719,10 +720,10 @@ func TestHistoryEphemeral(t *testing.T) {
 
 	// bob saw eph-r last; he drops, misses x2 and another ephemeral one,
 	// and resumes from eph-r's place.
-	if err := bob.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+	if err := bob.Conn.Close(); err != nil {
 		t.Fatal(err)
 	}
-	alice.expectPresence("leave", "bob", 5*time.Second)
+	alice.AwaitPresence("leave", "bob", 5*time.Second)
 	histSendSeen(alice, eph("eph-away", "missed"), histChat("x2"))
 	bob2, info, got := histJoin(t, g, pod, "bob", "resume=eph-r")
 	histEq(t, "resume from an ephemeral envelope", histLabels(got), []string{"x2"})
@@ -731,7 +732,7 @@ func TestHistoryEphemeral(t *testing.T) {
 	carol, info, got := histJoin(t, g, pod, "carol", "history=all&fold=0")
 	histEq(t, "history=all", histLabels(got), []string{"m1", "x1", "x2"})
 	histWantInfo(t, "carol", info, map[string]any{"replayed": 3, "folded": 0, "collapsed": 0})
-	if got[0].payload()["text"] != "m1" {
+	if got[0].Payload()["text"] != "m1" {
 		t.Fatalf("m1 is replayed as %v", got[0])
 	}
 	labels, more := histPage(carol, "q1", map[string]any{"fold": false})
@@ -749,34 +750,34 @@ func TestHistoryEphemeral(t *testing.T) {
 func TestHistoryDuplicateID(t *testing.T) {
 	g := histOn(t, nil)
 	const pod = "hist-dup"
-	alice := g.dial(t, pod, "alice", "echo=1")
-	bob := g.dial(t, pod, "bob", "")
-	carol := g.dial(t, pod, "carol", "")
+	alice := g.Dial(t, pod, "alice", "echo=1")
+	bob := g.Dial(t, pod, "bob", "")
+	carol := g.Dial(t, pod, "carol", "")
 	histSendSeen(alice, map[string]any{"id": "d1", "kind": "chat", "payload": map[string]any{"v": "first"}})
-	alice.send(map[string]any{"id": "d1", "kind": "chat", "payload": map[string]any{"v": "second"}})
-	e := alice.expectErr("duplicate_id")
-	if e.str("correlation_id") != "d1" || e.payload()["retryable"] != false {
+	alice.Send(map[string]any{"id": "d1", "kind": "chat", "payload": map[string]any{"v": "second"}})
+	e := alice.ExpectErr("duplicate_id")
+	if e.Str("correlation_id") != "d1" || e.Payload()["retryable"] != false {
 		t.Fatalf("duplicate_id: %v", e)
 	}
-	carol.expectEnvelope("chat", "d1")
-	carol.send(map[string]any{"id": "d1", "kind": "other", "payload": map[string]any{"v": "carol's"}})
-	carol.expectErr("duplicate_id")
+	carol.ExpectEnvelope("chat", "d1")
+	carol.Send(map[string]any{"id": "d1", "kind": "other", "payload": map[string]any{"v": "carol's"}})
+	carol.ExpectErr("duplicate_id")
 
 	res := histPost(t, g, pod, "tool", "application/json", `{"id":"d1","kind":"chat","payload":{"v":"posted"}}`)
 	if len(res) != 1 || res[0]["error"] != "duplicate_id" || res[0]["id"] != "d1" || res[0]["retryable"] != false {
 		t.Fatalf("POST of d1: %v", res)
 	}
 	res = histPost(t, g, pod, "tool", "application/x-ndjson", `{"id":"p1","kind":"chat","payload":{"v":"first"}}`+"\n"+`{"id":"p1","kind":"chat","payload":{"v":"second"}}`+"\n")
-	if len(res) != 2 || !jsonEqual(res[0], map[string]any{"id": "p1"}) || res[1]["error"] != "duplicate_id" || res[1]["id"] != "p1" {
+	if len(res) != 2 || !harness.JSONEqual(res[0], map[string]any{"id": "p1"}) || res[1]["error"] != "duplicate_id" || res[1]["id"] != "p1" {
 		t.Fatalf("POST of p1 twice: %v", res)
 	}
-	alice.expectEnvelope("chat", "p1") // the posted one, relayed
-	alice.send(map[string]any{"id": "p1", "kind": "chat", "payload": map[string]any{}})
-	alice.expectErr("duplicate_id")
+	alice.ExpectEnvelope("chat", "p1") // the posted one, relayed
+	alice.Send(map[string]any{"id": "p1", "kind": "chat", "payload": map[string]any{}})
+	alice.ExpectErr("duplicate_id")
 
 	for _, want := range []string{"d1", "p1"} {
-		m := bob.nextOf()
-		if m.str("id") != want || m.payload()["v"] != "first" {
+		m := bob.NextOf()
+		if m.Str("id") != want || m.Payload()["v"] != "first" {
 			t.Fatalf("bob got %v, want the first %s", m, want)
 		}
 	}
@@ -784,23 +785,23 @@ func TestHistoryDuplicateID(t *testing.T) {
 
 	_, _, got := histJoin(t, g, pod, "dan", "history=all")
 	histEq(t, "history", histLabels(got), []string{"d1", "p1", "after"})
-	if got[0].payload()["v"] != "first" || got[1].payload()["v"] != "first" {
+	if got[0].Payload()["v"] != "first" || got[1].Payload()["v"] != "first" {
 		t.Fatalf("the history holds %v", got)
 	}
 
 	// Two senders race with the same ids: one of each pair gets through.
-	r1 := g.dial(t, pod, "r1", "")
-	r2 := g.dial(t, pod, "r2", "")
+	r1 := g.Dial(t, pod, "r1", "")
+	r2 := g.Dial(t, pod, "r2", "")
 	const n = 50
 	var wg sync.WaitGroup
-	for _, c := range []*client{r1, r2} {
+	for _, c := range []*harness.Client{r1, r2} {
 		wg.Add(1)
-		go func(c *client) {
+		go func(c *harness.Client) {
 			defer wg.Done()
 			for i := 0; i < n; i++ {
 				b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("race-%d", i), "kind": "race", "payload": map[string]any{"by": c.ID}})
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := c.conn.Write(ctx, websocket.MessageText, b)
+				err := c.Conn.Write(ctx, b)
 				cancel()
 				if err != nil {
 					t.Errorf("%s: write: %v", c.ID, err)
@@ -812,24 +813,24 @@ func TestHistoryDuplicateID(t *testing.T) {
 	wg.Wait()
 	seen := map[string]int{}
 	for len(seen) < n {
-		m := bob.nextOf()
-		if m.kind() != "race" {
+		m := bob.NextOf()
+		if m.Kind() != "race" {
 			t.Fatalf("bob got %v, want race envelopes", m)
 		}
-		seen[m.str("id")]++
+		seen[m.Str("id")]++
 	}
 	dups := map[string]int{}
 	deadline := time.Now().Add(10 * time.Second)
 	for total := 0; total < n && time.Now().Before(deadline); {
-		for _, c := range []*client{r1, r2} {
-			m := c.next(20 * time.Millisecond)
-			if m == nil || m.kind() == "system/presence" || m.kind() == "race" {
+		for _, c := range []*harness.Client{r1, r2} {
+			m := c.Next(20 * time.Millisecond)
+			if m == nil || m.Kind() == "system/presence" || m.Kind() == "race" {
 				continue
 			}
-			if m.errCode() != "duplicate_id" {
+			if m.ErrCode() != "duplicate_id" {
 				t.Fatalf("%s: got %v, want duplicate_id", c.ID, m)
 			}
-			dups[m.str("correlation_id")]++
+			dups[m.Str("correlation_id")]++
 			total++
 		}
 	}
@@ -849,7 +850,7 @@ func TestHistoryDuplicateID(t *testing.T) {
 func TestHistoryDuplicateIDOrder(t *testing.T) {
 	g := histOn(t, nil)
 	const pod = "hist-dup-order"
-	alice := g.dial(t, pod, "alice", "echo=1")
+	alice := g.Dial(t, pod, "alice", "echo=1")
 	histSendSeen(alice, histChat("d1"), histIn("d2", "step", histReasoning("X")))
 	for _, tc := range []struct {
 		env  string
@@ -864,9 +865,9 @@ func TestHistoryDuplicateIDOrder(t *testing.T) {
 		{`{"id":"d2","kind":"chat"}`, "duplicate_id"},
 		{`{"id":"z1","kind":"chat","context":{"id":"X","type":"workflow"}}`, "context_conflict"},
 	} {
-		alice.sendRaw([]byte(tc.env))
-		m := alice.nextOf()
-		if m.errCode() != tc.want {
+		alice.SendRaw([]byte(tc.env))
+		m := alice.NextOf()
+		if m.ErrCode() != tc.want {
 			t.Errorf("%s: got %v, want %s", tc.env, m, tc.want)
 		}
 	}
@@ -875,7 +876,7 @@ func TestHistoryDuplicateIDOrder(t *testing.T) {
 
 	// duplicate_id before context_limit_exceeded and rate_limited.
 	gr := histOn(t, func(c *gateway.Config) { c.Rate = 0.001; c.Burst = 3; c.MaxContextsPerParticipant = 1 })
-	r := gr.dial(t, pod, "r", "echo=1")
+	r := gr.Dial(t, pod, "r", "echo=1")
 	histSendSeen(r, histChat("r1"), histIn("r2", "step", histReasoning("Y")), histChat("r3")) // the burst is spent; Y is r's one context
 	for _, tc := range []struct {
 		env  string
@@ -888,9 +889,9 @@ func TestHistoryDuplicateIDOrder(t *testing.T) {
 		{`{"id":"r9","kind":"step","context":{"id":"Z","type":"reasoning"}}`, "context_limit_exceeded"},
 		{`{"id":"r9","kind":"chat"}`, "rate_limited"},
 	} {
-		r.sendRaw([]byte(tc.env))
-		m := r.nextOf()
-		if m.errCode() != tc.want {
+		r.SendRaw([]byte(tc.env))
+		m := r.NextOf()
+		if m.ErrCode() != tc.want {
 			t.Errorf("rate spent: %s: got %v, want %s", tc.env, m, tc.want)
 		}
 	}
@@ -903,7 +904,7 @@ func TestHistoryDuplicateIDOrder(t *testing.T) {
 func TestHistoryRequestOrder(t *testing.T) {
 	g := histOn(t, func(c *gateway.Config) { c.Rate, c.Burst = 0.01, 2 })
 	const pod = "hist-request-order"
-	alice := g.dial(t, pod, "alice", "echo=1")
+	alice := g.Dial(t, pod, "alice", "echo=1")
 	start := time.Now()
 	histSendSeen(alice, histChat("o1"), histChat("o2")) // the two tokens
 	for i, tc := range []struct {
@@ -936,23 +937,23 @@ func TestHistoryRequestOrder(t *testing.T) {
 func TestHistoryResume(t *testing.T) {
 	g := histOn(t, nil)
 	const pod = "hist-resume"
-	alice := g.dial(t, pod, "alice", "echo=1")
-	bob := g.dial(t, pod, "bob", "")
-	erin := g.dial(t, pod, "erin", "echo=1")
+	alice := g.Dial(t, pod, "alice", "echo=1")
+	bob := g.Dial(t, pod, "bob", "")
+	erin := g.Dial(t, pod, "erin", "echo=1")
 	histSendSeen(alice, histChat("m1"), histChat("m2"))
-	for _, c := range []*client{bob, erin} {
-		c.expectEnvelope("chat", "m1")
-		c.expectEnvelope("chat", "m2")
+	for _, c := range []*harness.Client{bob, erin} {
+		c.ExpectEnvelope("chat", "m1")
+		c.ExpectEnvelope("chat", "m2")
 	}
 	// bob's own b1 comes after m2; without echo he never receives it.
-	bob.send(histChat("b1"))
-	alice.expectEnvelope("chat", "b1")
-	erin.expectEnvelope("chat", "b1")
-	for _, c := range []*client{bob, erin} {
-		if err := c.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+	bob.Send(histChat("b1"))
+	alice.ExpectEnvelope("chat", "b1")
+	erin.ExpectEnvelope("chat", "b1")
+	for _, c := range []*harness.Client{bob, erin} {
+		if err := c.Conn.Close(); err != nil {
 			t.Fatal(err)
 		}
-		alice.expectPresence("leave", c.ID, 5*time.Second)
+		alice.AwaitPresence("leave", c.ID, 5*time.Second)
 	}
 
 	// Meanwhile: a context concludes, a transient envelope is consumed, an
@@ -971,8 +972,8 @@ func TestHistoryResume(t *testing.T) {
 	if r := histPost(t, g, pod, "erin", "application/json", `{"id":"e2","kind":"chat","payload":{}}`); len(r) != 1 || r[0]["id"] != "e2" {
 		t.Fatalf("POST as erin: %v", r)
 	}
-	alice.expectEnvelope("chat", "b2")
-	alice.expectEnvelope("chat", "e2")
+	alice.ExpectEnvelope("chat", "b2")
+	alice.ExpectEnvelope("chat", "e2")
 	trRaw := histRawOf(alice, "tr")
 
 	bob2, info, got := histJoin(t, g, pod, "bob", "resume=m2")
@@ -1022,13 +1023,13 @@ func TestHistoryBadQuery(t *testing.T) {
 		}
 		v.Set("pod", "hist-badq")
 		v.Set("participant", "p")
-		if status, code := refusal(t, g.WS, v, nil); status != http.StatusBadRequest || code != "invalid_filter" {
+		if status, code := harness.Refusal(t, g.WS, v, nil); status != http.StatusBadRequest || code != "invalid_filter" {
 			t.Errorf("%s: %d %s, want 400 invalid_filter", q, status, code)
 		}
 	}
 	// The bounds themselves are accepted.
 	for _, q := range []string{"history=1", "history=all", "history=100000", "fold=0&history=2", "fold=1", "resume=" + strings.Repeat("r", 128)} {
-		c := g.dial(t, "hist-badq", "ok", q)
+		c := g.Dial(t, "hist-badq", "ok", q)
 		if c.Welcome == nil {
 			t.Fatalf("%s: no welcome", q)
 		}
@@ -1042,7 +1043,7 @@ func TestHistoryBadQuery(t *testing.T) {
 func TestHistoryRequest(t *testing.T) {
 	g := histOn(t, func(c *gateway.Config) { c.MaxMessageBytes = 4096 })
 	const pod = "hist-request"
-	alice := g.dial(t, pod, "alice", "echo=1")
+	alice := g.Dial(t, pod, "alice", "echo=1")
 	var all []string
 	var envs []any
 	for i := 0; i < 120; i++ {
@@ -1051,7 +1052,7 @@ func TestHistoryRequest(t *testing.T) {
 		envs = append(envs, histChat(id))
 	}
 	histSendSeen(alice, envs...)
-	bob := g.dial(t, pod, "bob", "")
+	bob := g.Dial(t, pod, "bob", "")
 
 	got, more := histPage(bob, "q-default", nil)
 	histEq(t, "the default: the newest 100", got, all[20:])
@@ -1133,13 +1134,13 @@ func TestHistoryRequest(t *testing.T) {
 	}
 
 	// Its own envelopes are answered to the sender, whatever its echo.
-	a2 := g.dial(t, pod, "alice", "")
+	a2 := g.Dial(t, pod, "alice", "")
 	got, _ = histPage(a2, "q-own", map[string]any{"limit": 2})
 	histEq(t, "alice's own", got, all[118:])
 
 	// Contexts: one and its descendants; the filter applies; folding.
 	const cpod = "hist-request-ctx"
-	ca := g.dial(t, cpod, "alice", "echo=1")
+	ca := g.Dial(t, cpod, "alice", "echo=1")
 	histSendSeen(ca, histChat("c-m1"),
 		histIn("p1", "step", map[string]any{"id": "P", "type": "workflow"}),
 		histIn("q1", "step", map[string]any{"id": "Q", "type": "reasoning", "parent": "P"}),
@@ -1150,7 +1151,7 @@ func TestHistoryRequest(t *testing.T) {
 		histIn("f-end", "conclusion", histReasoning("F")))
 	histAwaitEvent(ca, "F")
 	histSendSeen(ca, histChat("c-m2"))
-	cb := g.dial(t, cpod, "bob", "")
+	cb := g.Dial(t, cpod, "bob", "")
 	got, _ = histPage(cb, "ctx-p", map[string]any{"context": "P"})
 	histEq(t, "context P", got, []string{"p1", "q1", "q2", "s1"})
 	got, _ = histPage(cb, "ctx-q", map[string]any{"context": "Q"})
@@ -1165,7 +1166,7 @@ func TestHistoryRequest(t *testing.T) {
 	histEq(t, "all, folded", got, []string{"c-m1", "p1", "q1", "r1", "q2", "s1", "f-end", "ev:F", "c-m2"})
 	got, _ = histPage(cb, "all-unfolded", map[string]any{"fold": false})
 	histEq(t, "all, fold false", got, []string{"c-m1", "p1", "q1", "r1", "q2", "s1", "f1", "f-end", "ev:F", "c-m2"})
-	cm := g.dial(t, cpod, "mainonly", "contexts=none&types=workflow")
+	cm := g.Dial(t, cpod, "mainonly", "contexts=none&types=workflow")
 	got, _ = histPage(cm, "filtered", map[string]any{"fold": false})
 	histEq(t, "contexts=none&types=workflow", got, []string{"c-m1", "p1", "r1", "c-m2"})
 	got, _ = histPage(cm, "filtered-q", map[string]any{"context": "Q"})
@@ -1173,22 +1174,22 @@ func TestHistoryRequest(t *testing.T) {
 
 	// The answer holds at most 4 x --max-message-bytes of envelopes.
 	const bpod = "hist-request-big"
-	ba := g.dial(t, bpod, "alice", "echo=1")
+	ba := g.Dial(t, bpod, "alice", "echo=1")
 	var big []string
 	for i := 0; i < 10; i++ {
 		id := fmt.Sprintf("big%d", i)
 		big = append(big, id)
-		histSendSeen(ba, envelopeOfSize(t, id, "big", 3000))
+		histSendSeen(ba, harness.EnvelopeOfSize(t, id, "big", 3000))
 	}
-	bb := g.dial(t, bpod, "bob", "")
+	bb := g.Dial(t, bpod, "bob", "")
 	m := histAsk(bb, "big-newest", map[string]any{"limit": 100})
-	got = histAnswerLabels(t, m.payload())
+	got = histAnswerLabels(t, m.Payload())
 	histEq(t, "3000-byte envelopes, 4 x 4096 bytes at most", got, big[5:])
-	if m.payload()["more"] != true {
+	if m.Payload()["more"] != true {
 		t.Error("the bounded answer: more is false")
 	}
 	size := 0
-	for _, e := range m.payload()["envelopes"].([]any) {
+	for _, e := range m.Payload()["envelopes"].([]any) {
 		b, _ := json.Marshal(e)
 		size += len(b)
 	}
@@ -1230,33 +1231,33 @@ func TestHistoryRequest(t *testing.T) {
 func TestHistoryMCPX(t *testing.T) {
 	g := histOn(t, nil)
 	const pod = "hist-mcpx"
-	alice := g.dial(t, pod, "alice", "echo=1")
+	alice := g.Dial(t, pod, "alice", "echo=1")
 	live, _, _ := histDialQ(t, g, url.Values{"topic": {pod}, "participant": {"mx-live"}})
 	histSendSeen(alice, histChat("m1"), histIn("c1", "step", histReasoning("X")), histIn("x-end", "conclusion", histReasoning("X")))
 	histAwaitEvent(alice, "X")
 	histSendSeen(alice, histChat("m2"))
 	liveRaw := map[string][]byte{}
 	for _, want := range []string{"m1", "c1", "x-end", "ev:X", "m2"} {
-		m := live.nextOf()
-		if histLabel(m) != want || m.str("protocol") != "mcpx/v0.1" {
+		m := live.NextOf()
+		if histLabel(m) != want || m.Str("protocol") != "mcpx/v0.1" {
 			t.Fatalf("mx-live got %v, want %s in mcpx/v0.1", m, want)
 		}
-		liveRaw[want] = histRawOf(live, m.str("id"))
+		liveRaw[want] = histRawOf(live, m.Str("id"))
 	}
-	check := func(who string, c *client, got []msg, want []string) {
+	check := func(who string, c *harness.Client, got []harness.Msg, want []string) {
 		t.Helper()
 		histEq(t, who, histLabels(got), want)
 		for _, m := range got {
-			if m.str("protocol") != "mcpx/v0.1" {
-				t.Errorf("%s: %s is replayed in %q", who, histLabel(m), m.str("protocol"))
+			if m.Str("protocol") != "mcpx/v0.1" {
+				t.Errorf("%s: %s is replayed in %q", who, histLabel(m), m.Str("protocol"))
 			}
-			if raw := histRawOf(c, m.str("id")); string(raw) != string(liveRaw[histLabel(m)]) {
+			if raw := histRawOf(c, m.Str("id")); string(raw) != string(liveRaw[histLabel(m)]) {
 				t.Errorf("%s: %s replayed as %s, live as %s", who, histLabel(m), raw, liveRaw[histLabel(m)])
 			}
 		}
 	}
 	topic, info, got := histDialQ(t, g, url.Values{"topic": {pod}, "participant": {"mx-topic"}, "history": {"all"}})
-	if topic.Welcome.str("protocol") != "mcpx/v0.1" || info["replayed"] != float64(4) {
+	if topic.Welcome.Str("protocol") != "mcpx/v0.1" || info["replayed"] != float64(4) {
 		t.Fatalf("mx-topic's welcome: %v", topic.Welcome)
 	}
 	check("topic=, history=all", topic, got, []string{"m1", "x-end", "ev:X", "m2"})
@@ -1264,35 +1265,35 @@ func TestHistoryMCPX(t *testing.T) {
 	check("protocol=mcpx/v0.1, fold=0", proto, got, []string{"m1", "c1", "x-end", "ev:X", "m2"})
 	_, _, got = histJoin(t, g, pod, "mcpp", "history=all")
 	for _, m := range got {
-		if m.str("protocol") != "mcpp/v0.1" {
-			t.Errorf("an MCPP joiner gets %s in %q", histLabel(m), m.str("protocol"))
+		if m.Str("protocol") != "mcpp/v0.1" {
+			t.Errorf("an MCPP joiner gets %s in %q", histLabel(m), m.Str("protocol"))
 		}
 	}
 
 	// gateway/history answers in the reader's protocol too.
 	ans := histAsk(proto, "q1", map[string]any{"fold": false})
-	if ans.str("protocol") != "mcpx/v0.1" {
-		t.Errorf("system/history to an MCPx participant in %q", ans.str("protocol"))
+	if ans.Str("protocol") != "mcpx/v0.1" {
+		t.Errorf("system/history to an MCPx participant in %q", ans.Str("protocol"))
 	}
-	for _, e := range ans.payload()["envelopes"].([]any) {
+	for _, e := range ans.Payload()["envelopes"].([]any) {
 		if p := e.(map[string]any)["protocol"]; p != "mcpx/v0.1" {
 			t.Errorf("gateway/history gives an MCPx participant %v in %v", e, p)
 		}
 	}
 
 	// A resume as MCPx.
-	if err := live.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+	if err := live.Conn.Close(); err != nil {
 		t.Fatal(err)
 	}
-	alice.expectPresence("leave", "mx-live", 5*time.Second)
+	alice.AwaitPresence("leave", "mx-live", 5*time.Second)
 	histSendSeen(alice, histChat("m3"))
-	topic.expectEnvelope("chat", "m3")
-	proto.expectEnvelope("chat", "m3")
+	topic.ExpectEnvelope("chat", "m3")
+	proto.ExpectEnvelope("chat", "m3")
 	resumed, info, got := histDialQ(t, g, url.Values{"topic": {pod}, "participant": {"mx-live"}, "resume": {"m2"}})
 	histEq(t, "MCPx resume", histLabels(got), []string{"m3"})
 	histWantInfo(t, "mx-live", info, map[string]any{"resumed": true, "replayed": 1})
-	if got[0].str("protocol") != "mcpx/v0.1" {
-		t.Fatalf("resumed in %q", got[0].str("protocol"))
+	if got[0].Str("protocol") != "mcpx/v0.1" {
+		t.Fatalf("resumed in %q", got[0].Str("protocol"))
 	}
 	histLive(t, alice, "live", topic, proto, resumed)
 }
@@ -1306,18 +1307,18 @@ func TestHistoryOutlivesParticipants(t *testing.T) {
 		c.ContextRetention = 200 * time.Millisecond
 	})
 	const pod = "hist-outlives"
-	alice := g.dial(t, pod, "alice", "echo=1")
-	bob := g.dial(t, pod, "bob", "")
+	alice := g.Dial(t, pod, "alice", "echo=1")
+	bob := g.Dial(t, pod, "bob", "")
 	histSendSeen(alice, histChat("m1"), histIn("c1", "step", histReasoning("X")), histChat("m2"))
 	histAwaitEvent(alice, "X")
-	for _, c := range []*client{alice, bob} {
-		if err := c.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+	for _, c := range []*harness.Client{alice, bob} {
+		if err := c.Conn.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The pod is gone (its context concluded and was forgotten); the
 	// gateway drops idle pods every 10 seconds.
-	eventually(t, 30*time.Second, "mcpp_pods back to 0", func() bool { return metric(t, g.URL, "mcpp_pods") == 0 })
+	harness.Eventually(t, 30*time.Second, "mcpp_pods back to 0", func() bool { return harness.Metric(t, g.URL, "mcpp_pods") == 0 })
 
 	// Opened again, for a POST, from the history stream alone.
 	res := histPost(t, g, pod, "tool", "application/json", `{"id":"q","kind":"gateway/history"}`)
@@ -1332,10 +1333,10 @@ func TestHistoryOutlivesParticipants(t *testing.T) {
 	histWantInfo(t, "carol", info, map[string]any{"replayed": 3, "folded": 1, "collapsed": 0})
 	_, _, got = histJoin(t, g, pod, "dan", "history=all&fold=0")
 	histEq(t, "fold=0", histLabels(got), []string{"m1", "c1", "m2", "ev:X"})
-	a2 := g.dial(t, pod, "alice", "echo=1")
+	a2 := g.Dial(t, pod, "alice", "echo=1")
 	// The ids are still taken.
-	a2.send(histChat("m1"))
-	a2.expectErr("duplicate_id")
+	a2.Send(histChat("m1"))
+	a2.ExpectErr("duplicate_id")
 	histLive(t, a2, "live", carol)
 }
 
@@ -1344,53 +1345,53 @@ func TestHistoryOutlivesParticipants(t *testing.T) {
 func TestHistoryResumeAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--listen", "127.0.0.1:0", "--history", "1000", "--history-dir", dir}
-	p1 := startGatewayProc(t, nil, args...)
+	p1 := harness.StartGatewayProc(t, nil, args...)
 	const pod = "hist-restart"
-	alice := p1.gw.dial(t, pod, "alice", "echo=1")
-	bob := p1.gw.dial(t, pod, "bob", "")
+	alice := p1.GW.Dial(t, pod, "alice", "echo=1")
+	bob := p1.GW.Dial(t, pod, "bob", "")
 	histSendSeen(alice, histChat("a1"), histChat("a2"))
-	bob.expectEnvelope("chat", "a1")
-	bob.expectEnvelope("chat", "a2") // bob saw a2 last
+	bob.ExpectEnvelope("chat", "a1")
+	bob.ExpectEnvelope("chat", "a2") // bob saw a2 last
 	histSendSeen(alice, histChat("a3"), histIn("a4", "step", histReasoning("R")), histChat("a5"))
-	if err := p1.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p1.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-p1.exited:
+	case <-p1.Exited:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("the gateway did not exit on SIGTERM:\n%s", p1.stderr)
+		t.Fatalf("the gateway did not exit on SIGTERM:\n%s", p1.Stderr)
 	}
 
-	p2 := startGatewayProc(t, nil, args...)
-	bob2, info, got := histJoin(t, p2.gw, pod, "bob", "resume=a2")
+	p2 := harness.StartGatewayProc(t, nil, args...)
+	bob2, info, got := histJoin(t, p2.GW, pod, "bob", "resume=a2")
 	histEq(t, "resumed across the restart", histLabels(got), []string{"a3", "a4", "a5"})
 	histWantInfo(t, "bob", info, map[string]any{"resumed": true, "replayed": 3})
-	carol, _, got := histJoin(t, p2.gw, pod, "carol", "history=all")
+	carol, _, got := histJoin(t, p2.GW, pod, "carol", "history=all")
 	histEq(t, "history=all after the restart", histLabels(got), []string{"a1", "a2", "a3", "a4", "a5"})
-	a2 := p2.gw.dial(t, pod, "alice", "echo=1")
-	a2.send(histChat("a3"))
-	a2.expectErr("duplicate_id")
+	a2 := p2.GW.Dial(t, pod, "alice", "echo=1")
+	a2.Send(histChat("a3"))
+	a2.ExpectErr("duplicate_id")
 	histLive(t, a2, "a6", bob2, carol)
-	t.Logf("restarted in %s", p2.gw.URL)
+	t.Logf("restarted in %s", p2.GW.URL)
 }
 
 // histCollect reads c, in a goroutine, until the envelope "end", and
 // returns the seq of every "seq" envelope in the order received (nil
 // when "end" does not come within d).
-func histCollect(c *client, d time.Duration) <-chan []int {
+func histCollect(c *harness.Client, d time.Duration) <-chan []int {
 	out := make(chan []int, 1)
 	go func() {
 		seqs := []int{}
 		deadline := time.Now().Add(d)
 		for {
-			m := c.next(time.Until(deadline))
+			m := c.Next(time.Until(deadline))
 			switch {
 			case m == nil:
 				out <- nil
 				return
-			case m.kind() == "seq":
-				seqs = append(seqs, seqOf(m))
-			case m.kind() == "end":
+			case m.Kind() == "seq":
+				seqs = append(seqs, harness.SeqOf(m))
+			case m.Kind() == "end":
 				out <- seqs
 				return
 			}
@@ -1420,8 +1421,8 @@ func histContiguous(seqs []int, from, to int) string {
 func TestHistoryJoinDuringBurst(t *testing.T) {
 	g := histOn(t, func(c *gateway.Config) { c.History = 10000; c.Rate = 1e6; c.Burst = 1e6 })
 	const pod, n = "hist-burst", 2000
-	alice := g.dial(t, pod, "alice", "")
-	obs := g.dial(t, pod, "obs", "")
+	alice := g.Dial(t, pod, "alice", "")
+	obs := g.Dial(t, pod, "obs", "")
 	obsSeqs := histCollect(obs, 60*time.Second)
 
 	// The sender, paced so that the burst lasts a few seconds.
@@ -1433,7 +1434,7 @@ func TestHistoryJoinDuringBurst(t *testing.T) {
 			b, _ := json.Marshal(v)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := alice.conn.Write(ctx, websocket.MessageText, b); err != nil {
+			if err := alice.Conn.Write(ctx, b); err != nil {
 				t.Errorf("alice: write: %v", err)
 				return false
 			}
@@ -1464,16 +1465,16 @@ func TestHistoryJoinDuringBurst(t *testing.T) {
 	}
 	var joiners []joiner
 	midBurst := 0
-	eventually(t, 10*time.Second, "the burst under way", func() bool { return sent.Load() >= 100 })
+	harness.Eventually(t, 10*time.Second, "the burst under way", func() bool { return sent.Load() >= 100 })
 
 	// A late joiner with history=50, mid-burst.
-	late := g.dial(t, pod, "late", "history=50")
+	late := g.Dial(t, pod, "late", "history=50")
 	lateInfo := histInfo(late)
 	joiners = append(joiners, joiner{what: "history=50", from: -1, seqs: histCollect(late, 60*time.Second)})
 
 	for i := 0; burstOn(); i++ {
 		// A joiner with history=all: from seq 0.
-		c := g.dial(t, pod, fmt.Sprintf("all-%d", i), "history=all")
+		c := g.Dial(t, pod, fmt.Sprintf("all-%d", i), "history=all")
 		if r, _ := histInfo(c)["replayed"].(float64); r > 0 && int(r) < n {
 			midBurst++
 		}
@@ -1482,29 +1483,29 @@ func TestHistoryJoinDuringBurst(t *testing.T) {
 		// A resumer: joins with history=all, reads a while, drops, and
 		// resumes from the last envelope it saw.
 		id := fmt.Sprintf("resume-%d", i)
-		r := g.dial(t, pod, id, "history=all")
+		r := g.Dial(t, pod, id, "history=all")
 		var pre []int
 		last := ""
 		for len(pre) < 50+i*37%200 {
-			m := r.next(5 * time.Second)
+			m := r.Next(5 * time.Second)
 			if m == nil {
 				t.Fatalf("%s: nothing within 5s", id)
 			}
-			if m.kind() == "seq" {
-				pre = append(pre, seqOf(m))
-				last = m.str("id")
+			if m.Kind() == "seq" {
+				pre = append(pre, harness.SeqOf(m))
+				last = m.Str("id")
 			}
-			if m.kind() == "end" {
+			if m.Kind() == "end" {
 				break
 			}
 		}
-		if err := r.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+		if err := r.Conn.Close(); err != nil {
 			t.Fatalf("%s: close: %v", id, err)
 		}
 		if last == "" || len(pre) == 0 || pre[len(pre)-1] == n-1 {
 			continue // it saw it all before it dropped
 		}
-		r2 := g.dial(t, pod, id, "resume="+last)
+		r2 := g.Dial(t, pod, id, "resume="+last)
 		if histInfo(r2)["resumed"] != true {
 			t.Fatalf("%s: resume=%s: the welcome's history is %v", id, last, histInfo(r2))
 		}

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -14,9 +16,9 @@ import (
 // fails and the code is -1.
 func limRunFails(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(buildCommand(t, "mcpp-gateway"), args...)
-	cmd.Env = append(envWithoutMCPP(), env...)
-	var out syncBuffer
+	cmd := exec.Command(harness.BuildCommand(t, "mcpp-gateway"), args...)
+	cmd.Env = append(harness.EnvWithoutMCPP(), env...)
+	var out harness.SyncBuffer
 	cmd.Stderr = &out
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
@@ -31,7 +33,7 @@ func limRunFails(t *testing.T, env []string, args ...string) (int, string) {
 			return cmd.ProcessState.ExitCode(), out.String()
 		case <-deadline:
 		case <-time.After(20 * time.Millisecond):
-			if !gatewayAddrRE.MatchString(out.String()) {
+			if !harness.GatewayAddrRE.MatchString(out.String()) {
 				continue
 			}
 		}
@@ -47,7 +49,7 @@ func limRunFails(t *testing.T, env []string, args ...string) (int, string) {
 // force (the flag's where both are given) and the gateway enforces them.
 func TestLimitsFromEnvironment(t *testing.T) {
 	t.Parallel()
-	p := startGatewayProc(t, []string{
+	p := harness.StartGatewayProc(t, []string{
 		"MCPP_LISTEN=127.0.0.1:0",
 		"MCPP_RATE=7",
 		"MCPP_BURST=9",
@@ -68,9 +70,9 @@ func TestLimitsFromEnvironment(t *testing.T) {
 		"MCPP_MAX_PODS=5",
 		"MCPP_SEND_QUEUE=100",
 	}, "--rate", "11", "--context-timeout=45s", "--max-contexts-per-pod", "78")
-	g := p.gw
-	a := g.dial(t, "limits-env", "a", "")
-	limits, _ := a.Welcome.payload()["limits"].(map[string]any)
+	g := p.GW
+	a := g.Dial(t, "limits-env", "a", "")
+	limits, _ := a.Welcome.Payload()["limits"].(map[string]any)
 	want := map[string]string{
 		"rate":                         "11", // flag over MCPP_RATE=7
 		"burst":                        "9",
@@ -100,22 +102,22 @@ func TestLimitsFromEnvironment(t *testing.T) {
 	}
 
 	// And it enforces them.
-	b := g.dial(t, "limits-env", "b", "")
-	limPresence(t, a, "join", "b")
-	if status, code := refusal(t, g.WS, limQuery("limits-env", "c"), nil); status != http.StatusServiceUnavailable || code != "over_capacity" {
+	b := g.Dial(t, "limits-env", "b", "")
+	a.ExpectPresence("join", "b")
+	if status, code := harness.Refusal(t, g.WS, harness.JoinQuery("limits-env", "c"), nil); status != http.StatusServiceUnavailable || code != "over_capacity" {
 		t.Fatalf("a third participant: %d %s, want 503 over_capacity (MCPP_MAX_PARTICIPANTS_PER_POD=2)", status, code)
 	}
-	a.sendRaw(limEnvelope(t, "deep", "chat", "x/y/z/w"))
-	a.expectErr("context_depth_exceeded")
-	a.sendRaw(limEnvelope(t, "deep-ok", "chat", "x/y/z"))
-	if m := limKind(t, b, "chat"); m.str("id") != "deep-ok" {
+	a.SendRaw(harness.EnvelopeJSON(t, "deep", "chat", "x/y/z/w"))
+	a.ExpectErr("context_depth_exceeded")
+	a.SendRaw(harness.EnvelopeJSON(t, "deep-ok", "chat", "x/y/z"))
+	if m := b.ExpectOther("chat"); m.Str("id") != "deep-ok" {
 		t.Fatalf("got %v, want deep-ok", m)
 	}
-	a.send(map[string]any{"id": "too-big", "kind": "chat", "payload": strings.Repeat("x", 5000)})
-	a.expectErr("message_too_large")
-	a.sendRaw(limEnvelope(t, "end", "done", "x/y/z"))
-	limKind(t, b, "done")
-	if ev := limKind(t, b, "system/context"); ev.contextID() != "x/y/z" || ev.payload()["reason"] != "conclusion" {
+	a.Send(map[string]any{"id": "too-big", "kind": "chat", "payload": strings.Repeat("x", 5000)})
+	a.ExpectErr("message_too_large")
+	a.SendRaw(harness.EnvelopeJSON(t, "end", "done", "x/y/z"))
+	b.ExpectOther("done")
+	if ev := b.ExpectOther("system/context"); ev.ContextID() != "x/y/z" || ev.Payload()["reason"] != "conclusion" {
 		t.Fatalf("got %v, want x/y/z concluded by the conclusion kind done", ev)
 	}
 }

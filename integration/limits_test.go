@@ -1,12 +1,12 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"fmt"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/mcpp/gateway/gateway"
 )
@@ -21,11 +21,11 @@ import (
 // other one is refused with rate_limited, and nothing is lost.
 func TestRateLimitExactCounts(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.Rate = 10; c.Burst = 10 })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.Rate = 10; c.Burst = 10 })
 	const pod = "limits-rate-exact"
-	recv := g.dial(t, pod, "receiver", "")
-	send := g.dial(t, pod, "sender", "")
-	limPresence(t, recv, "join", "sender")
+	recv := g.Dial(t, pod, "receiver", "")
+	send := g.Dial(t, pod, "sender", "")
+	recv.ExpectPresence("join", "sender")
 
 	const n = 40
 	var ids []string
@@ -33,45 +33,45 @@ func TestRateLimitExactCounts(t *testing.T) {
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("flood-%02d", i)
 		ids = append(ids, id)
-		msgs = append(msgs, limEnvelope(t, id, "chat", nil))
+		msgs = append(msgs, harness.EnvelopeJSON(t, id, "chat", nil))
 	}
-	start := limSendAll(send, msgs)
-	r := limAccount(t, send, recv, ids)
-	elapsed := r.done.Sub(start)
-	allowance := limAllowance(10, 10, elapsed)
-	t.Logf("%d relayed, %d refused; %v from the first write to the last answer (allowance %d)", len(r.relayed), len(r.refused), elapsed, allowance)
+	start := harness.SendAll(send, msgs)
+	r := harness.Account(t, send, recv, ids)
+	elapsed := r.Done.Sub(start)
+	allowance := harness.Allowance(10, 10, elapsed)
+	t.Logf("%d relayed, %d refused; %v from the first write to the last answer (allowance %d)", len(r.Relayed), len(r.Refused), elapsed, allowance)
 
-	if len(r.relayed)+len(r.refused) != n {
-		t.Fatalf("relayed %d + refused %d != %d", len(r.relayed), len(r.refused), n)
+	if len(r.Relayed)+len(r.Refused) != n {
+		t.Fatalf("relayed %d + refused %d != %d", len(r.Relayed), len(r.Refused), n)
 	}
-	if len(r.relayed) < 10 || len(r.relayed) > allowance {
-		t.Fatalf("%d relayed, want between the burst (10) and %d (the burst plus 10/s over %v)", len(r.relayed), allowance, elapsed)
+	if len(r.Relayed) < 10 || len(r.Relayed) > allowance {
+		t.Fatalf("%d relayed, want between the burst (10) and %d (the burst plus 10/s over %v)", len(r.Relayed), allowance, elapsed)
 	}
 	// The burst goes to the first ten, in the order they were sent.
-	if !slices.Equal(r.relayed[:10], ids[:10]) {
-		t.Fatalf("the first relayed are %v, want %v", r.relayed[:10], ids[:10])
+	if !slices.Equal(r.Relayed[:10], ids[:10]) {
+		t.Fatalf("the first relayed are %v, want %v", r.Relayed[:10], ids[:10])
 	}
-	if !slices.IsSorted(r.relayed) {
-		t.Fatalf("relayed out of the sender's order: %v", r.relayed)
+	if !slices.IsSorted(r.Relayed) {
+		t.Fatalf("relayed out of the sender's order: %v", r.Relayed)
 	}
 	var maxRetry float64
-	for _, m := range r.refused {
-		maxRetry = max(maxRetry, limCheckRefusal(t, m, "rate_limited", 100))
+	for _, m := range r.Refused {
+		maxRetry = max(maxRetry, harness.CheckRateRefusal(t, m, "rate_limited", 100))
 	}
-	limQuiet(t, send, 200*time.Millisecond)
-	limQuiet(t, recv, 50*time.Millisecond)
+	send.ExpectQuiet(200 * time.Millisecond)
+	recv.ExpectQuiet(50 * time.Millisecond)
 
-	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="rate_limited"}`); got != float64(len(r.refused)) {
-		t.Fatalf(`mcpp_errors_total{code="rate_limited"} = %v, want %d`, got, len(r.refused))
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_errors_total{code="rate_limited"}`); got != float64(len(r.Refused)) {
+		t.Fatalf(`mcpp_errors_total{code="rate_limited"} = %v, want %d`, got, len(r.Refused))
 	}
-	if got := metricOrZero(t, g.URL, "mcpp_envelopes_in_total"); got != float64(len(r.relayed)) {
-		t.Fatalf("mcpp_envelopes_in_total = %v, want %d", got, len(r.relayed))
+	if got := harness.MetricOrZero(t, g.URL, "mcpp_envelopes_in_total"); got != float64(len(r.Relayed)) {
+		t.Fatalf("mcpp_envelopes_in_total = %v, want %d", got, len(r.Relayed))
 	}
 
 	// Waiting as long as told is enough.
 	time.Sleep(time.Duration(maxRetry) * time.Millisecond)
-	send.sendRaw(limEnvelope(t, "after-wait", "chat", nil))
-	if m := limKind(t, recv, "chat"); m.str("id") != "after-wait" {
+	send.SendRaw(harness.EnvelopeJSON(t, "after-wait", "chat", nil))
+	if m := recv.ExpectOther("chat"); m.Str("id") != "after-wait" {
 		t.Fatalf("got %v after waiting retry_after_ms, want after-wait", m)
 	}
 }
@@ -82,58 +82,58 @@ func TestRateLimitExactCounts(t *testing.T) {
 // slow (100 s a token) so that nothing refills during the test.
 func TestRateLimitCountsEveryMessage(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 0.01, 3
 		c.ContextRate, c.ContextBurst = 0.01, 1
 		c.MaxContextsPerParticipant = 1
 		c.DefaultCapabilities = "chat"
 	})
 	const pod = "limits-rate-order"
-	recv := g.dial(t, pod, "receiver", "")
-	send := g.dial(t, pod, "sender", "")
-	limPresence(t, recv, "join", "sender")
+	recv := g.Dial(t, pod, "receiver", "")
+	send := g.Dial(t, pod, "sender", "")
+	recv.ExpectPresence("join", "sender")
 	start := time.Now()
 
-	send.sendRaw(limEnvelope(t, "e1", "chat", map[string]any{"id": "c1"})) // token 1
-	if m := limKind(t, recv, "chat"); m.str("id") != "e1" {
+	send.SendRaw(harness.EnvelopeJSON(t, "e1", "chat", map[string]any{"id": "c1"})) // token 1
+	if m := recv.ExpectOther("chat"); m.Str("id") != "e1" {
 		t.Fatalf("got %v, want e1", m)
 	}
-	send.sendRaw([]byte("{")) // token 2: a refused message takes one
-	send.expectErr("invalid_json")
-	send.sendRaw(limEnvelope(t, "e3", "chat", map[string]any{"id": "c1"})) // token 3
-	limCheckRefusal(t, send.expectErr("context_rate_limited"), "context_rate_limited", 100_000)
+	send.SendRaw([]byte("{")) // token 2: a refused message takes one
+	send.ExpectErr("invalid_json")
+	send.SendRaw(harness.EnvelopeJSON(t, "e3", "chat", map[string]any{"id": "c1"})) // token 3
+	harness.CheckRateRefusal(t, send.ExpectErr("context_rate_limited"), "context_rate_limited", 100_000)
 
 	// The bucket is empty; earlier rules in the table still come first.
-	send.sendRaw([]byte("{"))
-	send.expectErr("invalid_json")
-	send.sendRaw(limEnvelope(t, "e5", "mcp/request:tools/call", nil))
-	send.expectErr("capability_violation")
-	send.sendRaw(limEnvelope(t, "e6", "chat", map[string]any{"id": "c2"}))
-	lim := send.expectErr("context_limit_exceeded")
-	if r, _ := lim.payload()["retryable"].(bool); !r {
-		t.Fatalf("context_limit_exceeded is not retryable: %v", lim.payload())
+	send.SendRaw([]byte("{"))
+	send.ExpectErr("invalid_json")
+	send.SendRaw(harness.EnvelopeJSON(t, "e5", "mcp/request:tools/call", nil))
+	send.ExpectErr("capability_violation")
+	send.SendRaw(harness.EnvelopeJSON(t, "e6", "chat", map[string]any{"id": "c2"}))
+	lim := send.ExpectErr("context_limit_exceeded")
+	if r, _ := lim.Payload()["retryable"].(bool); !r {
+		t.Fatalf("context_limit_exceeded is not retryable: %v", lim.Payload())
 	}
 	// rate_limited comes before context_rate_limited.
-	send.sendRaw(limEnvelope(t, "e7", "chat", map[string]any{"id": "c1"}))
-	limCheckRefusal(t, send.expectErr("rate_limited"), "rate_limited", 100_000)
-	send.sendRaw(limEnvelope(t, "e8", "chat", nil))
-	m := send.expectErr("rate_limited")
-	limCheckRefusal(t, m, "rate_limited", 100_000)
-	if m.str("correlation_id") != "e8" {
-		t.Fatalf("rate_limited correlation_id %q, want e8", m.str("correlation_id"))
+	send.SendRaw(harness.EnvelopeJSON(t, "e7", "chat", map[string]any{"id": "c1"}))
+	harness.CheckRateRefusal(t, send.ExpectErr("rate_limited"), "rate_limited", 100_000)
+	send.SendRaw(harness.EnvelopeJSON(t, "e8", "chat", nil))
+	m := send.ExpectErr("rate_limited")
+	harness.CheckRateRefusal(t, m, "rate_limited", 100_000)
+	if m.Str("correlation_id") != "e8" {
+		t.Fatalf("rate_limited correlation_id %q, want e8", m.Str("correlation_id"))
 	}
 	// Requests to the gateway count against the rate too.
-	send.send(map[string]any{"id": "q1", "kind": "gateway/contexts"})
-	limCheckRefusal(t, send.expectErr("rate_limited"), "rate_limited", 100_000)
+	send.Send(map[string]any{"id": "q1", "kind": "gateway/contexts"})
+	harness.CheckRateRefusal(t, send.ExpectErr("rate_limited"), "rate_limited", 100_000)
 
 	if elapsed := time.Since(start); elapsed >= 90*time.Second {
 		t.Fatalf("the test took %v: a token may have refilled, so its refusals prove nothing", elapsed)
 	}
-	limQuiet(t, recv, 200*time.Millisecond)
-	limQuiet(t, send, 50*time.Millisecond)
+	recv.ExpectQuiet(200 * time.Millisecond)
+	send.ExpectQuiet(50 * time.Millisecond)
 	for code, want := range map[string]float64{"invalid_json": 2, "context_rate_limited": 1, "capability_violation": 1,
 		"context_limit_exceeded": 1, "rate_limited": 3} {
-		if got := metricOrZero(t, g.URL, fmt.Sprintf("mcpp_errors_total{code=%q}", code)); got != want {
+		if got := harness.MetricOrZero(t, g.URL, fmt.Sprintf("mcpp_errors_total{code=%q}", code)); got != want {
 			t.Errorf("mcpp_errors_total{code=%q} = %v, want %v", code, got, want)
 		}
 	}
@@ -144,22 +144,22 @@ func TestRateLimitCountsEveryMessage(t *testing.T) {
 // contexts and main-context envelopes all pass.
 func TestContextRateIsolated(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 1000, 1000
 		c.ContextRate, c.ContextBurst = 0.2, 5 // a token every 5 s
 		c.ContextCreateRate, c.ContextCreateBurst = 100, 100
 	})
 	const pod = "limits-context-rate"
-	recv := g.dial(t, pod, "receiver", "")
-	send := g.dial(t, pod, "sender", "")
-	limPresence(t, recv, "join", "sender")
+	recv := g.Dial(t, pod, "receiver", "")
+	send := g.Dial(t, pod, "sender", "")
+	recv.ExpectPresence("join", "sender")
 
 	var ids, hot, cool, main []string
 	var msgs [][]byte
 	add := func(id string, ctx any, list *[]string) {
 		ids = append(ids, id)
 		*list = append(*list, id)
-		msgs = append(msgs, limEnvelope(t, id, "chat", ctx))
+		msgs = append(msgs, harness.EnvelopeJSON(t, id, "chat", ctx))
 	}
 	for i := 0; i < 12; i++ {
 		add(fmt.Sprintf("hot-%02d", i), map[string]any{"id": "hot", "type": "reasoning"}, &hot)
@@ -168,56 +168,56 @@ func TestContextRateIsolated(t *testing.T) {
 		}
 		add(fmt.Sprintf("main-%02d", i), nil, &main)
 	}
-	start := limSendAll(send, msgs)
-	r := limAccount(t, send, recv, ids)
-	elapsed := r.done.Sub(start)
+	start := harness.SendAll(send, msgs)
+	r := harness.Account(t, send, recv, ids)
+	elapsed := r.Done.Sub(start)
 	relayed := map[string]bool{}
-	for _, id := range r.relayed {
+	for _, id := range r.Relayed {
 		relayed[id] = true
 	}
-	if got := limCount(main, relayed); got != len(main) {
+	if got := harness.CountIn(main, relayed); got != len(main) {
 		t.Fatalf("%d of %d main-context envelopes relayed: a busy context slowed the sender's others", got, len(main))
 	}
-	if got := limCount(cool, relayed); got != len(cool) {
+	if got := harness.CountIn(cool, relayed); got != len(cool) {
 		t.Fatalf("%d of %d envelopes of another context relayed", got, len(cool))
 	}
-	hotRelayed := limCount(hot, relayed)
-	allowance := limAllowance(5, 0.2, elapsed)
-	if hotRelayed < 5 || hotRelayed > allowance || limCount(hot[:5], relayed) != 5 {
+	hotRelayed := harness.CountIn(hot, relayed)
+	allowance := harness.Allowance(5, 0.2, elapsed)
+	if hotRelayed < 5 || hotRelayed > allowance || harness.CountIn(hot[:5], relayed) != 5 {
 		t.Fatalf("%d envelopes of the busy context relayed, want the first 5 and at most %d", hotRelayed, allowance)
 	}
 	for _, id := range hot {
 		if !relayed[id] {
-			limCheckRefusal(t, r.refused[id], "context_rate_limited", 5000)
+			harness.CheckRateRefusal(t, r.Refused[id], "context_rate_limited", 5000)
 		}
 	}
-	if len(r.refused) != len(hot)-hotRelayed {
-		t.Fatalf("%d refusals, want %d (the busy context's excess only)", len(r.refused), len(hot)-hotRelayed)
+	if len(r.Refused) != len(hot)-hotRelayed {
+		t.Fatalf("%d refusals, want %d (the busy context's excess only)", len(r.Refused), len(hot)-hotRelayed)
 	}
 
 	// The context's bucket is shared by everyone who sends in it.
-	other := g.dial(t, pod, "other", "")
-	limPresence(t, recv, "join", "other")
-	limPresence(t, send, "join", "other")
-	limSendAll(other, [][]byte{
-		limEnvelope(t, "other-hot", "chat", map[string]any{"id": "hot"}),
-		limEnvelope(t, "other-main", "chat", nil),
+	other := g.Dial(t, pod, "other", "")
+	recv.ExpectPresence("join", "other")
+	send.ExpectPresence("join", "other")
+	harness.SendAll(other, [][]byte{
+		harness.EnvelopeJSON(t, "other-hot", "chat", map[string]any{"id": "hot"}),
+		harness.EnvelopeJSON(t, "other-main", "chat", nil),
 	})
-	r2 := limAccount(t, other, recv, []string{"other-hot", "other-main"})
+	r2 := harness.Account(t, other, recv, []string{"other-hot", "other-main"})
 	left := 5 + 0.2*time.Since(start).Seconds() - float64(hotRelayed) // tokens the busy context may hold by now
-	if _, ok := r2.refused["other-main"]; ok {
-		t.Fatalf("other's main-context envelope refused: %v", r2.refused["other-main"])
+	if _, ok := r2.Refused["other-main"]; ok {
+		t.Fatalf("other's main-context envelope refused: %v", r2.Refused["other-main"])
 	}
-	if m, ok := r2.refused["other-hot"]; ok {
-		limCheckRefusal(t, m, "context_rate_limited", 5000)
+	if m, ok := r2.Refused["other-hot"]; ok {
+		harness.CheckRateRefusal(t, m, "context_rate_limited", 5000)
 	} else if left < 1 {
 		t.Fatalf("another sender's envelope passed the busy context (at most %.2f tokens in it)", left)
 	}
-	nRefused := len(r.refused) + len(r2.refused)
-	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="context_rate_limited"}`); got != float64(nRefused) {
+	nRefused := len(r.Refused) + len(r2.Refused)
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_errors_total{code="context_rate_limited"}`); got != float64(nRefused) {
 		t.Fatalf(`mcpp_errors_total{code="context_rate_limited"} = %v, want %d`, got, nRefused)
 	}
-	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="rate_limited"}`); got != 0 {
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_errors_total{code="rate_limited"}`); got != 0 {
 		t.Fatalf(`mcpp_errors_total{code="rate_limited"} = %v: a context limit counted as the sender's`, got)
 	}
 }
@@ -228,43 +228,43 @@ func TestContextRateIsolated(t *testing.T) {
 // main context and by others still works.
 func TestContextCreateRate(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 1000, 1000
 		c.ContextRate, c.ContextBurst = 1000, 1000
 		c.ContextCreateRate, c.ContextCreateBurst = 0.2, 3 // a context every 5 s
 	})
 	const pod = "limits-create-rate"
-	recv := g.dial(t, pod, "receiver", "")
-	send := g.dial(t, pod, "sender", "")
-	limPresence(t, recv, "join", "sender")
+	recv := g.Dial(t, pod, "receiver", "")
+	send := g.Dial(t, pod, "sender", "")
+	recv.ExpectPresence("join", "sender")
 
 	var opens, ids []string
 	var msgs [][]byte
 	for i := 0; i < 6; i++ {
 		id := fmt.Sprintf("open-%d", i)
 		opens = append(opens, id)
-		msgs = append(msgs, limEnvelope(t, id, "chat", map[string]any{"id": fmt.Sprintf("c%d", i)}))
+		msgs = append(msgs, harness.EnvelopeJSON(t, id, "chat", map[string]any{"id": fmt.Sprintf("c%d", i)}))
 	}
 	ids = append(ids, opens...)
 	var follow []string
 	for i := 0; i < 15; i++ {
 		id := fmt.Sprintf("in-%02d", i)
 		follow = append(follow, id)
-		msgs = append(msgs, limEnvelope(t, id, "chat", map[string]any{"id": fmt.Sprintf("c%d", i%3)}))
+		msgs = append(msgs, harness.EnvelopeJSON(t, id, "chat", map[string]any{"id": fmt.Sprintf("c%d", i%3)}))
 		id = fmt.Sprintf("main-%02d", i)
 		follow = append(follow, id)
-		msgs = append(msgs, limEnvelope(t, id, "chat", nil))
+		msgs = append(msgs, harness.EnvelopeJSON(t, id, "chat", nil))
 	}
 	ids = append(ids, follow...)
-	start := limSendAll(send, msgs)
-	r := limAccount(t, send, recv, ids)
+	start := harness.SendAll(send, msgs)
+	r := harness.Account(t, send, recv, ids)
 	relayed := map[string]bool{}
-	for _, id := range r.relayed {
+	for _, id := range r.Relayed {
 		relayed[id] = true
 	}
-	opened := limCount(opens, relayed)
-	allowance := limAllowance(3, 0.2, r.done.Sub(start))
-	if limCount(opens[:3], relayed) != 3 || opened > allowance {
+	opened := harness.CountIn(opens, relayed)
+	allowance := harness.Allowance(3, 0.2, r.Done.Sub(start))
+	if harness.CountIn(opens[:3], relayed) != 3 || opened > allowance {
 		t.Fatalf("%d contexts opened, want the first 3 and at most %d", opened, allowance)
 	}
 	want := []string{}
@@ -272,26 +272,26 @@ func TestContextCreateRate(t *testing.T) {
 		if relayed[id] {
 			want = append(want, fmt.Sprintf("c%d", i))
 		} else {
-			limCheckRefusal(t, r.refused[id], "context_rate_limited", 5000)
+			harness.CheckRateRefusal(t, r.Refused[id], "context_rate_limited", 5000)
 		}
 	}
-	if got := limCount(follow, relayed); got != len(follow) {
+	if got := harness.CountIn(follow, relayed); got != len(follow) {
 		t.Fatalf("%d of %d envelopes in open contexts and the main context relayed", got, len(follow))
 	}
 
 	// The refused ones were not opened.
-	got := limContextIDs(t, send, "all")
+	got := harness.ContextIDs(t, send, "all")
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		t.Fatalf("contexts %v, want %v", got, want)
 	}
 	// The create bucket is the sender's own.
-	recv.sendRaw(limEnvelope(t, "recv-open", "chat", map[string]any{"id": "recv-ctx"}))
-	if m := limKind(t, send, "chat"); m.str("id") != "recv-open" {
+	recv.SendRaw(harness.EnvelopeJSON(t, "recv-open", "chat", map[string]any{"id": "recv-ctx"}))
+	if m := send.ExpectOther("chat"); m.Str("id") != "recv-open" {
 		t.Fatalf("got %v, want another participant's new context", m)
 	}
-	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="context_rate_limited"}`); got != float64(len(r.refused)) {
-		t.Fatalf(`mcpp_errors_total{code="context_rate_limited"} = %v, want %d`, got, len(r.refused))
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_errors_total{code="context_rate_limited"}`); got != float64(len(r.Refused)) {
+		t.Fatalf(`mcpp_errors_total{code="context_rate_limited"} = %v, want %d`, got, len(r.Refused))
 	}
 }
 
@@ -300,23 +300,23 @@ func TestContextCreateRate(t *testing.T) {
 // not affected, and concluding one frees a slot.
 func TestMaxContextsPerParticipant(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.MaxContextsPerParticipant = 3 })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxContextsPerParticipant = 3 })
 	const pod = "limits-ctx-participant"
-	recv := g.dial(t, pod, "receiver", "")
-	send := g.dial(t, pod, "sender", "")
-	limPresence(t, recv, "join", "sender")
-	relay := func(from, to *client, id, kind string, ctx any) {
+	recv := g.Dial(t, pod, "receiver", "")
+	send := g.Dial(t, pod, "sender", "")
+	recv.ExpectPresence("join", "sender")
+	relay := func(from, to *harness.Client, id, kind string, ctx any) {
 		t.Helper()
-		from.sendRaw(limEnvelope(t, id, kind, ctx))
-		if m := limKind(t, to, kind); m.str("id") != id {
+		from.SendRaw(harness.EnvelopeJSON(t, id, kind, ctx))
+		if m := to.ExpectOther(kind); m.Str("id") != id {
 			t.Fatalf("got %v, want %s", m, id)
 		}
 	}
 	refused := func(id string, ctx any) {
 		t.Helper()
-		send.sendRaw(limEnvelope(t, id, "chat", ctx))
-		m := send.expectErr("context_limit_exceeded")
-		if r, _ := m.payload()["retryable"].(bool); !r || m.str("correlation_id") != id {
+		send.SendRaw(harness.EnvelopeJSON(t, id, "chat", ctx))
+		m := send.ExpectErr("context_limit_exceeded")
+		if r, _ := m.Payload()["retryable"].(bool); !r || m.Str("correlation_id") != id {
 			t.Fatalf("context_limit_exceeded: %v, want retryable and correlation_id %s", m, id)
 		}
 	}
@@ -337,14 +337,14 @@ func TestMaxContextsPerParticipant(t *testing.T) {
 
 	// A conclusion frees a slot.
 	relay(send, recv, "end-p1", "conclusion", map[string]any{"id": "p1"})
-	ev := limKind(t, recv, "system/context")
-	if ev.contextID() != "p1" || ev.payload()["reason"] != "conclusion" {
+	ev := recv.ExpectOther("system/context")
+	if ev.ContextID() != "p1" || ev.Payload()["reason"] != "conclusion" {
 		t.Fatalf("got %v, want p1 concluded", ev)
 	}
-	limKind(t, send, "system/context")
+	send.ExpectOther("system/context")
 	relay(send, recv, "open-3-now", "chat", map[string]any{"id": "p3"})
 	refused("open-4", map[string]any{"id": "p4"})
-	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="context_limit_exceeded"}`); got != 4 {
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_errors_total{code="context_limit_exceeded"}`); got != 4 {
 		t.Fatalf(`mcpp_errors_total{code="context_limit_exceeded"} = %v, want 4`, got)
 	}
 }
@@ -354,28 +354,28 @@ func TestMaxContextsPerParticipant(t *testing.T) {
 // conclusion frees a slot.
 func TestMaxContextsPerPod(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.MaxContextsPerPod = 4; c.MaxContextsPerParticipant = 3 })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxContextsPerPod = 4; c.MaxContextsPerParticipant = 3 })
 	const pod = "limits-ctx-pod"
-	a := g.dial(t, pod, "a", "")
-	b := g.dial(t, pod, "b", "")
-	limPresence(t, a, "join", "b")
-	c := g.dial(t, pod, "c", "")
-	limPresence(t, a, "join", "c")
-	limPresence(t, b, "join", "c")
-	relay := func(from *client, id, kind string, ctx any, to ...*client) {
+	a := g.Dial(t, pod, "a", "")
+	b := g.Dial(t, pod, "b", "")
+	a.ExpectPresence("join", "b")
+	c := g.Dial(t, pod, "c", "")
+	a.ExpectPresence("join", "c")
+	b.ExpectPresence("join", "c")
+	relay := func(from *harness.Client, id, kind string, ctx any, to ...*harness.Client) {
 		t.Helper()
-		from.sendRaw(limEnvelope(t, id, kind, ctx))
+		from.SendRaw(harness.EnvelopeJSON(t, id, kind, ctx))
 		for _, r := range to {
-			if m := limKind(t, r, kind); m.str("id") != id {
+			if m := r.ExpectOther(kind); m.Str("id") != id {
 				t.Fatalf("%s got %v, want %s", r.ID, m, id)
 			}
 		}
 	}
-	refused := func(from *client, id string, ctx any) {
+	refused := func(from *harness.Client, id string, ctx any) {
 		t.Helper()
-		from.sendRaw(limEnvelope(t, id, "chat", ctx))
-		m := from.expectErr("context_limit_exceeded")
-		if r, _ := m.payload()["retryable"].(bool); !r {
+		from.SendRaw(harness.EnvelopeJSON(t, id, "chat", ctx))
+		m := from.ExpectErr("context_limit_exceeded")
+		if r, _ := m.Payload()["retryable"].(bool); !r {
 			t.Fatalf("context_limit_exceeded is not retryable: %v", m)
 		}
 	}
@@ -390,20 +390,20 @@ func TestMaxContextsPerPod(t *testing.T) {
 	relay(b, "b-in-b0", "chat", map[string]any{"id": "b0"}, a, c)
 	relay(c, "c-main", "chat", nil, a, b)
 	// Another pod has its own cap.
-	d := g.dial(t, "limits-ctx-pod-other", "d", "")
-	e := g.dial(t, "limits-ctx-pod-other", "e", "")
-	limPresence(t, d, "join", "e")
+	d := g.Dial(t, "limits-ctx-pod-other", "d", "")
+	e := g.Dial(t, "limits-ctx-pod-other", "e", "")
+	d.ExpectPresence("join", "e")
 	relay(d, "d-open", "chat", map[string]any{"id": "d0"}, e)
 
 	relay(a, "a-end-0", "conclusion", map[string]any{"id": "a0"}, b, c)
-	for _, r := range []*client{a, b, c} {
-		if ev := limKind(t, r, "system/context"); ev.contextID() != "a0" {
+	for _, r := range []*harness.Client{a, b, c} {
+		if ev := r.ExpectOther("system/context"); ev.ContextID() != "a0" {
 			t.Fatalf("%s got %v, want a0 concluded", r.ID, ev)
 		}
 	}
 	relay(c, "c-open-0-now", "chat", map[string]any{"id": "c0"}, a, b)
 	refused(b, "b-open-1-again", map[string]any{"id": "b1"})
-	if got := metricOrZero(t, g.URL, `mcpp_errors_total{code="context_limit_exceeded"}`); got != 3 {
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_errors_total{code="context_limit_exceeded"}`); got != 3 {
 		t.Fatalf(`mcpp_errors_total{code="context_limit_exceeded"} = %v, want 3`, got)
 	}
 }
@@ -412,30 +412,30 @@ func TestMaxContextsPerPod(t *testing.T) {
 // over_capacity, in any pod; a closed connection frees its place.
 func TestMaxConnections(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.MaxConnections = 3 })
-	a := g.dial(t, "limits-conn-1", "a", "")
-	b := g.dial(t, "limits-conn-1", "b", "")
-	limPresence(t, a, "join", "b")
-	c := g.dial(t, "limits-conn-2", "c", "")
-	limExpectOverCapacity(t, g, "limits-conn-3", "d")
-	limExpectOverCapacity(t, g, "limits-conn-1", "e")
-	if got := metricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxConnections = 3 })
+	a := g.Dial(t, "limits-conn-1", "a", "")
+	b := g.Dial(t, "limits-conn-1", "b", "")
+	a.ExpectPresence("join", "b")
+	c := g.Dial(t, "limits-conn-2", "c", "")
+	harness.ExpectOverCapacity(t, g, "limits-conn-3", "d")
+	harness.ExpectOverCapacity(t, g, "limits-conn-1", "e")
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
 		t.Fatalf(`mcpp_upgrade_refusals_total{code="over_capacity"} = %v, want 2`, got)
 	}
 	// The ones in are not disturbed.
-	a.sendRaw(limEnvelope(t, "still-here", "chat", nil))
-	if m := limKind(t, b, "chat"); m.str("id") != "still-here" {
+	a.SendRaw(harness.EnvelopeJSON(t, "still-here", "chat", nil))
+	if m := b.ExpectOther("chat"); m.Str("id") != "still-here" {
 		t.Fatalf("got %v, want still-here", m)
 	}
 
-	c.conn.Close(websocket.StatusNormalClosure, "")
-	var d *client
-	eventually(t, 5*time.Second, "a place after a connection closed", func() bool {
-		d = limTryDial(t, g, "limits-conn-3", "d")
+	c.Conn.Close()
+	var d *harness.Client
+	harness.Eventually(t, 5*time.Second, "a place after a connection closed", func() bool {
+		d = harness.TryDial(t, g, "limits-conn-3", "d")
 		return d != nil
 	})
-	limExpectOverCapacity(t, g, "limits-conn-2", "f")
-	if got := metricOrZero(t, g.URL, "mcpp_connections"); got != 3 {
+	harness.ExpectOverCapacity(t, g, "limits-conn-2", "f")
+	if got := harness.MetricOrZero(t, g.URL, "mcpp_connections"); got != 3 {
 		t.Fatalf("mcpp_connections = %v, want 3", got)
 	}
 }
@@ -445,37 +445,37 @@ func TestMaxConnections(t *testing.T) {
 // replace its connection, and does not limit other pods.
 func TestMaxParticipantsPerPod(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.MaxParticipantsPerPod = 2 })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxParticipantsPerPod = 2 })
 	const pod = "limits-pod-full"
-	a := g.dial(t, pod, "a", "")
-	b := g.dial(t, pod, "b", "")
-	limPresence(t, a, "join", "b")
-	limExpectOverCapacity(t, g, pod, "c")
+	a := g.Dial(t, pod, "a", "")
+	b := g.Dial(t, pod, "b", "")
+	a.ExpectPresence("join", "b")
+	harness.ExpectOverCapacity(t, g, pod, "c")
 	// Past this envelope b has had every presence from before.
-	a.sendRaw(limEnvelope(t, "from-a", "chat", nil))
-	if m := limKind(t, b, "chat"); m.str("id") != "from-a" {
+	a.SendRaw(harness.EnvelopeJSON(t, "from-a", "chat", nil))
+	if m := b.ExpectOther("chat"); m.Str("id") != "from-a" {
 		t.Fatalf("got %v, want from-a", m)
 	}
 
-	a2 := g.dial(t, pod, "a", "") // replaces a, at the cap
-	if code := a.waitClosed(5 * time.Second); code != 4000 {
+	a2 := g.Dial(t, pod, "a", "") // replaces a, at the cap
+	if code := a.WaitClosed(5 * time.Second); code != 4000 {
 		t.Fatalf("the replaced connection closed with %d, want 4000", code)
 	}
-	a2.sendRaw(limEnvelope(t, "from-a2", "chat", nil))
-	if m := b.expectKind("chat"); m.str("id") != "from-a2" { // no presence for a replacement
+	a2.SendRaw(harness.EnvelopeJSON(t, "from-a2", "chat", nil))
+	if m := b.ExpectKind("chat"); m.Str("id") != "from-a2" { // no presence for a replacement
 		t.Fatalf("got %v, want from-a2", m)
 	}
-	limExpectOverCapacity(t, g, pod, "c")
-	g.dial(t, "limits-pod-other", "c", "")
+	harness.ExpectOverCapacity(t, g, pod, "c")
+	g.Dial(t, "limits-pod-other", "c", "")
 
-	b.conn.Close(websocket.StatusNormalClosure, "")
-	limPresence(t, a2, "leave", "b")
-	var c2 *client
-	eventually(t, 5*time.Second, "a place after b left", func() bool {
-		c2 = limTryDial(t, g, pod, "c")
+	b.Conn.Close()
+	a2.ExpectPresence("leave", "b")
+	var c2 *harness.Client
+	harness.Eventually(t, 5*time.Second, "a place after b left", func() bool {
+		c2 = harness.TryDial(t, g, pod, "c")
 		return c2 != nil
 	})
-	if got := metricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
 		t.Fatalf(`mcpp_upgrade_refusals_total{code="over_capacity"} = %v, want 2`, got)
 	}
 }
@@ -484,17 +484,17 @@ func TestMaxParticipantsPerPod(t *testing.T) {
 // existing pods take new participants; a pod left empty frees its place.
 func TestMaxPods(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.MaxPods = 2 })
-	g.dial(t, "limits-pods-1", "a", "")
-	g.dial(t, "limits-pods-2", "b", "")
-	limExpectOverCapacity(t, g, "limits-pods-3", "c")
-	g.dial(t, "limits-pods-1", "d", "")
-	g.dial(t, "limits-pods-2", "e", "")
-	limExpectOverCapacity(t, g, "limits-pods-3", "c")
-	if got := metricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxPods = 2 })
+	g.Dial(t, "limits-pods-1", "a", "")
+	g.Dial(t, "limits-pods-2", "b", "")
+	harness.ExpectOverCapacity(t, g, "limits-pods-3", "c")
+	g.Dial(t, "limits-pods-1", "d", "")
+	g.Dial(t, "limits-pods-2", "e", "")
+	harness.ExpectOverCapacity(t, g, "limits-pods-3", "c")
+	if got := harness.MetricOrZero(t, g.URL, `mcpp_upgrade_refusals_total{code="over_capacity"}`); got != 2 {
 		t.Fatalf(`mcpp_upgrade_refusals_total{code="over_capacity"} = %v, want 2`, got)
 	}
-	if got := metricOrZero(t, g.URL, "mcpp_pods"); got != 2 {
+	if got := harness.MetricOrZero(t, g.URL, "mcpp_pods"); got != 2 {
 		t.Fatalf("mcpp_pods = %v, want 2", got)
 	}
 }
@@ -503,13 +503,13 @@ func TestMaxPods(t *testing.T) {
 // context, no longer counts against --max-pods.
 func TestMaxPodsFreedWhenEmpty(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.MaxPods = 1 })
-	a := g.dial(t, "limits-podfree-1", "a", "")
-	limExpectOverCapacity(t, g, "limits-podfree-2", "b")
-	a.conn.Close(websocket.StatusNormalClosure, "")
-	var b *client
-	eventually(t, 5*time.Second, "the empty pod's place", func() bool {
-		b = limTryDial(t, g, "limits-podfree-2", "b")
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.MaxPods = 1 })
+	a := g.Dial(t, "limits-podfree-1", "a", "")
+	harness.ExpectOverCapacity(t, g, "limits-podfree-2", "b")
+	a.Conn.Close()
+	var b *harness.Client
+	harness.Eventually(t, 5*time.Second, "the empty pod's place", func() bool {
+		b = harness.TryDial(t, g, "limits-podfree-2", "b")
 		return b != nil
 	})
 }
@@ -519,59 +519,59 @@ func TestMaxPodsFreedWhenEmpty(t *testing.T) {
 // bucket. A token takes 20 s, so none refills during the test.
 func TestRateBucketInherited(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.Rate, c.Burst = 0.05, 3 })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.Rate, c.Burst = 0.05, 3 })
 	start := time.Now()
-	drain := func(t *testing.T, c *client, to *client, prefix string) {
+	drain := func(t *testing.T, c *harness.Client, to *harness.Client, prefix string) {
 		t.Helper()
 		for i := 0; i < 3; i++ {
 			id := fmt.Sprintf("%s-%d", prefix, i)
-			c.sendRaw(limEnvelope(t, id, "chat", nil))
-			if m := limKind(t, to, "chat"); m.str("id") != id {
+			c.SendRaw(harness.EnvelopeJSON(t, id, "chat", nil))
+			if m := to.ExpectOther("chat"); m.Str("id") != id {
 				t.Fatalf("got %v, want %s", m, id)
 			}
 		}
 	}
-	limited := func(t *testing.T, c *client, id string) {
+	limited := func(t *testing.T, c *harness.Client, id string) {
 		t.Helper()
-		c.sendRaw(limEnvelope(t, id, "chat", nil))
-		limCheckRefusal(t, c.expectErr("rate_limited"), "rate_limited", 20_000)
+		c.SendRaw(harness.EnvelopeJSON(t, id, "chat", nil))
+		harness.CheckRateRefusal(t, c.ExpectErr("rate_limited"), "rate_limited", 20_000)
 	}
 
 	t.Run("replacing connection", func(t *testing.T) {
 		const pod = "limits-inherit-replace"
-		recv := g.dial(t, pod, "receiver", "")
-		a := g.dial(t, pod, "sender", "")
-		limPresence(t, recv, "join", "sender")
+		recv := g.Dial(t, pod, "receiver", "")
+		a := g.Dial(t, pod, "sender", "")
+		recv.ExpectPresence("join", "sender")
 		drain(t, a, recv, "a")
-		a2 := g.dial(t, pod, "sender", "")
-		if code := a.waitClosed(5 * time.Second); code != 4000 {
+		a2 := g.Dial(t, pod, "sender", "")
+		if code := a.WaitClosed(5 * time.Second); code != 4000 {
 			t.Fatalf("replaced connection closed with %d, want 4000", code)
 		}
 		limited(t, a2, "a2-0")
-		limQuiet(t, recv, 100*time.Millisecond)
+		recv.ExpectQuiet(100 * time.Millisecond)
 	})
 	t.Run("reconnect after leaving", func(t *testing.T) {
 		const pod = "limits-inherit-reconnect"
-		recv := g.dial(t, pod, "receiver", "")
-		a := g.dial(t, pod, "sender", "")
-		limPresence(t, recv, "join", "sender")
+		recv := g.Dial(t, pod, "receiver", "")
+		a := g.Dial(t, pod, "sender", "")
+		recv.ExpectPresence("join", "sender")
 		drain(t, a, recv, "a")
-		a.conn.Close(websocket.StatusNormalClosure, "")
-		limPresence(t, recv, "leave", "sender")
-		a2 := g.dial(t, pod, "sender", "")
-		limPresence(t, recv, "join", "sender")
+		a.Conn.Close()
+		recv.ExpectPresence("leave", "sender")
+		a2 := g.Dial(t, pod, "sender", "")
+		recv.ExpectPresence("join", "sender")
 		limited(t, a2, "a2-0")
-		limQuiet(t, recv, 100*time.Millisecond)
+		recv.ExpectQuiet(100 * time.Millisecond)
 	})
 	t.Run("reconnect to a pod left empty", func(t *testing.T) {
 		const pod = "limits-inherit-alone"
-		a := g.dial(t, pod, "sender", "echo=1")
+		a := g.Dial(t, pod, "sender", "echo=1")
 		drain(t, a, a, "a")
-		a.conn.Close(websocket.StatusNormalClosure, "")
-		eventually(t, 5*time.Second, "the sender's leave", func() bool {
-			return metricOrZero(t, g.URL, "mcpp_connections") == 0 // the earlier subtests' connections closed with them
+		a.Conn.Close()
+		harness.Eventually(t, 5*time.Second, "the sender's leave", func() bool {
+			return harness.MetricOrZero(t, g.URL, "mcpp_connections") == 0 // the earlier subtests' connections closed with them
 		})
-		a2 := g.dial(t, pod, "sender", "echo=1")
+		a2 := g.Dial(t, pod, "sender", "echo=1")
 		limited(t, a2, "a2-0")
 	})
 	if elapsed := time.Since(start); elapsed >= 19*time.Second {
@@ -583,7 +583,7 @@ func TestRateBucketInherited(t *testing.T) {
 // every one of them.
 func TestWelcomeListsEveryLimit(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.MaxMessageBytes = 70000
 		c.MaxContextBytes = 1234
 		c.MaxDepth = 7
@@ -601,8 +601,8 @@ func TestWelcomeListsEveryLimit(t *testing.T) {
 		c.SendQueue = 333
 		c.MCPSessionTimeout = 45 * time.Second
 	})
-	w := g.dial(t, "limits-welcome", "a", "").Welcome
-	limits, _ := w.payload()["limits"].(map[string]any)
+	w := g.Dial(t, "limits-welcome", "a", "").Welcome
+	limits, _ := w.Payload()["limits"].(map[string]any)
 	want := map[string]any{
 		"max_message_bytes":            70000.0,
 		"max_context_bytes":            1234.0,
@@ -642,17 +642,17 @@ func TestWelcomeListsEveryLimit(t *testing.T) {
 // after rate_limited in the table.
 func TestRateLimitedRequestOrder(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.Rate, c.Burst = 0.01, 1 })
-	a := g.dial(t, "limits-request-order", "a", "")
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.Rate, c.Burst = 0.01, 1 })
+	a := g.Dial(t, "limits-request-order", "a", "")
 	start := time.Now()
-	a.send(map[string]any{"id": "q0", "kind": "gateway/contexts"}) // the one token
-	limKind(t, a, "system/contexts")
-	a.send(map[string]any{"id": "q1", "kind": "gateway/nope"})
-	limCheckRefusal(t, a.expectErr("rate_limited"), "rate_limited", 100_000)
-	a.send(map[string]any{"id": "q2", "kind": "gateway/filter", "payload": "not a filter"})
-	a.expectErr("invalid_envelope")
-	a.send(map[string]any{"id": "q3", "kind": "gateway/contexts", "payload": map[string]any{"state": "bogus"}})
-	a.expectErr("invalid_envelope")
+	a.Send(map[string]any{"id": "q0", "kind": "gateway/contexts"}) // the one token
+	a.ExpectOther("system/contexts")
+	a.Send(map[string]any{"id": "q1", "kind": "gateway/nope"})
+	harness.CheckRateRefusal(t, a.ExpectErr("rate_limited"), "rate_limited", 100_000)
+	a.Send(map[string]any{"id": "q2", "kind": "gateway/filter", "payload": "not a filter"})
+	a.ExpectErr("invalid_envelope")
+	a.Send(map[string]any{"id": "q3", "kind": "gateway/contexts", "payload": map[string]any{"state": "bogus"}})
+	a.ExpectErr("invalid_envelope")
 	if elapsed := time.Since(start); elapsed >= 90*time.Second {
 		t.Fatalf("the test took %v: a token may have refilled", elapsed)
 	}

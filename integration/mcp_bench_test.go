@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"context"
 	"fmt"
 	"slices"
@@ -8,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -22,7 +23,7 @@ import (
 func benchMCP(b *testing.B, ws, pod, id, version string) *mcp.ClientSession {
 	b.Helper()
 	base := strings.TrimSuffix(strings.Replace(ws, "ws://", "http://", 1), "/ws")
-	cs, err := mcpDial(base, pod, id, mcpOpts{version: version})
+	cs, err := harness.MCPDial(base, pod, id, harness.MCPOpts{Version: version})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func BenchmarkMCPReadLatency(b *testing.B) {
 				sent := time.Now()
 				msg := fmt.Sprintf(`{"id":"lat-%d","kind":"chat","payload":{"text":"ping"}}`, i)
 				i++
-				if err := alice.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+				if err := alice.Write(ctx, []byte(msg)); err != nil {
 					b.Fatal(err)
 				}
 				select {

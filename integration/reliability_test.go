@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/wire"
 )
 
 // TestPodsEndWithTheirParticipants: a pod exists while it has participants
@@ -24,25 +26,25 @@ import (
 // and does not count.
 func TestPodsEndWithTheirParticipants(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.MaxPods = 3
 		c.Rate, c.Burst = 1, 3 // a bucket refills in seconds, long after the leave
 	})
 	for _, pod := range []string{"p1", "p2", "p3"} {
-		c := g.dial(t, pod, "alice", "")
-		c.send(map[string]any{"kind": "chat", "id": pod + "-hello"})
-		_ = c.conn.CloseNow()
-		c.waitClosed(5 * time.Second)
+		c := g.Dial(t, pod, "alice", "")
+		c.Send(map[string]any{"kind": "chat", "id": pod + "-hello"})
+		_ = c.Conn.CloseNow()
+		c.WaitClosed(5 * time.Second)
 	}
-	eventually(t, 5*time.Second, "no pod left (no participant, no context)", func() bool {
-		return metric(t, g.URL, "mcpp_pods") == 0
+	harness.Eventually(t, 5*time.Second, "no pod left (no participant, no context)", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_pods") == 0
 	})
 	// Three new pods are let in at once, not after a sweep.
 	for _, pod := range []string{"q1", "q2", "q3"} {
-		c := g.dial(t, pod, "bob", "")
-		defer c.conn.CloseNow()
+		c := g.Dial(t, pod, "bob", "")
+		defer c.Conn.CloseNow()
 	}
-	if status, code := refusal(t, g.WS, limQuery("q4", "bob"), nil); status != http.StatusServiceUnavailable || code != "over_capacity" {
+	if status, code := harness.Refusal(t, g.WS, harness.JoinQuery("q4", "bob"), nil); status != http.StatusServiceUnavailable || code != "over_capacity" {
 		t.Fatalf("a fourth pod: %d %s, want 503 over_capacity (--max-pods 3)", status, code)
 	}
 }
@@ -73,19 +75,19 @@ func TestStalledReaderBoundedInBytes(t *testing.T) {
 		// bounded by count alone grows by all 300 MiB.
 		allowance = 80 << 20
 	)
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 1e6, 1000000
 		c.WriteTimeout = time.Minute // the cut must come from the queue
 		c.HistoryBytes = historyBytes
 	})
-	sender := dialPeer(t, g, "stall", "sender", "", 64)
-	sconn, _, err := dialRaw(g.WS, url.Values{"pod": {"stall"}, "participant": {"stalled"}}, nil)
+	sender := harness.DialPeer(t, g, "stall", "sender", "", 64)
+	sconn, err := harness.DialConn(g.WS, url.Values{"pod": {"stall"}, "participant": {"stalled"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sconn.CloseNow()
 	// stalled reads nothing from here on.
-	if m := sender.expect(); m.Kind != "system/presence" {
+	if m := sender.Expect(); m.Kind != "system/presence" {
 		t.Fatalf("sender got %s, want stalled's join", m.Kind)
 	}
 	base := liveHeap()
@@ -107,15 +109,15 @@ func TestStalledReaderBoundedInBytes(t *testing.T) {
 			}
 		}
 	}()
-	frame := envelopeOfSize(t, "stall-0000", "chat", size)
+	frame := harness.EnvelopeOfSize(t, "stall-0000", "chat", size)
 	for i := 0; i < n; i++ {
 		copy(frame[len(`{"id":"stall-`):], fmt.Sprintf("%04d", i))
-		if err := sender.write(websocket.MessageText, frame); err != nil {
+		if err := sender.Write(false, frame); err != nil {
 			t.Fatalf("envelope %d: %v", i, err)
 		}
 	}
-	eventually(t, 30*time.Second, "the stalled reader cut as a slow consumer", func() bool {
-		return metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) == 1
+	harness.Eventually(t, 30*time.Second, "the stalled reader cut as a slow consumer", func() bool {
+		return harness.Metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`) == 1
 	})
 	close(stop)
 	wg.Wait()
@@ -139,35 +141,35 @@ func TestStalledReaderBoundedInBytes(t *testing.T) {
 // the deepest.
 func TestDepthHoldsFromTheLeafUp(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "leaf-up"
-	s := g.dial(t, pod, "sender", "")
+	s := g.Dial(t, pod, "sender", "")
 	for i := 12; i >= 9; i-- {
-		s.send(map[string]any{"kind": "note", "id": fmt.Sprintf("n%d", i), "context": map[string]any{"id": fmt.Sprintf("C%d", i), "parent": fmt.Sprintf("C%d", i-1)}})
+		s.Send(map[string]any{"kind": "note", "id": fmt.Sprintf("n%d", i), "context": map[string]any{"id": fmt.Sprintf("C%d", i), "parent": fmt.Sprintf("C%d", i-1)}})
 	}
 	// C9…C12 hang under the unknown C8, at depths 2…5: C8 under C7 would
 	// put C12 at depth 6.
-	s.send(map[string]any{"kind": "note", "id": "n8", "context": map[string]any{"id": "C8", "parent": "C7"}})
-	if e := s.expectErr("context_depth_exceeded"); e.str("correlation_id") != "n8" {
-		t.Fatalf("the refusal answers %q, want n8", e.str("correlation_id"))
+	s.Send(map[string]any{"kind": "note", "id": "n8", "context": map[string]any{"id": "C8", "parent": "C7"}})
+	if e := s.ExpectErr("context_depth_exceeded"); e.Str("correlation_id") != "n8" {
+		t.Fatalf("the refusal answers %q, want n8", e.Str("correlation_id"))
 	}
 	// C8 as a root fits; an observer of its subtree sees the deepest.
-	obs := g.dial(t, pod, "observer", "main=0&contexts=none&ids=C8&subtree=1")
-	s.send(map[string]any{"kind": "note", "id": "root", "context": map[string]any{"id": "C8"}})
+	obs := g.Dial(t, pod, "observer", "main=0&contexts=none&ids=C8&subtree=1")
+	s.Send(map[string]any{"kind": "note", "id": "root", "context": map[string]any{"id": "C8"}})
 	for i := 9; i <= 12; i++ {
-		s.send(map[string]any{"kind": "note", "id": fmt.Sprintf("m%d", i), "context": map[string]any{"id": fmt.Sprintf("C%d", i)}})
+		s.Send(map[string]any{"kind": "note", "id": fmt.Sprintf("m%d", i), "context": map[string]any{"id": fmt.Sprintf("C%d", i)}})
 	}
 	for _, want := range []string{"root", "m9", "m10", "m11", "m12"} {
-		m := obs.nextNonPresence(5 * time.Second)
-		if m == nil || m.str("id") != want {
+		m := obs.NextNonPresence(5 * time.Second)
+		if m == nil || m.Str("id") != want {
 			t.Fatalf("the observer of C8's subtree got %v, want %s", m, want)
 		}
 	}
 	// And C12, at depth 5, takes no child.
-	s.send(map[string]any{"kind": "note", "id": "n13", "context": map[string]any{"id": "C13", "parent": "C12"}})
-	s.expectErr("context_depth_exceeded")
-	s.send(map[string]any{"kind": "gateway/contexts", "id": "q", "payload": map[string]any{"id": "C12"}})
-	list, _ := s.expectKind("system/contexts").payload()["contexts"].([]any)
+	s.Send(map[string]any{"kind": "note", "id": "n13", "context": map[string]any{"id": "C13", "parent": "C12"}})
+	s.ExpectErr("context_depth_exceeded")
+	s.Send(map[string]any{"kind": "gateway/contexts", "id": "q", "payload": map[string]any{"id": "C12"}})
+	list, _ := s.ExpectKind("system/contexts").Payload()["contexts"].([]any)
 	if c, _ := list[0].(map[string]any); len(list) != 1 || c["depth"] != float64(5) {
 		t.Fatalf("C12 in gateway/contexts: %v, want depth 5", list)
 	}
@@ -182,29 +184,29 @@ func TestDepthHoldsFromTheLeafUp(t *testing.T) {
 // and before its 1001.
 func TestShutdownAnswersWhileDraining(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 1e6, 1000000
 		c.SendQueue, c.SendQueueBytes = 4096, 1<<30
 		c.WriteTimeout = time.Minute
 	})
 	const pod = "draining"
-	aconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"alice"}}, nil)
+	aconn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"alice"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer aconn.CloseNow()
-	alice := &rawPeer{t: t, ID: "alice", conn: aconn, msgs: make(chan []byte, 1<<14), done: make(chan struct{})}
+	alice := harness.NewPeer(t, "alice", aconn, 1<<14)
 	// alice reads nothing until the drain is under way: her backlog keeps it
 	// going.
-	bob := dialPeer(t, g, pod, "bob", "", 64)
+	bob := harness.DialPeer(t, g, pod, "bob", "", 64)
 	const n = 200 // 12.8 MiB: more than the sockets hold
 	for i := 0; i < n; i++ {
-		if err := bob.write(websocket.MessageText, envelopeOfSize(t, fmt.Sprintf("b-%04d", i), "chat", 64<<10)); err != nil {
+		if err := bob.Write(false, harness.EnvelopeOfSize(t, fmt.Sprintf("b-%04d", i), "chat", 64<<10)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "bob's envelopes accepted", func() bool {
-		return metric(t, g.URL, "mcpp_envelopes_in_total") == n
+	harness.Eventually(t, 10*time.Second, "bob's envelopes accepted", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_envelopes_in_total") == n
 	})
 	shut := make(chan error, 1)
 	go func() {
@@ -212,27 +214,27 @@ func TestShutdownAnswersWhileDraining(t *testing.T) {
 		defer cancel()
 		shut <- g.Shutdown(ctx)
 	}()
-	eventually(t, 5*time.Second, "/healthz answering 503", func() bool {
-		status, body, err := httpGet(g.URL + "/healthz")
+	harness.Eventually(t, 5*time.Second, "/healthz answering 503", func() bool {
+		status, body, err := harness.HTTPGet(g.URL + "/healthz")
 		if err != nil {
 			t.Fatalf("/healthz during the drain: %v (the listener must still answer)", err)
 		}
 		return status == http.StatusServiceUnavailable && strings.Contains(body, "shutting down")
 	})
-	if status, code := refusal(t, g.WS, limQuery(pod, "carol"), nil); status != http.StatusServiceUnavailable || code != "shutting_down" {
+	if status, code := harness.Refusal(t, g.WS, harness.JoinQuery(pod, "carol"), nil); status != http.StatusServiceUnavailable || code != "shutting_down" {
 		t.Fatalf("an upgrade during the drain: %d %q, want 503 shutting_down", status, code)
 	}
-	if err := aconn.Write(context.Background(), websocket.MessageText, []byte(`{"kind":"chat","id":"late"}`)); err != nil {
+	if err := aconn.Write(context.Background(), []byte(`{"kind":"chat","id":"late"}`)); err != nil {
 		t.Fatal(err)
 	}
-	go alice.readLoop()
+	go alice.ReadLoop()
 	var gotErr bool
 	for got := 0; ; got++ {
-		b := alice.next(20 * time.Second)
+		b := alice.Next(20 * time.Second)
 		if b == nil {
 			break
 		}
-		m, _ := decodeWire(b)
+		m, _ := harness.DecodeWire(b)
 		if m.Kind == "system/error" {
 			var e struct {
 				Error     string `json:"error"`
@@ -245,7 +247,7 @@ func TestShutdownAnswersWhileDraining(t *testing.T) {
 			gotErr = true
 		}
 	}
-	if code := alice.waitClosed(10 * time.Second); code != websocket.StatusGoingAway {
+	if code := alice.WaitClosed(10 * time.Second); code != wire.CloseGoingAway {
 		t.Fatalf("alice closed with %d, want 1001", code)
 	}
 	if !gotErr {
@@ -254,7 +256,7 @@ func TestShutdownAnswersWhileDraining(t *testing.T) {
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if _, _, err := httpGet(g.URL + "/healthz"); err == nil {
+	if _, _, err := harness.HTTPGet(g.URL + "/healthz"); err == nil {
 		t.Fatal("the listener still answers after the shutdown")
 	}
 }
@@ -266,10 +268,10 @@ func TestShutdownAnswersWhileDraining(t *testing.T) {
 // its envelope, promptly.
 func TestFirstBurstDelivered(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	for i := 0; i < 60; i++ {
 		pod := fmt.Sprintf("first-%d", i)
-		bob := g.dial(t, pod, "bob", "")
+		bob := g.Dial(t, pod, "bob", "")
 		go func() {
 			body := strings.NewReader(`{"kind":"chat","id":"hello"}`)
 			resp, err := http.Post(fmt.Sprintf("%s/pods/%s/envelopes?participant=alice", g.URL, pod), "application/json", body)
@@ -277,10 +279,10 @@ func TestFirstBurstDelivered(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		if m := bob.nextNonPresence(2 * time.Second); m == nil || m.str("id") != "hello" {
+		if m := bob.NextNonPresence(2 * time.Second); m == nil || m.Str("id") != "hello" {
 			t.Fatalf("%s: bob got %v, want hello", pod, m)
 		}
-		_ = bob.conn.CloseNow()
+		_ = bob.Conn.CloseNow()
 	}
 }
 
@@ -297,17 +299,17 @@ func TestManyPodsOverrunTheHistory(t *testing.T) {
 		n    = 100
 		size = 64000 // 20 × 100 × 64 KB = 128 MB through a 1 MiB history
 	)
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 1e6, 1000000
 		c.HistoryBytes = 1 << 20
 		c.MaxMessageBytes = 256 << 10
 	})
-	type pair struct{ sender, reader *rawPeer }
+	type pair struct{ sender, reader *harness.Peer }
 	pairs := make([]pair, pods)
 	for i := range pairs {
 		pod := fmt.Sprintf("overrun-%d", i)
-		pairs[i].reader = dialPeer(t, g, pod, "reader", "", n+16)
-		pairs[i].sender = dialPeer(t, g, pod, "sender", "", 16)
+		pairs[i].reader = harness.DialPeer(t, g, pod, "reader", "", n+16)
+		pairs[i].sender = harness.DialPeer(t, g, pod, "sender", "", 16)
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, pods)
@@ -315,10 +317,10 @@ func TestManyPodsOverrunTheHistory(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			frame := envelopeOfSize(t, "x-000", "chat", size)
+			frame := harness.EnvelopeOfSize(t, "x-000", "chat", size)
 			for j := 0; j < n; j++ {
 				copy(frame[len(`{"id":"x-`):], fmt.Sprintf("%03d", j))
-				if err := pr.sender.write(websocket.MessageText, frame); err != nil {
+				if err := pr.sender.Write(false, frame); err != nil {
 					errs <- fmt.Errorf("pod %d: envelope %d: %w", i, j, err)
 					return
 				}
@@ -328,12 +330,12 @@ func TestManyPodsOverrunTheHistory(t *testing.T) {
 			defer wg.Done()
 			want := 0
 			for want < n {
-				b := pr.reader.next(20 * time.Second)
+				b := pr.reader.Next(20 * time.Second)
 				if b == nil {
 					errs <- fmt.Errorf("pod %d: the reader got %d of %d envelopes, then nothing for 20 s", i, want, n)
 					return
 				}
-				m, err := decodeWire(b)
+				m, err := harness.DecodeWire(b)
 				if err != nil || m.Kind != "chat" {
 					continue // the sender's join
 				}

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"bufio"
 	"context"
 	"crypto/sha256"
@@ -46,7 +48,7 @@ func secSecrets() []string {
 func secTokenFile(t *testing.T, perm os.FileMode) string {
 	t.Helper()
 	sum := sha256.Sum256([]byte(secBot))
-	path := writeFile(t, "tokens.json", fmt.Sprintf(`{"tokens": [
+	path := harness.WriteFile(t, "tokens.json", fmt.Sprintf(`{"tokens": [
   {"token": %q, "participant": "alice", "capabilities": ["*"], "pods": ["*"]},
   {"token_sha256": %q, "participant": "bot", "capabilities": ["chat"], "pods": ["sec-lab-*"]}
 ]}`, secAlice, hex.EncodeToString(sum[:])))
@@ -59,12 +61,12 @@ func secTokenFile(t *testing.T, perm os.FileMode) string {
 // secExercise connects with good and bad tokens, by header and by query,
 // to allowed and forbidden pods, sends good and refused envelopes, and is
 // replaced; it returns every refusal body it got.
-func secExercise(t *testing.T, g *testGateway) []string {
+func secExercise(t *testing.T, g *harness.Gateway) []string {
 	t.Helper()
 	var bodies []string
 	refuse := func(q url.Values, h http.Header, wantStatus int) {
 		t.Helper()
-		c, resp, err := dialRaw(g.WS, q, h)
+		c, resp, err := harness.DialWebSocket(g.WS, q, h)
 		if err == nil {
 			_ = c.CloseNow()
 			t.Fatalf("upgrade with %v succeeded", q)
@@ -82,34 +84,34 @@ func secExercise(t *testing.T, g *testGateway) []string {
 		}
 		return v
 	}
-	refuse(q("pod", "sec-lab-1"), bearer(secBadHeader), http.StatusUnauthorized)
+	refuse(q("pod", "sec-lab-1"), harness.Bearer(secBadHeader), http.StatusUnauthorized)
 	refuse(q("pod", "sec-lab-1", "token", secBadQuery), nil, http.StatusUnauthorized)
-	refuse(q("pod", "elsewhere"), bearer(secBot), http.StatusForbidden)
+	refuse(q("pod", "elsewhere"), harness.Bearer(secBot), http.StatusForbidden)
 	refuse(q("pod", "elsewhere", "token", secBot), nil, http.StatusForbidden)
 	refuse(q("pod", "bad pod!", "token", secAlice), nil, http.StatusBadRequest)
-	refuse(q("pod", "sec-lab-1", "routing", "sideways"), bearer(secAlice), http.StatusBadRequest)
+	refuse(q("pod", "sec-lab-1", "routing", "sideways"), harness.Bearer(secAlice), http.StatusBadRequest)
 
-	alice := g.dialToken(t, "sec-lab-1", secAlice, true, "")
-	bot := g.dialToken(t, "sec-lab-1", secBot, false, "")
-	presenceOf(t, alice.expect(), "join", "bot")
-	bot.send(map[string]any{"id": "b1", "kind": "chat"})
-	alice.expectEnvelope("chat", "b1")
-	bot.send(map[string]any{"id": "b2", "kind": "mcp/request:x"}) // capability_violation
-	bot.expectErr("capability_violation")
-	alice.sendRaw([]byte(`{"kind":`))
-	alice.expectErr("invalid_json")
+	alice := g.DialToken(t, "sec-lab-1", secAlice, true, "")
+	bot := g.DialToken(t, "sec-lab-1", secBot, false, "")
+	harness.PresenceOf(t, alice.Expect(), "join", "bot")
+	bot.Send(map[string]any{"id": "b1", "kind": "chat"})
+	alice.ExpectEnvelope("chat", "b1")
+	bot.Send(map[string]any{"id": "b2", "kind": "mcp/request:x"}) // capability_violation
+	bot.ExpectErr("capability_violation")
+	alice.SendRaw([]byte(`{"kind":`))
+	alice.ExpectErr("invalid_json")
 	// A second connection of alice, by query this time, replaces the first.
-	again := g.dialToken(t, "sec-lab-1", secAlice, false, "")
-	if code := alice.waitClosed(5 * time.Second); code != 4000 {
+	again := g.DialToken(t, "sec-lab-1", secAlice, false, "")
+	if code := alice.WaitClosed(5 * time.Second); code != 4000 {
 		t.Fatalf("replaced with %d", code)
 	}
-	again.send(map[string]any{"id": "a1", "kind": "chat"})
-	bot.expectEnvelope("chat", "a1")
-	for _, w := range []msg{alice.Welcome, bot.Welcome, again.Welcome} {
+	again.Send(map[string]any{"id": "a1", "kind": "chat"})
+	bot.ExpectEnvelope("chat", "a1")
+	for _, w := range []harness.Msg{alice.Welcome, bot.Welcome, again.Welcome} {
 		b, _ := json.Marshal(w)
 		bodies = append(bodies, string(b))
 	}
-	_, metrics, _ := httpGet(g.URL + "/metrics")
+	_, metrics, _ := harness.HTTPGet(g.URL + "/metrics")
 	return append(bodies, metrics)
 }
 
@@ -129,7 +131,7 @@ func secNoSecret(t *testing.T, what, text string) {
 // gateway's logs, its refusal bodies, its welcomes or its metrics.
 func TestSecurityTokensNotLogged(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.Tokens = secTokenFile(t, 0o600) })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.Tokens = secTokenFile(t, 0o600) })
 	bodies := secExercise(t, g)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -144,17 +146,17 @@ func TestSecurityTokensNotLogged(t *testing.T) {
 // process at --log-level debug, from its start to its exit.
 func TestSecurityTokensNotInProcessLogs(t *testing.T) {
 	t.Parallel()
-	p := startGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--tokens", secTokenFile(t, 0o600), "--log-level", "debug")
-	secExercise(t, p.gw)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	p := harness.StartGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--tokens", secTokenFile(t, 0o600), "--log-level", "debug")
+	secExercise(t, p.GW)
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-time.After(20 * time.Second):
 		t.Fatal("gateway did not exit after SIGTERM")
 	}
-	secNoSecret(t, "the process's log", p.stderr.String())
+	secNoSecret(t, "the process's log", p.Stderr.String())
 }
 
 // TestSecurityTokenFileMode: a token file that others than its owner may
@@ -167,11 +169,11 @@ func TestSecurityTokenFileMode(t *testing.T) {
 		warn bool
 	}{{0o644, true}, {0o640, true}, {0o604, true}, {0o600, false}, {0o400, false}} {
 		path := secTokenFile(t, tc.perm)
-		g := startGateway(t, func(c *gateway.Config) { c.Tokens = path })
+		g := harness.StartGateway(t, func(c *gateway.Config) { c.Tokens = path })
 		// Serving before the test ends (TestFaultShutdownDuringStart is
 		// about a shutdown that comes first).
-		eventually(t, 10*time.Second, "/healthz 200", func() bool {
-			status, _, err := httpGet(g.URL + "/healthz")
+		harness.Eventually(t, 10*time.Second, "/healthz 200", func() bool {
+			status, _, err := harness.HTTPGet(g.URL + "/healthz")
 			return err == nil && status == http.StatusOK
 		})
 		warned := false
@@ -194,7 +196,7 @@ func TestSecurityTokenFileMode(t *testing.T) {
 // accepted.
 func TestSecurityAllowedOrigins(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, func(c *gateway.Config) { c.AllowedOrigins = "app.example.com,*.example.org" })
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.AllowedOrigins = "app.example.com,*.example.org" })
 	own := "http://" + strings.TrimPrefix(g.URL, "http://")
 	accepted := []string{"", own, "https://app.example.com", "http://app.example.com", "https://x.example.org", "https://a.b.example.org"}
 	refused := []string{"https://evil.example.net", "https://app.example.com.evil.net", "https://example.org",
@@ -204,21 +206,17 @@ func TestSecurityAllowedOrigins(t *testing.T) {
 		if origin != "" {
 			h.Set("Origin", origin)
 		}
-		c, resp, err := dialRaw(g.WS, url.Values{"pod": {"sec-origin"}, "participant": {fmt.Sprintf("ok-%d", i)}}, h)
+		c, err := harness.DialConn(g.WS, url.Values{"pod": {"sec-origin"}, "participant": {fmt.Sprintf("ok-%d", i)}}, h)
 		if err != nil {
-			status := 0
-			if resp != nil {
-				status = resp.StatusCode
-			}
-			t.Errorf("Origin %q refused (HTTP %d): %v", origin, status, err)
+			t.Errorf("Origin %q refused: %v", origin, err)
 			continue
 		}
-		cl := startClient(t, c, true)
-		_ = cl.conn.CloseNow()
+		cl := harness.StartClient(t, c, true)
+		_ = cl.Conn.CloseNow()
 	}
-	eventually(t, 5*time.Second, "no pod left", func() bool { return metric(t, g.URL, "mcpp_pods") == 0 })
+	harness.Eventually(t, 5*time.Second, "no pod left", func() bool { return harness.Metric(t, g.URL, "mcpp_pods") == 0 })
 	for i, origin := range refused {
-		c, resp, err := dialRaw(g.WS, url.Values{"pod": {"sec-refused"}, "participant": {fmt.Sprintf("no-%d", i)}},
+		c, resp, err := harness.DialWebSocket(g.WS, url.Values{"pod": {"sec-refused"}, "participant": {fmt.Sprintf("no-%d", i)}},
 			http.Header{"Origin": {origin}})
 		if err == nil {
 			_ = c.CloseNow()
@@ -235,13 +233,13 @@ func TestSecurityAllowedOrigins(t *testing.T) {
 			t.Errorf("Origin %q: 403 body %q, want the JSON of a refused upgrade with error \"forbidden\"", origin, b)
 		}
 	}
-	eventually(t, 5*time.Second, "no pod and no connection kept for refused origins", func() bool {
-		m := metricsOf(t, g.URL)
+	harness.Eventually(t, 5*time.Second, "no pod and no connection kept for refused origins", func() bool {
+		m := harness.MetricsOf(t, g.URL)
 		return m["mcpp_pods"] == 0 && m["mcpp_connections"] == 0
 	})
 	// Still serving.
-	a := g.dial(t, "sec-origin", "after", "")
-	a.send(map[string]any{"kind": "chat"})
+	a := g.Dial(t, "sec-origin", "after", "")
+	a.Send(map[string]any{"kind": "chat"})
 }
 
 // TestSecurityPublishCrossSite: POST /pods/NAME/envelopes takes JSON only
@@ -252,9 +250,9 @@ func TestSecurityAllowedOrigins(t *testing.T) {
 // mode. Nothing refused is relayed.
 func TestSecurityPublishCrossSite(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	const pod = "sec-publish"
-	watcher := g.dial(t, pod, "watcher", "")
+	watcher := g.Dial(t, pod, "watcher", "")
 	post := func(contentType, origin, id string) (int, wire.Refusal) {
 		t.Helper()
 		u := g.URL + wire.PublishPath(pod) + "?participant=page"
@@ -303,17 +301,17 @@ func TestSecurityPublishCrossSite(t *testing.T) {
 		if status, r := post(tc.ct, tc.origin, id); status != http.StatusOK {
 			t.Fatalf("%s from %q: HTTP %d %+v", tc.ct, tc.origin, status, r)
 		}
-		if m := watcher.nextNonPresence(5 * time.Second); m == nil || m.str("id") != id {
+		if m := watcher.NextNonPresence(5 * time.Second); m == nil || m.Str("id") != id {
 			t.Fatalf("the watcher got %v, want %s", m, id)
 		}
 	}
-	watcher.expectNothing(300 * time.Millisecond)
+	watcher.ExpectNothing(300 * time.Millisecond)
 }
 
 // secRawRequest writes an HTTP request by hand (concurrently, since the
 // gateway may answer before it has read it all) and returns the status of
 // the answer.
-func secRawRequest(t *testing.T, g *testGateway, target string, headers string) int {
+func secRawRequest(t *testing.T, g *harness.Gateway, target string, headers string) int {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
 	if err != nil {
@@ -338,7 +336,7 @@ func secRawRequest(t *testing.T, g *testGateway, target string, headers string) 
 // under the limit is upgraded.
 func TestSecurityHeaderLimits(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
+	g := harness.StartGateway(t, nil)
 	big := strings.Repeat("a", 1<<20)
 	cases := []struct {
 		name    string
@@ -359,12 +357,12 @@ func TestSecurityHeaderLimits(t *testing.T) {
 			t.Errorf("%s: HTTP %d, want %d", tc.name, got, tc.want)
 		}
 	}
-	eventually(t, 5*time.Second, "no pod and no connection left", func() bool {
-		m := metricsOf(t, g.URL)
+	harness.Eventually(t, 5*time.Second, "no pod and no connection left", func() bool {
+		m := harness.MetricsOf(t, g.URL)
 		return m["mcpp_pods"] == 0 && m["mcpp_connections"] == 0
 	})
-	c := g.dial(t, "sec-big", "after", "")
-	c.send(map[string]any{"kind": "chat"})
+	c := g.Dial(t, "sec-big", "after", "")
+	c.Send(map[string]any{"kind": "chat"})
 }
 
 // TestSecurityValidationBeforeAllocation: pod names, participant ids,
@@ -374,8 +372,8 @@ func TestSecurityHeaderLimits(t *testing.T) {
 // all leaves nothing behind either.
 func TestSecurityValidationBeforeAllocation(t *testing.T) {
 	t.Parallel()
-	open := startGateway(t, nil)
-	tokens := startGateway(t, func(c *gateway.Config) { c.Tokens = secTokenFile(t, 0o600) })
+	open := harness.StartGateway(t, nil)
+	tokens := harness.StartGateway(t, func(c *gateway.Config) { c.Tokens = secTokenFile(t, 0o600) })
 	q := func(kv ...string) url.Values {
 		v := url.Values{}
 		for i := 0; i < len(kv); i += 2 {
@@ -384,7 +382,7 @@ func TestSecurityValidationBeforeAllocation(t *testing.T) {
 		return v
 	}
 	cases := []struct {
-		g      *testGateway
+		g      *harness.Gateway
 		name   string
 		query  url.Values
 		header http.Header
@@ -415,22 +413,22 @@ func TestSecurityValidationBeforeAllocation(t *testing.T) {
 		{open, "bad protocol", q("pod", "ok", "participant", "a", "protocol", "mcpp/v9"), nil, 400, "unsupported_protocol"},
 		{tokens, "no token", q("pod", "sec-lab-1"), nil, 401, "unauthorized"},
 		{tokens, "unknown token", q("pod", "sec-lab-1", "token", secBadQuery), nil, 401, "unauthorized"},
-		{tokens, "forbidden pod", q("pod", "elsewhere"), bearer(secBot), 403, "forbidden"},
-		{tokens, "bad pod with a good token", q("pod", "a b"), bearer(secAlice), 400, "invalid_pod"},
+		{tokens, "forbidden pod", q("pod", "elsewhere"), harness.Bearer(secBot), 403, "forbidden"},
+		{tokens, "bad pod with a good token", q("pod", "a b"), harness.Bearer(secAlice), 400, "invalid_pod"},
 	}
-	counts := map[*testGateway]map[string]float64{open: {}, tokens: {}}
+	counts := map[*harness.Gateway]map[string]float64{open: {}, tokens: {}}
 	for _, tc := range cases {
-		status, code := refusal(t, tc.g.WS, tc.query, tc.header)
+		status, code := harness.Refusal(t, tc.g.WS, tc.query, tc.header)
 		if status != tc.status || code != tc.code {
 			t.Errorf("%s: HTTP %d %q, want %d %q", tc.name, status, code, tc.status, tc.code)
 		}
 		counts[tc.g][tc.code]++
-		if v := metric(t, tc.g.URL, "mcpp_pods"); v != 0 {
+		if v := harness.Metric(t, tc.g.URL, "mcpp_pods"); v != 0 {
 			t.Errorf("%s: mcpp_pods = %v after the refusal, want 0", tc.name, v)
 		}
 	}
 	for g, byCode := range counts {
-		m := metricsOf(t, g.URL)
+		m := harness.MetricsOf(t, g.URL)
 		for code, n := range byCode {
 			if got := m[fmt.Sprintf("mcpp_upgrade_refusals_total{code=%q}", code)]; got != n {
 				t.Errorf("mcpp_upgrade_refusals_total{code=%q} = %v, want %v", code, got, n)
@@ -450,13 +448,13 @@ func TestSecurityValidationBeforeAllocation(t *testing.T) {
 	if resp.StatusCode < 400 {
 		t.Errorf("a plain GET of /ws: HTTP %d, want an error", resp.StatusCode)
 	}
-	eventually(t, 5*time.Second, "no pod after a plain GET", func() bool {
-		m := metricsOf(t, open.URL)
+	harness.Eventually(t, 5*time.Second, "no pod after a plain GET", func() bool {
+		m := harness.MetricsOf(t, open.URL)
 		return m["mcpp_pods"] == 0 && m["mcpp_connections"] == 0
 	})
 	// Both still serve.
-	a := open.dial(t, "ok", "a", "")
-	a.send(map[string]any{"kind": "chat"})
-	b := tokens.dialToken(t, "sec-lab-2", secBot, true, "")
-	b.send(map[string]any{"kind": "chat"})
+	a := open.Dial(t, "ok", "a", "")
+	a.Send(map[string]any{"kind": "chat"})
+	b := tokens.DialToken(t, "sec-lab-2", secBot, true, "")
+	b.Send(map[string]any{"kind": "chat"})
 }

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/mcpp/gateway/wire"
 )
 
 // TestShutdownSIGTERM runs the mcpp-gateway binary: on SIGTERM it stops
@@ -19,14 +21,14 @@ import (
 // connection with 1001 and exits 0.
 func TestShutdownSIGTERM(t *testing.T) {
 	t.Parallel()
-	bin := buildCommand(t, "mcpp-gateway")
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	stderr := &syncBuffer{}
+	bin := harness.BuildCommand(t, "mcpp-gateway")
+	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	stderr := &harness.SyncBuffer{}
 	cmd := exec.Command(bin, "--listen", addr,
 		"--rate", "100000", "--burst", "100000",
 		"--send-queue", "4096", "--send-queue-bytes", "1GiB", "--write-timeout", "1m", "--shutdown-timeout", "30s")
-	cmd.Env = envWithoutMCPP()
-	if historyOff() {
+	cmd.Env = harness.EnvWithoutMCPP()
+	if harness.HistoryOff() {
 		cmd.Env = append(cmd.Env, "MCPP_HISTORY=0")
 	}
 	cmd.Stderr = stderr
@@ -52,63 +54,63 @@ func TestShutdownSIGTERM(t *testing.T) {
 		}
 	})
 
-	g := &testGateway{URL: "http://" + addr, WS: "ws://" + addr + "/ws"}
-	eventually(t, 30*time.Second, "/healthz 200", func() bool {
-		status, _, err := httpGet(g.URL + "/healthz")
+	g := harness.GatewayAt(addr)
+	harness.Eventually(t, 30*time.Second, "/healthz 200", func() bool {
+		status, _, err := harness.HTTPGet(g.URL + "/healthz")
 		return err == nil && status == http.StatusOK
 	})
 
 	const pod = "shutdown"
 	const n = 1000
-	alice := g.dial(t, pod, "alice", "")
-	carol := g.dial(t, pod, "carol", "")
+	alice := g.Dial(t, pod, "alice", "")
+	carol := g.Dial(t, pod, "carol", "")
 	// bob reads nothing until the shutdown has begun, so that much of
 	// what he is owed is still queued in the gateway then.
-	bconn, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"bob"}}, nil)
+	bconn, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"bob"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	presenceOf(t, alice.expect(), "join", "carol")
-	presenceOf(t, alice.expect(), "join", "bob")
-	presenceOf(t, carol.expect(), "join", "bob")
+	harness.PresenceOf(t, alice.Expect(), "join", "carol")
+	harness.PresenceOf(t, alice.Expect(), "join", "bob")
+	harness.PresenceOf(t, carol.Expect(), "join", "bob")
 
-	filler := pad(4096)
+	filler := harness.Pad(4096)
 	for i := 0; i < n; i++ {
-		alice.send(map[string]any{"id": fmt.Sprintf("sd-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
+		alice.Send(map[string]any{"id": fmt.Sprintf("sd-%d", i), "kind": "chat", "payload": map[string]any{"seq": i, "pad": filler}})
 	}
 	// Every envelope has been accepted (not necessarily delivered).
-	eventually(t, 20*time.Second, "all envelopes accepted", func() bool {
-		return metric(t, g.URL, "mcpp_envelopes_in_total") == n
+	harness.Eventually(t, 20*time.Second, "all envelopes accepted", func() bool {
+		return harness.Metric(t, g.URL, "mcpp_envelopes_in_total") == n
 	})
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "/healthz no longer 200", func() bool {
-		status, _, err := httpGet(g.URL + "/healthz")
+	harness.Eventually(t, 10*time.Second, "/healthz no longer 200", func() bool {
+		status, _, err := harness.HTTPGet(g.URL + "/healthz")
 		return err != nil || status != http.StatusOK
 	})
-	if c, _, err := dialRaw(g.WS, url.Values{"pod": {pod}, "participant": {"late"}}, nil); err == nil {
+	if c, err := harness.DialConn(g.WS, url.Values{"pod": {pod}, "participant": {"late"}}, nil); err == nil {
 		_ = c.CloseNow()
 		t.Fatal("a participant joined after SIGTERM")
 	}
 
-	bob := startClient(t, bconn, true)
-	for _, c := range []*client{carol, bob} {
+	bob := harness.StartClient(t, bconn, true)
+	for _, c := range []*harness.Client{carol, bob} {
 		for i := 0; i < n; i++ {
-			m := c.nextOf()
-			if seqOf(m) != i {
-				t.Fatalf("%s: envelope %d is %v (seq %d)", c.ID, i, m.str("id"), seqOf(m))
+			m := c.NextOf()
+			if harness.SeqOf(m) != i {
+				t.Fatalf("%s: envelope %d is %v (seq %d)", c.ID, i, m.Str("id"), harness.SeqOf(m))
 			}
 		}
 	}
-	for _, c := range []*client{alice, carol, bob} {
-		if code := c.waitClosed(30 * time.Second); code != websocket.StatusGoingAway {
+	for _, c := range []*harness.Client{alice, carol, bob} {
+		if code := c.WaitClosed(30 * time.Second); code != wire.CloseGoingAway {
 			t.Fatalf("%s closed with %d, want 1001", c.ID, code)
 		}
 		// Nothing but presence may follow the last envelope.
-		for len(c.in) > 0 {
-			if m := <-c.in; m.kind() != "system/presence" {
+		for len(c.In) > 0 {
+			if m := <-c.In; m.Kind() != "system/presence" {
 				t.Fatalf("%s: unexpected %v after the envelopes", c.ID, m)
 			}
 		}

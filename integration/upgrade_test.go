@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"bufio"
 	"crypto/rand"
 	"encoding/binary"
@@ -17,8 +19,8 @@ import (
 // connection.
 func TestUpgradeWithFirstFrameInSameWrite(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, nil)
-	bob := g.dial(t, "early", "bob", "")
+	g := harness.StartGateway(t, nil)
+	bob := g.Dial(t, "early", "bob", "")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +43,8 @@ func TestUpgradeWithFirstFrameInSameWrite(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade: %v %v", resp, err)
 	}
-	bob.expectKind("system/presence")
-	if m := bob.expectKind("chat"); m.str("from") != "alice" {
+	bob.ExpectKind("system/presence")
+	if m := bob.ExpectKind("chat"); m.Str("from") != "alice" {
 		t.Fatalf("got %v", m)
 	}
 }

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,7 +11,7 @@ import (
 // TestGatewayVersion: mcpp-gateway --version prints its version and exits 0.
 func TestGatewayVersion(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(buildCommand(t, "mcpp-gateway"), "--version").CombinedOutput()
+	out, err := exec.Command(harness.BuildCommand(t, "mcpp-gateway"), "--version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "mcpp-gateway ") || !strings.Contains(string(out), "go1.") {
 		t.Fatalf("mcpp-gateway --version: %v\n%s", err, out)
 	}

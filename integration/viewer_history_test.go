@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/gateway/gatewaytest"
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"fmt"
 	"strings"
 	"testing"
@@ -14,59 +17,38 @@ import (
 // These tests need the pod history of docs/protocol.md section 8 (history=,
 // resume=, gateway/history and the welcome's history object).
 
-// recordStatuses makes the page keep every text its status shows.
-func (b *browser) recordStatuses() {
-	b.t.Helper()
-	b.do("record the statuses", evalVoid(`(() => {
-		const s = document.getElementById('status');
-		window.__statuses = [s.textContent];
-		new MutationObserver(() => window.__statuses.push(s.textContent)).observe(s, {childList: true, characterData: true, subtree: true});
-	})()`))
-}
-
-// waitText reads envelopes until one whose payload text is text.
-func (c *client) waitText(text string) {
-	c.t.Helper()
-	for {
-		m := c.expect()
-		if s, _ := m.payload()["text"].(string); s == text {
-			return
-		}
-	}
-}
-
 // rowCount counts the envelope rows that contain text.
-func rowCount(b *browser, text string) int {
-	b.t.Helper()
-	return evalJS[int](b, fmt.Sprintf(`%s().filter((t) => t.includes(%s)).length`, jsRows, js(text)))
+func rowCount(b *harness.Browser, text string) int {
+	b.T.Helper()
+	return harness.EvalJS[int](b, fmt.Sprintf(`%s().filter((t) => t.includes(%s)).length`, harness.JSRows, harness.JS(text)))
 }
 
 // TestViewerReconnects: when the connection drops, the page says it is
 // reconnecting, comes back with backoff as the same participant, and shows
 // what is sent after.
 func TestViewerReconnects(t *testing.T) {
-	g := startGateway(t, nil)
-	proxy := startCutProxy(t, strings.TrimPrefix(g.URL, "http://"))
-	b := newBrowser(t, browserOpts{})
+	g := harness.StartGateway(t, nil)
+	proxy := gatewaytest.StartProxy(t, strings.TrimPrefix(g.URL, "http://"))
+	b := harness.NewBrowser(t, harness.BrowserOpts{})
 	const pod = "viewer-reconnect"
-	alice := g.dial(t, pod, "alice", "")
-	b.open(viewerURL(proxy.URL, pod, "watcher"))
-	b.waitFor("the viewer to be live", jsLive, 20*time.Second)
-	alice.send(ctxEnv("chat", nil, "before the cut"))
-	b.waitFor("the first chat", jsHasRow("before the cut"), 10*time.Second)
-	b.recordStatuses()
+	alice := g.Dial(t, pod, "alice", "")
+	b.Open(harness.ViewerURL(proxy.URL, pod, "watcher"))
+	b.WaitFor("the viewer to be live", harness.JSLive, 20*time.Second)
+	alice.Send(harness.TextEnv("chat", nil, "before the cut"))
+	b.WaitFor("the first chat", harness.JSHasRow("before the cut"), 10*time.Second)
+	b.RecordStatuses()
 
-	if n := proxy.cut(); n == 0 {
+	if n := proxy.Cut(); n == 0 {
 		t.Fatal("no connection to cut")
 	}
-	b.waitFor("reconnecting, then live", `window.__statuses.some((s) => s.includes('reconnecting')) && `+jsLive+` && document.getElementById('conn-note').textContent.includes('at ')`, 20*time.Second)
-	alice.send(ctxEnv("chat", nil, "after the cut"))
-	b.waitFor("the chat after the cut", jsHasRow("after the cut"), 10*time.Second)
+	b.WaitFor("reconnecting, then live", `window.__statuses.some((s) => s.includes('reconnecting')) && `+harness.JSLive+` && document.getElementById('conn-note').textContent.includes('at ')`, 20*time.Second)
+	alice.Send(harness.TextEnv("chat", nil, "after the cut"))
+	b.WaitFor("the chat after the cut", harness.JSHasRow("after the cut"), 10*time.Second)
 	if n := rowCount(b, "before the cut"); n != 1 {
 		t.Errorf("the chat before the cut shows %d times, want once", n)
 	}
-	b.waitFor("the same participant", `[...document.querySelectorAll('#participants li')].map(li => li.querySelector('.pid').textContent + (li.querySelector('.you') ? ' (you)' : '')).join('|') === 'watcher (you)|alice'`, 10*time.Second)
-	t.Logf("statuses: %v; note: %s", evalJS[[]string](b, `window.__statuses`), evalJS[string](b, `document.getElementById('conn-note').textContent`))
+	b.WaitFor("the same participant", `[...document.querySelectorAll('#participants li')].map(li => li.querySelector('.pid').textContent + (li.querySelector('.you') ? ' (you)' : '')).join('|') === 'watcher (you)|alice'`, 10*time.Second)
+	t.Logf("statuses: %v; note: %s", harness.EvalJS[[]string](b, `window.__statuses`), harness.EvalJS[string](b, `document.getElementById('conn-note').textContent`))
 }
 
 // TestViewerResumes: a dropped connection resumes from the last envelope
@@ -74,35 +56,35 @@ func TestViewerReconnects(t *testing.T) {
 // gap, and the page says "resumed". Needs history (docs/protocol.md section
 // 8).
 func TestViewerResumes(t *testing.T) {
-	g := startGateway(t, func(c *gateway.Config) { c.History = 1000 })
-	proxy := startCutProxy(t, strings.TrimPrefix(g.URL, "http://"))
-	b := newBrowser(t, browserOpts{})
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.History = 1000 })
+	proxy := gatewaytest.StartProxy(t, strings.TrimPrefix(g.URL, "http://"))
+	b := harness.NewBrowser(t, harness.BrowserOpts{})
 	const pod = "viewer-resume"
-	alice := g.dial(t, pod, "alice", "")
-	b.open(viewerURL(proxy.URL, pod, "watcher"))
-	b.waitFor("the viewer to be live", jsLive, 20*time.Second)
+	alice := g.Dial(t, pod, "alice", "")
+	b.Open(harness.ViewerURL(proxy.URL, pod, "watcher"))
+	b.WaitFor("the viewer to be live", harness.JSLive, 20*time.Second)
 	for i := range 3 {
-		alice.send(ctxEnv("chat", nil, fmt.Sprintf("before %d", i)))
+		alice.Send(harness.TextEnv("chat", nil, fmt.Sprintf("before %d", i)))
 	}
 	// The last envelope the page gets is ephemeral: history does not keep
 	// it, so the page must resume from the one before.
-	alice.send(map[string]any{"kind": "status", "payload": map[string]any{"text": "typing (ephemeral)"}, "lifecycle": map[string]any{"mode": "ephemeral"}})
-	b.waitFor("the chats", jsHasRow("before 2")+` && `+jsHasRow("typing (ephemeral)"), 10*time.Second)
+	alice.Send(map[string]any{"kind": "status", "payload": map[string]any{"text": "typing (ephemeral)"}, "lifecycle": map[string]any{"mode": "ephemeral"}})
+	b.WaitFor("the chats", harness.JSHasRow("before 2")+` && `+harness.JSHasRow("typing (ephemeral)"), 10*time.Second)
 
-	proxy.pause(true)
-	proxy.cut()
-	b.waitFor("the page to notice", `document.getElementById('status').textContent.includes('reconnecting')`, 10*time.Second)
+	proxy.Refuse(true)
+	proxy.Cut()
+	b.WaitFor("the page to notice", `document.getElementById('status').textContent.includes('reconnecting')`, 10*time.Second)
 	for i := range 5 {
-		alice.send(ctxEnv("chat", nil, fmt.Sprintf("missed %d", i)))
+		alice.Send(harness.TextEnv("chat", nil, fmt.Sprintf("missed %d", i)))
 	}
-	proxy.pause(false)
-	b.waitFor("live again", jsLive+` && document.getElementById('conn-note').textContent.includes('at ')`, 30*time.Second)
-	note := evalJS[string](b, `document.getElementById('conn-note').textContent`)
+	proxy.Refuse(false)
+	b.WaitFor("live again", harness.JSLive+` && document.getElementById('conn-note').textContent.includes('at ')`, 30*time.Second)
+	note := harness.EvalJS[string](b, `document.getElementById('conn-note').textContent`)
 	if !strings.HasPrefix(note, "resumed at ") {
 		t.Errorf("the page says %q, want resumed", note)
 	}
-	alice.send(ctxEnv("chat", nil, "after"))
-	b.waitFor("the chat after", jsHasRow("after"), 10*time.Second)
+	alice.Send(harness.TextEnv("chat", nil, "after"))
+	b.WaitFor("the chat after", harness.JSHasRow("after"), 10*time.Second)
 	for i := range 5 {
 		if n := rowCount(b, fmt.Sprintf("missed %d", i)); n != 1 {
 			t.Errorf("missed %d shows %d times, want once", i, n)
@@ -120,88 +102,88 @@ func TestViewerResumes(t *testing.T) {
 // consumed, shown collapsed with its summary, and a concluded context,
 // folded to its conclusion, which unfolds on request. Needs history.
 func TestViewerHistoryReplay(t *testing.T) {
-	g := startGateway(t, func(c *gateway.Config) { c.History = 1000 })
-	b := newBrowser(t, browserOpts{})
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.History = 1000 })
+	b := harness.NewBrowser(t, harness.BrowserOpts{})
 	const pod = "viewer-replay"
-	probe := g.dial(t, pod, "probe", "")
-	alice := g.dial(t, pod, "alice", "")
+	probe := g.Dial(t, pod, "probe", "")
+	alice := g.Dial(t, pod, "alice", "")
 	for i := range 3 {
-		alice.send(ctxEnv("chat", nil, fmt.Sprintf("early %d", i)))
+		alice.Send(harness.TextEnv("chat", nil, fmt.Sprintf("early %d", i)))
 	}
-	done := objCtx("done-1", "reasoning", "")
+	done := harness.ContextField("done-1", "reasoning", "")
 	for i := range 5 {
-		alice.send(ctxEnv("reasoning/step", done, fmt.Sprintf("done step %d", i)))
+		alice.Send(harness.TextEnv("reasoning/step", done, fmt.Sprintf("done step %d", i)))
 	}
-	alice.send(ctxEnv("conclusion", done, "done-1 concluded"))
-	alice.send(map[string]any{"id": "t-1", "kind": "activity", "payload": map[string]any{"text": "the full activity records"},
+	alice.Send(harness.TextEnv("conclusion", done, "done-1 concluded"))
+	alice.Send(map[string]any{"id": "t-1", "kind": "activity", "payload": map[string]any{"text": "the full activity records"},
 		"lifecycle": map[string]any{"mode": "transient", "summary": "15 activity records (page 1/9)"}})
-	alice.send(map[string]any{"kind": "digest", "payload": map[string]any{"text": "digest of t-1"},
+	alice.Send(map[string]any{"kind": "digest", "payload": map[string]any{"text": "digest of t-1"},
 		"lifecycle": map[string]any{"consumes": []string{"t-1"}}})
-	live := objCtx("live-1", "reasoning", "")
-	alice.send(ctxEnv("reasoning/step", live, "live step 0"))
-	alice.send(ctxEnv("reasoning/step", live, "live step 1"))
-	alice.send(ctxEnv("chat", nil, "last before the viewer"))
+	live := harness.ContextField("live-1", "reasoning", "")
+	alice.Send(harness.TextEnv("reasoning/step", live, "live step 0"))
+	alice.Send(harness.TextEnv("reasoning/step", live, "live step 1"))
+	alice.Send(harness.TextEnv("chat", nil, "last before the viewer"))
 	// The viewer joins once all of that is in the pod's history.
-	probe.waitText("last before the viewer")
+	probe.WaitText("last before the viewer")
 
-	b.open(viewerURL(g.URL, pod, "watcher"))
-	b.waitFor("the viewer to be live", jsLive, 20*time.Second)
-	b.waitFor("the history note", `document.getElementById('history-note').textContent.includes('replayed')`, 10*time.Second)
-	b.waitFor("the main context's past", jsHasRow("early 0")+` && `+jsHasRow("early 2")+` && `+jsHasRow("digest of t-1")+` && `+jsHasRow("last before the viewer"), 10*time.Second)
-	b.waitFor("the collapsed transient envelope", `[...document.querySelectorAll('#envelopes > li.collapsed')].some((li) => li.textContent.includes('15 activity records (page 1/9)') && li.querySelector('.badge.collapsed'))`, 10*time.Second)
+	b.Open(harness.ViewerURL(g.URL, pod, "watcher"))
+	b.WaitFor("the viewer to be live", harness.JSLive, 20*time.Second)
+	b.WaitFor("the history note", `document.getElementById('history-note').textContent.includes('replayed')`, 10*time.Second)
+	b.WaitFor("the main context's past", harness.JSHasRow("early 0")+` && `+harness.JSHasRow("early 2")+` && `+harness.JSHasRow("digest of t-1")+` && `+harness.JSHasRow("last before the viewer"), 10*time.Second)
+	b.WaitFor("the collapsed transient envelope", `[...document.querySelectorAll('#envelopes > li.collapsed')].some((li) => li.textContent.includes('15 activity records (page 1/9)') && li.querySelector('.badge.collapsed'))`, 10*time.Second)
 	if rowCount(b, "the full activity records") != 0 {
 		t.Errorf("the consumed transient envelope shows its payload; history keeps only its summary")
 	}
-	b.field("done-1", ".state", "concluded: conclusion")
-	b.field("done-1", ".msgs", "6 msg")
-	b.field("live-1", ".msgs", "2 msg")
+	b.Field("done-1", ".state", "concluded: conclusion")
+	b.Field("done-1", ".msgs", "6 msg")
+	b.Field("live-1", ".msgs", "2 msg")
 
-	b.clickItem("done-1")
-	b.waitFor("the folded context", `!document.getElementById('folded-note').hidden && document.getElementById('folded-text').textContent.startsWith('Folded') && `+jsHasRow("done-1 concluded")+` && !`+jsHasRow("done step 0"), 10*time.Second)
-	b.do("unfold", chromedp.Click(chromedp.CSS(`#unfold`)))
-	b.waitFor("the unfolded context", jsHasRow("done step 0")+` && `+jsHasRow("done step 4")+` && `+jsHasRow("done-1 concluded"), 10*time.Second)
+	b.ClickItem("done-1")
+	b.WaitFor("the folded context", `!document.getElementById('folded-note').hidden && document.getElementById('folded-text').textContent.startsWith('Folded') && `+harness.JSHasRow("done-1 concluded")+` && !`+harness.JSHasRow("done step 0"), 10*time.Second)
+	b.Do("unfold", chromedp.Click(chromedp.CSS(`#unfold`)))
+	b.WaitFor("the unfolded context", harness.JSHasRow("done step 0")+` && `+harness.JSHasRow("done step 4")+` && `+harness.JSHasRow("done-1 concluded"), 10*time.Second)
 
-	b.clickItem("live-1")
-	b.waitFor("the active context, whole", jsHasRow("live step 0")+` && `+jsHasRow("live step 1"), 10*time.Second)
+	b.ClickItem("live-1")
+	b.WaitFor("the active context, whole", harness.JSHasRow("live step 0")+` && `+harness.JSHasRow("live step 1"), 10*time.Second)
 }
 
 // TestViewerLoadOlder: "load older" pages through gateway/history, in a
 // context and in the main context, until the pod's first envelope. Needs
 // history.
 func TestViewerLoadOlder(t *testing.T) {
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.History = 1000
 		c.Rate, c.Burst = 10000, 10000
 		c.ContextRate, c.ContextBurst = 10000, 10000
 	})
-	b := newBrowser(t, browserOpts{})
+	b := harness.NewBrowser(t, harness.BrowserOpts{})
 	const pod = "viewer-older"
-	probe := g.dial(t, pod, "probe", "")
-	alice := g.dial(t, pod, "alice", "")
+	probe := g.Dial(t, pod, "probe", "")
+	alice := g.Dial(t, pod, "alice", "")
 	for i := range 10 {
-		alice.send(ctxEnv("chat", nil, fmt.Sprintf("chat %d.", i)))
+		alice.Send(harness.TextEnv("chat", nil, fmt.Sprintf("chat %d.", i)))
 	}
-	long := objCtx("long", "reasoning", "")
+	long := harness.ContextField("long", "reasoning", "")
 	for i := range 300 {
-		alice.send(ctxEnv("reasoning/step", long, fmt.Sprintf("step %d.", i)))
+		alice.Send(harness.TextEnv("reasoning/step", long, fmt.Sprintf("step %d.", i)))
 	}
-	probe.waitText("step 299.")
+	probe.WaitText("step 299.")
 
-	b.open(viewerURL(g.URL, pod, "watcher"))
-	b.waitFor("the viewer to be live", jsLive, 20*time.Second)
-	b.clickItem("long")
-	b.waitFor("the newest step", jsHasRow("step 299."), 10*time.Second)
+	b.Open(harness.ViewerURL(g.URL, pod, "watcher"))
+	b.WaitFor("the viewer to be live", harness.JSLive, 20*time.Second)
+	b.ClickItem("long")
+	b.WaitFor("the newest step", harness.JSHasRow("step 299."), 10*time.Second)
 	stepRows := `document.querySelectorAll('#envelopes > li').length`
 	for range 20 {
-		if evalJS[bool](b, jsHasRow("step 0.")) {
+		if harness.EvalJS[bool](b, harness.JSHasRow("step 0.")) {
 			break
 		}
-		b.waitFor("load older enabled", `!document.getElementById('load-older').disabled`, 10*time.Second)
-		before := evalJS[int](b, stepRows)
-		b.do("load older", chromedp.Click(chromedp.CSS(`#load-older`)))
-		b.waitFor("older envelopes", fmt.Sprintf(`%s > %d || document.getElementById('load-older').disabled && document.getElementById('older-note').textContent !== 'loading…'`, stepRows, before), 10*time.Second)
+		b.WaitFor("load older enabled", `!document.getElementById('load-older').disabled`, 10*time.Second)
+		before := harness.EvalJS[int](b, stepRows)
+		b.Do("load older", chromedp.Click(chromedp.CSS(`#load-older`)))
+		b.WaitFor("older envelopes", fmt.Sprintf(`%s > %d || document.getElementById('load-older').disabled && document.getElementById('older-note').textContent !== 'loading…'`, stepRows, before), 10*time.Second)
 	}
-	rows := evalJS[[]string](b, jsRows+`()`)
+	rows := harness.EvalJS[[]string](b, harness.JSRows+`()`)
 	if len(rows) != 300 {
 		t.Errorf("long shows %d rows after loading older, want its 300 envelopes", len(rows))
 	}
@@ -212,7 +194,7 @@ func TestViewerLoadOlder(t *testing.T) {
 		}
 	}
 
-	b.clickItem("")
-	b.do("load older in main", chromedp.Click(chromedp.CSS(`#load-older`)))
-	b.waitFor("the main context's chats", jsHasRow("chat 0.")+` && `+jsHasRow("chat 9."), 15*time.Second)
+	b.ClickItem("")
+	b.Do("load older in main", chromedp.Click(chromedp.CSS(`#load-older`)))
+	b.WaitFor("the main context's chats", harness.JSHasRow("chat 0.")+` && `+harness.JSHasRow("chat 9."), 15*time.Second)
 }

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"fmt"
 	"testing"
 	"time"
@@ -15,23 +17,23 @@ import (
 // them, and the test logs the page's longest frame meanwhile. There is no
 // timed assertion: the figures go to BENCHMARKS.md.
 func TestViewerThousandContexts(t *testing.T) {
-	g := startGateway(t, func(c *gateway.Config) {
+	g := harness.StartGateway(t, func(c *gateway.Config) {
 		c.Rate, c.Burst = 100000, 100000
 		c.ContextCreateRate, c.ContextCreateBurst = 100000, 100000
 		c.MaxContextsPerParticipant = 2000
 		c.SendQueue = 8192
 	})
-	b := newBrowser(t, browserOpts{timeout: 3 * time.Minute})
+	b := harness.NewBrowser(t, harness.BrowserOpts{Timeout: 3 * time.Minute})
 	const pod = "viewer-scale"
-	sender := g.dial(t, pod, "loadgen", "")
-	b.open(viewerURL(g.URL, pod, "watcher"))
-	b.waitFor("the viewer to be live", jsLive, 20*time.Second)
+	sender := g.Dial(t, pod, "loadgen", "")
+	b.Open(harness.ViewerURL(g.URL, pod, "watcher"))
+	b.WaitFor("the viewer to be live", harness.JSLive, 20*time.Second)
 
 	var ids []string
 	var envs [][]byte
 	add := func(id, parent string) {
 		ids = append(ids, id)
-		envs = append(envs, mustJSON(t, ctxEnv("open", objCtx(id, "task", parent), "opened "+id)))
+		envs = append(envs, harness.MustJSON(t, harness.TextEnv("open", harness.ContextField(id, "task", parent), "opened "+id)))
 	}
 	for r := range 10 {
 		root := fmt.Sprintf("r%d", r)
@@ -48,7 +50,7 @@ func TestViewerThousandContexts(t *testing.T) {
 		t.Fatalf("built %d contexts", len(envs))
 	}
 	// The page notes when the first and the 1,000th node appear.
-	b.do("observe the tree", evalVoid(`(() => {
+	b.Do("observe the tree", harness.EvalVoid(`(() => {
 		const tree = document.getElementById('tree');
 		window.__nodes = {};
 		new MutationObserver(() => {
@@ -60,20 +62,20 @@ func TestViewerThousandContexts(t *testing.T) {
 
 	start := time.Now()
 	for _, e := range envs {
-		sender.sendRaw(e)
+		sender.SendRaw(e)
 	}
 	sent := time.Since(start)
-	b.waitFor("1,000 nodes", `document.querySelectorAll('#tree [role=treeitem][data-id]').length === 1000`, 2*time.Minute)
+	b.WaitFor("1,000 nodes", `document.querySelectorAll('#tree [role=treeitem][data-id]').length === 1000`, 2*time.Minute)
 	drawn := time.Since(start)
-	inPage := evalJS[float64](b, `window.__nodes.all - window.__nodes.first`)
-	b.field("r9.c8.g9", ".depth", "depth 3")
-	b.waitFor("r0's totals", jsField+`('r0', '.totals').startsWith('nested: 99 ctx · 99 msg')`, 10*time.Second)
+	inPage := harness.EvalJS[float64](b, `window.__nodes.all - window.__nodes.first`)
+	b.Field("r9.c8.g9", ".depth", "depth 3")
+	b.WaitFor("r0's totals", harness.JSField+`('r0', '.totals').startsWith('nested: 99 ctx · 99 msg')`, 10*time.Second)
 	t.Logf("1,000 contexts: first envelope to 1,000 nodes in the page: %v (sent in %v; in the page, first node to the 1,000th: %.0f ms)",
 		drawn.Round(time.Millisecond), sent.Round(time.Millisecond), inPage)
 
 	// 200 envelopes a second for 3 seconds, spread over the contexts, while
 	// the page measures the gaps between its frames.
-	b.do("measure frames", evalVoid(`(() => {
+	b.Do("measure frames", harness.EvalVoid(`(() => {
 		window.__frames = {max: 0, n: 0, last: performance.now(), on: true};
 		const f = (now) => {
 			const s = window.__frames;
@@ -87,11 +89,11 @@ func TestViewerThousandContexts(t *testing.T) {
 	for i := range rate * seconds {
 		<-tick.C
 		id := ids[(i*37)%len(ids)]
-		sender.sendRaw(mustJSON(t, ctxEnv("step", objCtx(id, "", ""), fmt.Sprintf("step %d", i))))
+		sender.SendRaw(harness.MustJSON(t, harness.TextEnv("step", harness.ContextField(id, "", ""), fmt.Sprintf("step %d", i))))
 	}
 	tick.Stop()
 	total := 1000 + rate*seconds
-	b.waitFor("every envelope counted", fmt.Sprintf(`[...document.querySelectorAll('#tree > [role=treeitem][data-id]')].reduce((sum, li) => {
+	b.WaitFor("every envelope counted", fmt.Sprintf(`[...document.querySelectorAll('#tree > [role=treeitem][data-id]')].reduce((sum, li) => {
 		const own = parseInt(li.querySelector(':scope > .row .msgs').textContent);
 		const nested = parseInt(li.querySelector(':scope > .row .totals').textContent.split(' · ')[1]);
 		return sum + own + nested;
@@ -100,7 +102,7 @@ func TestViewerThousandContexts(t *testing.T) {
 		Max float64 `json:"max"`
 		N   int     `json:"n"`
 	}
-	f := evalJS[frames](b, `(() => { window.__frames.on = false; return window.__frames; })()`)
+	f := harness.EvalJS[frames](b, `(() => { window.__frames.on = false; return window.__frames; })()`)
 	t.Logf("%d envelopes a second for %d s into 1,000 contexts: every one counted in the tree; longest frame %.0f ms over %d frames",
 		rate, seconds, f.Max, f.N)
 }

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/mcpp/gateway/integration/internal/harness"
+
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,52 +17,52 @@ import (
 // MCPP_VIEWER_SCREENSHOT=1 it saves the page as docs/viewer.png, the
 // picture the README shows.
 func TestViewerScreenshot(t *testing.T) {
-	g := startGateway(t, nil)
-	b := newBrowser(t, browserOpts{width: 1400, height: 860})
+	g := harness.StartGateway(t, nil)
+	b := harness.NewBrowser(t, harness.BrowserOpts{Width: 1400, Height: 860})
 	const pod = "lab"
-	planner := g.dial(t, pod, "planner", "")
-	researcher := g.dial(t, pod, "researcher", "")
-	critic := g.dial(t, pod, "critic", "")
+	planner := g.Dial(t, pod, "planner", "")
+	researcher := g.Dial(t, pod, "researcher", "")
+	critic := g.Dial(t, pod, "critic", "")
 
-	task := objCtx("task-42", "workflow", "")
-	research := objCtx("research", "research", "task-42")
-	search := objCtx("search-1", "reasoning", "research")
-	search2 := objCtx("search-2", "reasoning", "research")
-	plan := objCtx("plan", "planning", "task-42")
-	review := objCtx("review", "review", "task-42")
-	planner.send(ctxEnv("chat", nil, "New task: compare the three queue designs and recommend one."))
-	planner.send(ctxEnv("task/start", task, "compare queue designs"))
-	researcher.send(ctxEnv("context/branch", research, "collect the designs and their trade-offs"))
-	researcher.send(ctxEnv("reasoning/step", search, "NATS JetStream keeps a stream per subject; replay by sequence"))
-	researcher.send(ctxEnv("reasoning/step", search, "Kafka partitions give order per key, not per pod"))
-	researcher.send(ctxEnv("reasoning/conclusion", search, "JetStream fits: one subject per pod keeps order"))
+	task := harness.ContextField("task-42", "workflow", "")
+	research := harness.ContextField("research", "research", "task-42")
+	search := harness.ContextField("search-1", "reasoning", "research")
+	search2 := harness.ContextField("search-2", "reasoning", "research")
+	plan := harness.ContextField("plan", "planning", "task-42")
+	review := harness.ContextField("review", "review", "task-42")
+	planner.Send(harness.TextEnv("chat", nil, "New task: compare the three queue designs and recommend one."))
+	planner.Send(harness.TextEnv("task/start", task, "compare queue designs"))
+	researcher.Send(harness.TextEnv("context/branch", research, "collect the designs and their trade-offs"))
+	researcher.Send(harness.TextEnv("reasoning/step", search, "NATS JetStream keeps a stream per subject; replay by sequence"))
+	researcher.Send(harness.TextEnv("reasoning/step", search, "Kafka partitions give order per key, not per pod"))
+	researcher.Send(harness.TextEnv("reasoning/conclusion", search, "JetStream fits: one subject per pod keeps order"))
 	// The viewer joins here: what came before, it draws from the pod's
 	// history (and from the gateway's contexts); the rest arrives live.
-	critic.send(ctxEnv("chat", nil, "I'll review the plan when it is ready."))
-	b.open(viewerURL(g.URL, pod, "viewer"))
-	b.waitFor("the viewer to be live", jsLive, 20*time.Second)
-	b.waitFor("the contexts known before", jsItem+`('search-1')`, 10*time.Second)
-	planner.send(ctxEnv("plan/draft", plan, "1. benchmark  2. failure drills  3. write-up"))
-	planner.send(ctxEnv("plan/draft", plan, "add: resume after restart"))
-	critic.send(ctxEnv("review/comment", review, "Step 2 needs a network partition case"))
-	critic.send(ctxEnv("reasoning/step", objCtx("review-check", "reasoning", "review"), "does step 2 cover a lost leader?"))
-	critic.send(ctxEnv("conclusion", review, "plan accepted with one change"))
-	critic.send(ctxEnv("check", "deploy/staging/smoke", "staging smoke test passed"))
-	researcher.send(ctxEnv("reasoning/step", search2, "Redis streams: XREAD with last id works as resume"))
-	researcher.send(map[string]any{"kind": "mcp/request:tools/call", "context": research,
+	critic.Send(harness.TextEnv("chat", nil, "I'll review the plan when it is ready."))
+	b.Open(harness.ViewerURL(g.URL, pod, "viewer"))
+	b.WaitFor("the viewer to be live", harness.JSLive, 20*time.Second)
+	b.WaitFor("the contexts known before", harness.JSItem+`('search-1')`, 10*time.Second)
+	planner.Send(harness.TextEnv("plan/draft", plan, "1. benchmark  2. failure drills  3. write-up"))
+	planner.Send(harness.TextEnv("plan/draft", plan, "add: resume after restart"))
+	critic.Send(harness.TextEnv("review/comment", review, "Step 2 needs a network partition case"))
+	critic.Send(harness.TextEnv("reasoning/step", harness.ContextField("review-check", "reasoning", "review"), "does step 2 cover a lost leader?"))
+	critic.Send(harness.TextEnv("conclusion", review, "plan accepted with one change"))
+	critic.Send(harness.TextEnv("check", "deploy/staging/smoke", "staging smoke test passed"))
+	researcher.Send(harness.TextEnv("reasoning/step", search2, "Redis streams: XREAD with last id works as resume"))
+	researcher.Send(map[string]any{"kind": "mcp/request:tools/call", "context": research,
 		"payload":   map[string]any{"method": "tools/call", "params": map[string]any{"name": "search", "arguments": map[string]any{"q": "queue replay semantics"}}},
 		"lifecycle": map[string]any{"mode": "transient", "summary": "15 search results (page 1/3)"}})
-	planner.send(ctxEnv("chat", nil, "Research is in; writing the recommendation."))
-	researcher.send(map[string]any{"kind": "status", "payload": map[string]any{"text": "typing…"}, "lifecycle": map[string]any{"mode": "ephemeral"}})
+	planner.Send(harness.TextEnv("chat", nil, "Research is in; writing the recommendation."))
+	researcher.Send(map[string]any{"kind": "status", "payload": map[string]any{"text": "typing…"}, "lifecycle": map[string]any{"mode": "ephemeral"}})
 
-	b.waitFor("the tree", jsItem+`('deploy/staging/smoke') && `+jsField+`('review', '.state') === 'concluded: conclusion'`, 15*time.Second)
-	b.waitFor("the participants", `document.querySelectorAll('#participants li').length === 4`, 10*time.Second)
-	b.clickItem("research")
-	b.waitFor("research's envelopes", jsHasRow("Redis streams"), 10*time.Second)
-	b.waitFor("review folded", jsItem+`('review').getAttribute('aria-expanded') === 'false'`, 10*time.Second)
-	b.do("blur", evalVoid(`document.activeElement.blur()`))
+	b.WaitFor("the tree", harness.JSItem+`('deploy/staging/smoke') && `+harness.JSField+`('review', '.state') === 'concluded: conclusion'`, 15*time.Second)
+	b.WaitFor("the participants", `document.querySelectorAll('#participants li').length === 4`, 10*time.Second)
+	b.ClickItem("research")
+	b.WaitFor("research's envelopes", harness.JSHasRow("Redis streams"), 10*time.Second)
+	b.WaitFor("review folded", harness.JSItem+`('review').getAttribute('aria-expanded') === 'false'`, 10*time.Second)
+	b.Do("blur", harness.EvalVoid(`document.activeElement.blur()`))
 
-	png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+	png, err := chromedp.Run(b.Ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}

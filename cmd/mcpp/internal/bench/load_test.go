@@ -2,40 +2,19 @@ package bench
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/gateway/gatewaytest"
 )
 
-// serveGateway serves an in-process gateway on a loopback port, its rates
-// opened wide as --stalled opens them, and returns its /ws URL.
 func serveGateway(t *testing.T) string {
 	t.Helper()
-	cfg := gateway.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.PingInterval = 0
-	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg := gatewaytest.Config()
 	cfg.Rate, cfg.Burst = 1e9, 1_000_000_000
 	cfg.ContextRate, cfg.ContextBurst = 1e9, 1_000_000_000
 	cfg.ContextCreateRate, cfg.ContextCreateBurst = 1e9, 1_000_000_000
-	g, err := gateway.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	})
-	return "ws://" + ln.Addr().String() + "/ws"
+	return gatewaytest.Start(t, cfg).WS
 }
 
 // TestRunGateway drives an in-process gateway as `mcpp bench` drives its

@@ -1,4 +1,4 @@
-package integration
+package harness
 
 import (
 	"context"
@@ -17,23 +17,23 @@ import (
 // The MCP endpoint's tests drive /mcp with the official SDK's own client
 // over real HTTP, as an LLM host would.
 
-// mcpSessions is the protocol version of the last MCP revision with
+// MCPSessions is the protocol version of the last MCP revision with
 // sessions (Mcp-Session-Id); the SDK's client, left to itself, speaks the
 // newest, which has none.
-const mcpSessions = "2025-11-25"
+const MCPSessions = "2025-11-25"
 
-// mcpOpts are how a test connects.
-type mcpOpts struct {
+// MCPOpts are how a test connects.
+type MCPOpts struct {
 	query   string      // extra query parameters ("k=v&k2=v2")
-	header  http.Header // extra headers (Authorization)
-	version string      // the protocol version to ask for; "" the SDK's newest
+	Header  http.Header // extra headers (Authorization)
+	Version string      // the protocol version to ask for; "" the SDK's newest
 }
 
-// mcpConnect connects an MCP client to base (http://host:port) for pod as
+// MCPConnect connects an MCP client to base (http://host:port) for pod as
 // participant id (open mode; "" for none) and returns its session.
-func mcpConnect(t *testing.T, base, pod, id string, o mcpOpts) *mcp.ClientSession {
+func MCPConnect(t *testing.T, base, pod, id string, o MCPOpts) *mcp.ClientSession {
 	t.Helper()
-	cs, err := mcpDial(base, pod, id, o)
+	cs, err := MCPDial(base, pod, id, o)
 	if err != nil {
 		t.Fatalf("MCP connect to %s as %s: %v", pod, id, err)
 	}
@@ -41,16 +41,16 @@ func mcpConnect(t *testing.T, base, pod, id string, o mcpOpts) *mcp.ClientSessio
 	return cs
 }
 
-func mcpDial(base, pod, id string, o mcpOpts) (*mcp.ClientSession, error) {
+func MCPDial(base, pod, id string, o MCPOpts) (*mcp.ClientSession, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpp-integration-test", Version: "1"}, nil)
 	transport := &mcp.StreamableClientTransport{
 		Endpoint:   mcpURL(base, pod, id, o.query),
-		HTTPClient: &http.Client{Transport: headerTransport{o.header}},
+		HTTPClient: &http.Client{Transport: headerTransport{o.Header}},
 		MaxRetries: -1,
 	}
-	return client.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: o.version})
+	return client.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: o.Version})
 }
 
 // mcpURL is /mcp's URL for pod as id with extra query parameters.
@@ -76,48 +76,48 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// toolResult is a tool call's structured result, decoded.
-type toolResult struct {
+// ToolResult is a tool call's structured result, decoded.
+type ToolResult struct {
 	IsError bool
 	Out     map[string]any
 }
 
-func (r toolResult) str(key string) string { s, _ := r.Out[key].(string); return s }
+func (r ToolResult) Str(key string) string { s, _ := r.Out[key].(string); return s }
 
 // envelopes decodes an envelopes result.
-func (r toolResult) envelopes() []msg {
+func (r ToolResult) Envelopes() []Msg {
 	list, _ := r.Out["envelopes"].([]any)
-	out := make([]msg, len(list))
+	out := make([]Msg, len(list))
 	for i, v := range list {
 		out[i], _ = v.(map[string]any)
 	}
 	return out
 }
 
-// mcpCall calls a tool and checks what docs/protocol.md section 9 says of every
+// MCPCall calls a tool and checks what docs/protocol.md section 9 says of every
 // result: one text content item holding the JSON of its structured
-// content. A protocol error fails the test; use mcpCallErr to expect one.
-func mcpCall(t *testing.T, cs *mcp.ClientSession, tool string, args any) toolResult {
+// content. A protocol error fails the test; use MCPCallErr to expect one.
+func MCPCall(t *testing.T, cs *mcp.ClientSession, tool string, args any) ToolResult {
 	t.Helper()
-	r, err := mcpCallErr(cs, tool, args)
+	r, err := MCPCallErr(cs, tool, args)
 	if err != nil {
 		t.Fatalf("%s: %v", tool, err)
 	}
 	return r
 }
 
-func mcpCallErr(cs *mcp.ClientSession, tool string, args any) (toolResult, error) {
+func MCPCallErr(cs *mcp.ClientSession, tool string, args any) (ToolResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
-		return toolResult{}, err
+		return ToolResult{}, err
 	}
 	raw, err := json.Marshal(res.StructuredContent)
 	if err != nil {
-		return toolResult{}, err
+		return ToolResult{}, err
 	}
-	out := toolResult{IsError: res.IsError}
+	out := ToolResult{IsError: res.IsError}
 	if err := json.Unmarshal(raw, &out.Out); err != nil || out.Out == nil {
 		return out, fmt.Errorf("%s: structured content %s is not a JSON object", tool, raw)
 	}
@@ -129,41 +129,41 @@ func mcpCallErr(cs *mcp.ClientSession, tool string, args any) (toolResult, error
 		return out, fmt.Errorf("%s: the content item is %T, not text", tool, res.Content[0])
 	}
 	var fromText any
-	if err := json.Unmarshal([]byte(text.Text), &fromText); err != nil || !jsonEqual(fromText, out.Out) {
+	if err := json.Unmarshal([]byte(text.Text), &fromText); err != nil || !JSONEqual(fromText, out.Out) {
 		return out, fmt.Errorf("%s: the text item %q is not the structured content %s", tool, text.Text, raw)
 	}
 	return out, nil
 }
 
-// mcpRefused calls a tool and expects a refusal with code.
-func mcpRefused(t *testing.T, cs *mcp.ClientSession, tool string, args any, code string) toolResult {
+// MCPRefused calls a tool and expects a refusal with code.
+func MCPRefused(t *testing.T, cs *mcp.ClientSession, tool string, args any, code string) ToolResult {
 	t.Helper()
-	r := mcpCall(t, cs, tool, args)
-	if !r.IsError || r.str("error") != code || r.str("message") == "" {
+	r := MCPCall(t, cs, tool, args)
+	if !r.IsError || r.Str("error") != code || r.Str("message") == "" {
 		t.Fatalf("%s(%v): got %v (isError %v), want a refusal %s with a message", tool, args, r.Out, r.IsError, code)
 	}
 	return r
 }
 
-// mcpOK calls a tool and expects success.
-func mcpOK(t *testing.T, cs *mcp.ClientSession, tool string, args any) toolResult {
+// MCPOK calls a tool and expects success.
+func MCPOK(t *testing.T, cs *mcp.ClientSession, tool string, args any) ToolResult {
 	t.Helper()
-	r := mcpCall(t, cs, tool, args)
+	r := MCPCall(t, cs, tool, args)
 	if r.IsError {
 		t.Fatalf("%s(%v) refused: %v", tool, args, r.Out)
 	}
 	return r
 }
 
-// mcpReadAll reads with pod_read until n envelopes have come (waiting up
+// MCPReadAll reads with pod_read until n envelopes have come (waiting up
 // to 5 s for each) and returns them.
-func mcpReadAll(t *testing.T, cs *mcp.ClientSession, n int) []msg {
+func MCPReadAll(t *testing.T, cs *mcp.ClientSession, n int) []Msg {
 	t.Helper()
-	var out []msg
+	var out []Msg
 	deadline := time.Now().Add(10 * time.Second)
 	for len(out) < n && time.Now().Before(deadline) {
-		r := mcpOK(t, cs, "pod_read", map[string]any{"wait_ms": 5000})
-		out = append(out, r.envelopes()...)
+		r := MCPOK(t, cs, "pod_read", map[string]any{"wait_ms": 5000})
+		out = append(out, r.Envelopes()...)
 	}
 	if len(out) < n {
 		t.Fatalf("pod_read: %d envelopes within 10s, want %d: %v", len(out), n, out)
@@ -171,10 +171,10 @@ func mcpReadAll(t *testing.T, cs *mcp.ClientSession, n int) []msg {
 	return out
 }
 
-// mcpPost sends one JSON-RPC message to /mcp as a client of the protocol
+// MCPPost sends one JSON-RPC message to /mcp as a client of the protocol
 // with sessions would, and returns the HTTP status and, for a refusal in
 // the gateway's JSON, its error code.
-func mcpPost(t *testing.T, endpoint string, header http.Header, body string) (status int, code string) {
+func MCPPost(t *testing.T, endpoint string, header http.Header, body string) (status int, code string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(body))
 	if err != nil {
@@ -182,7 +182,7 @@ func mcpPost(t *testing.T, endpoint string, header http.Header, body string) (st
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", mcpSessions)
+	req.Header.Set("Mcp-Protocol-Version", MCPSessions)
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
@@ -199,5 +199,5 @@ func mcpPost(t *testing.T, endpoint string, header http.Header, body string) (st
 	return resp.StatusCode, refusal.Error
 }
 
-// mcpInitialize is an initialize request's body.
-const mcpInitialize = `{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}}}`
+// MCPInitialize is an initialize request's body.
+const MCPInitialize = `{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}}}`

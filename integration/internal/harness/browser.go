@@ -1,4 +1,4 @@
-package integration
+package harness
 
 // The pod viewer's tests drive the real page in a real headless Chromium
 // (github.com/chromedp/chromedp) against a gateway served in process. They
@@ -12,8 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -78,30 +76,30 @@ func installChromium(t *testing.T) error {
 // browser is one headless Chromium with one tab, and what the tab did:
 // every request it made, and every uncaught exception of the page or
 // violation of its Content-Security-Policy (each fails the test).
-type browser struct {
-	t   *testing.T
-	ctx context.Context // the tab, with the test's deadline
+type Browser struct {
+	T   *testing.T
+	Ctx context.Context // the tab, with the test's deadline
 
 	mu         sync.Mutex
 	requests   []string
 	exceptions []string
 }
 
-type browserOpts struct {
-	width, height int
-	timeout       time.Duration
+type BrowserOpts struct {
+	Width, Height int
+	Timeout       time.Duration
 }
 
-// newBrowser starts Chromium for one test; the test's cleanup stops it and
+// NewBrowser starts Chromium for one test; the test's cleanup stops it and
 // fails the test if the page threw an uncaught exception.
-func newBrowser(t *testing.T, o browserOpts) *browser {
+func NewBrowser(t *testing.T, o BrowserOpts) *Browser {
 	t.Helper()
 	ensureChromium(t)
-	if o.width == 0 {
-		o.width, o.height = 1280, 900
+	if o.Width == 0 {
+		o.Width, o.Height = 1280, 900
 	}
-	if o.timeout == 0 {
-		o.timeout = 90 * time.Second
+	if o.Timeout == 0 {
+		o.Timeout = 90 * time.Second
 	}
 	dir, err := os.MkdirTemp("", "mcpp-viewer-chromium-")
 	if err != nil {
@@ -120,11 +118,11 @@ func newBrowser(t *testing.T, o browserOpts) *browser {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(dir),
-		chromedp.WindowSize(o.width, o.height),
+		chromedp.WindowSize(o.Width, o.Height),
 	)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	tabCtx, cancelTab := chromedp.NewContext(allocCtx)
-	b := &browser{t: t}
+	b := &Browser{T: t}
 	t.Cleanup(func() {
 		cancelTab()
 		cancelAlloc()
@@ -144,12 +142,12 @@ func newBrowser(t *testing.T, o browserOpts) *browser {
 	if err := chromedp.Listen(tabCtx, b.event); err != nil {
 		t.Fatalf("listen to chromium: %v", err)
 	}
-	if err := chromedp.Do(tabCtx, chromedp.EmulateViewport(int64(o.width), int64(o.height))); err != nil {
+	if err := chromedp.Do(tabCtx, chromedp.EmulateViewport(int64(o.Width), int64(o.Height))); err != nil {
 		t.Fatalf("set the viewport: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(tabCtx, o.timeout)
+	ctx, cancel := context.WithTimeout(tabCtx, o.Timeout)
 	t.Cleanup(cancel)
-	b.ctx = ctx
+	b.Ctx = ctx
 	t.Cleanup(func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -160,7 +158,7 @@ func newBrowser(t *testing.T, o browserOpts) *browser {
 	return b
 }
 
-func (b *browser) event(ev any) {
+func (b *Browser) event(ev any) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch e := ev.(type) {
@@ -178,48 +176,48 @@ func (b *browser) event(ev any) {
 	}
 }
 
-func (b *browser) requestURLs() []string {
+func (b *Browser) RequestURLs() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.requests...)
 }
 
 // do runs actions in the tab, failing the test on an error.
-func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
-	b.t.Helper()
-	if err := chromedp.Do(b.ctx, actions...); err != nil {
-		b.t.Fatalf("%s: %v\n%s", what, err, b.pageState())
+func (b *Browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.T.Helper()
+	if err := chromedp.Do(b.Ctx, actions...); err != nil {
+		b.T.Fatalf("%s: %v\n%s", what, err, b.pageState())
 	}
 }
 
 // open loads a page of the gateway.
-func (b *browser) open(u string) {
-	b.t.Helper()
-	b.do("open "+u, chromedp.Navigate(u))
+func (b *Browser) Open(u string) {
+	b.T.Helper()
+	b.Do("open "+u, chromedp.Navigate(u))
 }
 
 // eval evaluates a JavaScript expression in the page.
-func evalJS[T any](b *browser, expr string) T {
-	b.t.Helper()
-	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+func EvalJS[T any](b *Browser, expr string) T {
+	b.T.Helper()
+	v, err := chromedp.Run(b.Ctx, chromedp.Evaluate[T](expr))
 	if err != nil {
-		b.t.Fatalf("evaluate %s: %v\n%s", expr, err, b.pageState())
+		b.T.Fatalf("evaluate %s: %v\n%s", expr, err, b.pageState())
 	}
 	return v
 }
 
-// waitFor polls a JavaScript condition each frame until it holds.
-func (b *browser) waitFor(what, cond string, d time.Duration) {
-	b.t.Helper()
-	_, err := chromedp.Run(b.ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(d)))
+// WaitFor polls a JavaScript condition each frame until it holds.
+func (b *Browser) WaitFor(what, cond string, d time.Duration) {
+	b.T.Helper()
+	_, err := chromedp.Run(b.Ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(d)))
 	if err != nil {
-		b.t.Fatalf("waiting for %s (%s): %v\n%s", what, cond, err, b.pageState())
+		b.T.Fatalf("waiting for %s (%s): %v\n%s", what, cond, err, b.pageState())
 	}
 }
 
 // pageState is what the page shows, for a failure's message.
-func (b *browser) pageState() string {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), 5*time.Second)
+func (b *Browser) pageState() string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.Ctx), 5*time.Second)
 	defer cancel()
 	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
 		const t = (id) => { const e = document.getElementById(id); return e ? e.textContent.trim() : '(none)'; };
@@ -240,40 +238,40 @@ func (b *browser) pageState() string {
 }
 
 // js quotes a Go string as a JavaScript string literal.
-func js(s string) string {
+func JS(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
 
 // Page queries shared by the tests, as JavaScript.
 const (
-	// jsItem finds the tree item of a context id.
-	jsItem = `((id) => [...document.querySelectorAll('#tree [role=treeitem]')].find((li) => li.dataset.id === id))`
-	// jsField reads a field of a context's row ('.state', '.msgs', …).
-	jsField = `((id, sel) => { const li = ` + jsItem + `(id); const e = li && li.querySelector(':scope > .row ' + sel); return e ? e.textContent : null; })`
+	// JSItem finds the tree item of a context id.
+	JSItem = `((id) => [...document.querySelectorAll('#tree [role=treeitem]')].find((li) => li.dataset.id === id))`
+	// JSField reads a field of a context's row ('.state', '.msgs', …).
+	JSField = `((id, sel) => { const li = ` + JSItem + `(id); const e = li && li.querySelector(':scope > .row ' + sel); return e ? e.textContent : null; })`
 	// jsParent is the context id of a tree item's parent item.
-	jsParent = `((id) => { const li = ` + jsItem + `(id); const p = li && li.parentElement.closest('[role=treeitem]'); return p ? (p.dataset.id ?? 'main') : null; })`
-	// jsShown tells whether a context's item can be seen.
-	jsShown = `((id) => { const li = ` + jsItem + `(id); return !!li && li.querySelector('.row').checkVisibility(); })`
-	// jsRows is the text of every envelope row of the view.
-	jsRows = `(() => [...document.querySelectorAll('#envelopes > li')].map((li) => li.textContent))`
-	// jsLive tells whether the page is joined and live.
-	jsLive = `(document.getElementById('status').textContent === 'live')`
+	jsParent = `((id) => { const li = ` + JSItem + `(id); const p = li && li.parentElement.closest('[role=treeitem]'); return p ? (p.dataset.id ?? 'main') : null; })`
+	// JSShown tells whether a context's item can be seen.
+	JSShown = `((id) => { const li = ` + JSItem + `(id); return !!li && li.querySelector('.row').checkVisibility(); })`
+	// JSRows is the text of every envelope row of the view.
+	JSRows = `(() => [...document.querySelectorAll('#envelopes > li')].map((li) => li.textContent))`
+	// JSLive tells whether the page is joined and live.
+	JSLive = `(document.getElementById('status').textContent === 'live')`
 )
 
-func jsHasRow(text string) string {
-	return fmt.Sprintf(`%s().some((t) => t.includes(%s))`, jsRows, js(text))
+func JSHasRow(text string) string {
+	return fmt.Sprintf(`%s().some((t) => t.includes(%s))`, JSRows, JS(text))
 }
 
-// clickItem clicks the label of a context's tree item (id "" is main).
-func (b *browser) clickItem(id string) {
-	b.t.Helper()
+// ClickItem clicks the label of a context's tree item (id "" is main).
+func (b *Browser) ClickItem(id string) {
+	b.T.Helper()
 	sel := `#tree [data-main] > .row .cid`
 	if id != "" {
-		b.waitFor("tree item "+id, fmt.Sprintf(`%s(%s)`, jsShown, js(id)), 10*time.Second)
+		b.WaitFor("tree item "+id, fmt.Sprintf(`%s(%s)`, JSShown, JS(id)), 10*time.Second)
 		sel = fmt.Sprintf(`#tree [data-id=%s] > .row .cid`, cssString(id))
 	}
-	b.do("click "+id, chromedp.Click(chromedp.CSS(sel)))
+	b.Do("click "+id, chromedp.Click(chromedp.CSS(sel)))
 }
 
 // cssString quotes s for a CSS attribute selector.
@@ -295,8 +293,8 @@ func cssString(s string) string {
 	return sb.String()
 }
 
-// viewerURL is the page's link to a pod (open mode, as participant id).
-func viewerURL(base, pod, id string) string {
+// ViewerURL is the page's link to a pod (open mode, as participant id).
+func ViewerURL(base, pod, id string) string {
 	q := url.Values{"pod": {pod}}
 	if id != "" {
 		q.Set("participant", id)
@@ -304,9 +302,9 @@ func viewerURL(base, pod, id string) string {
 	return base + "/?" + q.Encode()
 }
 
-// ctxEnv is an envelope in a context (ctx nil: the main context) with a
+// TextEnv is an envelope in a context (ctx nil: the main context) with a
 // text payload.
-func ctxEnv(kind string, ctx any, text string) map[string]any {
+func TextEnv(kind string, ctx any, text string) map[string]any {
 	m := map[string]any{"kind": kind, "payload": map[string]any{"text": text}}
 	if ctx != nil {
 		m["context"] = ctx
@@ -314,91 +312,7 @@ func ctxEnv(kind string, ctx any, text string) map[string]any {
 	return m
 }
 
-func objCtx(id, typ, parent string) map[string]any {
-	m := map[string]any{"id": id}
-	if typ != "" {
-		m["type"] = typ
-	}
-	if parent != "" {
-		m["parent"] = parent
-	}
-	return m
-}
-
-// cutProxy forwards TCP connections to a gateway and can cut them all at
-// once, as a network that fails would: the page's connection drops
-// without a closing handshake.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	paused bool
-	URL    string
-}
-
-// pause makes the proxy close the connections it accepts, as an
-// unreachable gateway would, until pause(false).
-func (p *cutProxy) pause(on bool) {
-	p.mu.Lock()
-	p.paused = on
-	p.mu.Unlock()
-}
-
-func startCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, URL: "http://" + ln.Addr().String()}
-	go p.serve()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.cut()
-	})
-	return p
-}
-
-func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		paused := p.paused
-		p.mu.Unlock()
-		if paused {
-			_ = c.Close()
-			continue
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, u)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
-		go func() { _, _ = io.Copy(c, u); _ = c.Close() }()
-	}
-}
-
-// cut closes every connection through the proxy.
-func (p *cutProxy) cut() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.conns)
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-	return n / 2
-}
-
-func mustJSON(t *testing.T, v any) []byte {
+func MustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -407,7 +321,54 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// evalVoid runs JavaScript for its effect.
-func evalVoid(expr string) chromedp.Action[chromedp.Void] {
+// EvalVoid runs JavaScript for its effect.
+func EvalVoid(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Evaluate[chromedp.Void](expr)
+}
+
+// SubmitJoin fills the join form and sends it.
+func (b *Browser) SubmitJoin(pod, participant, token string) {
+	b.T.Helper()
+	b.Do("fill the join form",
+		chromedp.WaitVisible(chromedp.CSS(`#join-form`)),
+		EvalVoid(fmt.Sprintf(`document.getElementById('pod').value = %s; document.getElementById('participant').value = %s; document.getElementById('token').value = %s`,
+			JS(pod), JS(participant), JS(token))),
+		chromedp.Click(chromedp.CSS(`#join-form button[type=submit]`)),
+	)
+}
+
+// JoinError waits for the join form's message to contain every part.
+func (b *Browser) JoinError(parts ...string) {
+	b.T.Helper()
+	cond := `!document.getElementById('join').hidden && !document.getElementById('join-error').hidden`
+	for _, p := range parts {
+		cond += fmt.Sprintf(` && document.getElementById('join-error').textContent.includes(%s)`, JS(p))
+	}
+	b.WaitFor("the message "+strings.Join(parts, ", "), cond, 15*time.Second)
+}
+
+// ParentIs checks where a context hangs in the tree ("" is the root).
+func (b *Browser) ParentIs(id, parent string) {
+	b.T.Helper()
+	want := "null"
+	if parent != "" {
+		want = JS(parent)
+	}
+	b.WaitFor(fmt.Sprintf("%s under %q", id, parent), fmt.Sprintf(`%s(%s) === %s`, jsParent, JS(id), want), 15*time.Second)
+}
+
+// field waits until a context's row shows want in the field sel.
+func (b *Browser) Field(id, sel, want string) {
+	b.T.Helper()
+	b.WaitFor(fmt.Sprintf("%s %s to be %q", id, sel, want), fmt.Sprintf(`%s(%s, %s) === %s`, JSField, JS(id), JS(sel), JS(want)), 15*time.Second)
+}
+
+// RecordStatuses makes the page keep every text its status shows.
+func (b *Browser) RecordStatuses() {
+	b.T.Helper()
+	b.Do("record the statuses", EvalVoid(`(() => {
+		const s = document.getElementById('status');
+		window.__statuses = [s.textContent];
+		new MutationObserver(() => window.__statuses.push(s.textContent)).observe(s, {childList: true, characterData: true, subtree: true});
+	})()`))
 }

@@ -1,0 +1,205 @@
+package harness
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BinDir holds the commands built once for the tests that run processes.
+var (
+	BinDir  string
+	binOnce sync.Once
+	binErr  error
+)
+
+// Run runs the tests of m (TestMain calls it) and removes the commands
+// BuildCommand built.
+func Run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "mcpp-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	BinDir = dir
+	defer os.RemoveAll(dir)
+	return m.Run()
+}
+
+// BuildCommand builds ./cmd/NAME once and returns the binary's path.
+func BuildCommand(t *testing.T, name string) string {
+	t.Helper()
+	path := filepath.Join(BinDir, name)
+	binOnce.Do(func() {
+		for _, n := range []string{"mcpp-gateway", "mcpp"} {
+			// Built without -race: the in-process tests run the same code
+			// under the race detector, and a race build of the embedded
+			// NATS server takes minutes on a CI machine.
+			cmd := exec.Command("go", "build", "-o", filepath.Join(BinDir, n), "../cmd/"+n)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				binErr = fmt.Errorf("go build %s: %v\n%s", n, err, out)
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return path
+}
+
+// GatewayProc is mcpp-gateway run as an operator runs it: the limit, cluster,
+// history and CLI tests start it with StartGatewayProc, and restart runs it
+// again with the same environment and arguments.
+type GatewayProc struct {
+	t      *testing.T
+	bin    string
+	env    []string // the whole environment of the process
+	args   []string
+	Cmd    *exec.Cmd   // the current run
+	Stderr *SyncBuffer // of every run
+	Exited chan struct{}
+	GW     *Gateway // URL and WS only
+}
+
+var GatewayAddrRE = regexp.MustCompile(`mcpp-gateway listening"? addr=(127\.0\.0\.1:\d+)`)
+
+// EnvWithoutMCPP is the test's environment without any MCPP_ variable, so
+// that the ones a test sets are the only ones.
+func EnvWithoutMCPP() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MCPP_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// StartGatewayProc runs the gateway with env and args and waits until it
+// listens. It is stopped with SIGTERM when the test ends.
+func StartGatewayProc(t *testing.T, env []string, args ...string) *GatewayProc {
+	t.Helper()
+	p := &GatewayProc{t: t, bin: BuildCommand(t, "mcpp-gateway"), args: args, Stderr: &SyncBuffer{}}
+	p.env = EnvWithoutMCPP()
+	if HistoryOff() {
+		p.env = append(p.env, "MCPP_HISTORY=0") // the test's own env and flags win
+	}
+	p.env = append(p.env, env...)
+	t.Cleanup(p.stop)
+	p.start()
+	return p
+}
+
+// start runs the gateway and waits until it listens.
+func (p *GatewayProc) start() {
+	p.t.Helper()
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	p.Cmd, p.Exited = cmd, exited
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(p.Stderr, line)
+			if m := GatewayAddrRE.FindStringSubmatch(line); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	select {
+	case a := <-addr:
+		p.GW = GatewayAt(a)
+	case <-exited:
+		p.t.Fatalf("mcpp-gateway exited (%v) before listening:\n%s", cmd.ProcessState, p.Stderr)
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("mcpp-gateway did not listen within 30s:\n%s", p.Stderr)
+	}
+}
+
+// stop ends the gateway with SIGTERM, as an operator restarting it does,
+// and kills it when it has not exited within 20s.
+func (p *GatewayProc) stop() {
+	if p.Cmd == nil {
+		return
+	}
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.Exited:
+	case <-time.After(20 * time.Second):
+		_ = p.Cmd.Process.Kill()
+		<-p.Exited
+	}
+}
+
+// restart stops the gateway and runs it again with the same environment
+// and arguments (on the same address when --listen names a port), waiting
+// until its /healthz answers 200.
+func (p *GatewayProc) Restart() {
+	p.t.Helper()
+	p.stop()
+	p.start()
+	p.WaitHealthy(30 * time.Second)
+}
+
+// WaitHealthy waits until the gateway's /healthz answers 200 (a node of a
+// cluster once the cluster's JetStream has formed and the history stream
+// is open), failing the test when the gateway exits meanwhile.
+func (p *GatewayProc) WaitHealthy(within time.Duration) {
+	p.t.Helper()
+	Eventually(p.t, within, "the gateway's /healthz", func() bool {
+		select {
+		case <-p.Exited:
+			p.t.Fatalf("mcpp-gateway exited before it was healthy:\n%s", p.Stderr)
+		default:
+		}
+		status, _, err := HTTPGet(p.GW.URL + "/healthz")
+		return err == nil && status == http.StatusOK
+	})
+}
+
+// WriteFile writes content to a new file in a test directory.
+func WriteFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port
+}
