@@ -29,11 +29,12 @@ type Conn struct {
 	ws *websocket.Conn
 }
 
-// DialConn upgrades to WebSocket at url for opts.Pod as Dial does, with
-// the same URLs, query (the filter, History, Fold, Resume, Protocol) and
-// refusals (a *RefusedError), and returns as soon as the gateway accepts
-// the upgrade. Options.Reconnect and Options.EventBuffer mean nothing to a
-// Conn. ctx bounds the dial, and so does Options.DialTimeout.
+// DialConn upgrades to WebSocket at gatewayURL for opts.Pod as Dial
+// does, with the same URLs, query (the filter, History, Fold, Resume,
+// Protocol) and refusals (a *RefusedError), and returns as soon as the
+// gateway accepts the upgrade. Options.Reconnect and Options.EventBuffer
+// mean nothing to a Conn. ctx bounds the dial, and so does
+// Options.DialTimeout.
 func DialConn(ctx context.Context, gatewayURL string, opts Options) (*Conn, error) {
 	if opts.Pod == "" {
 		return nil, errors.New("client: Options.Pod is required")
