@@ -48,7 +48,7 @@ func DialConn(ctx context.Context, gatewayURL string, opts Options) (*Conn, erro
 		filter = opts.Filter.Query()
 	}
 	u := connURL(base, filter, opts.Resume, opts.History, opts.Fold)
-	ctx, cancel := context.WithTimeout(ctx, cmp(opts.DialTimeout, DefaultDialTimeout))
+	ctx, cancel := context.WithTimeout(ctx, orDefault(opts.DialTimeout, DefaultDialTimeout))
 	defer cancel()
 	c, err := dialConn(ctx, u, upgradeHeader(&opts), &opts, secret)
 	if err != nil {
@@ -57,8 +57,8 @@ func DialConn(ctx context.Context, gatewayURL string, opts Options) (*Conn, erro
 	return c, nil
 }
 
-// cmp is v, or def when v is not positive.
-func cmp[T ~int64 | ~int](v, def T) T {
+// orDefault is v, or def when v is not positive.
+func orDefault[T ~int64 | ~int](v, def T) T {
 	if v <= 0 {
 		return def
 	}
@@ -120,7 +120,7 @@ func dialConn(ctx context.Context, u string, header http.Header, opts *Options, 
 		}
 		return nil, redact(err, secret, url.QueryEscape(secret))
 	}
-	ws.SetReadLimit(cmp(opts.ReadLimit, DefaultReadLimit))
+	ws.SetReadLimit(orDefault(opts.ReadLimit, DefaultReadLimit))
 	return &Conn{ws: ws}, nil
 }
 

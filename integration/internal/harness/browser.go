@@ -73,7 +73,7 @@ func installChromium(t *testing.T) error {
 	return nil
 }
 
-// browser is one headless Chromium with one tab, and what the tab did:
+// Browser is one headless Chromium with one tab, and what the tab did:
 // every request it made, and every uncaught exception of the page or
 // violation of its Content-Security-Policy (each fails the test).
 type Browser struct {
@@ -182,7 +182,7 @@ func (b *Browser) RequestURLs() []string {
 	return append([]string(nil), b.requests...)
 }
 
-// do runs actions in the tab, failing the test on an error.
+// Do runs actions in the tab, failing the test on an error.
 func (b *Browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.T.Helper()
 	if err := chromedp.Do(b.Ctx, actions...); err != nil {
@@ -190,13 +190,13 @@ func (b *Browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-// open loads a page of the gateway.
+// Open loads a page of the gateway.
 func (b *Browser) Open(u string) {
 	b.T.Helper()
 	b.Do("open "+u, chromedp.Navigate(u))
 }
 
-// eval evaluates a JavaScript expression in the page.
+// EvalJS evaluates a JavaScript expression in the page.
 func EvalJS[T any](b *Browser, expr string) T {
 	b.T.Helper()
 	v, err := chromedp.Run(b.Ctx, chromedp.Evaluate[T](expr))
@@ -237,7 +237,7 @@ func (b *Browser) pageState() string {
 	return s
 }
 
-// js quotes a Go string as a JavaScript string literal.
+// JS quotes a Go string as a JavaScript string literal.
 func JS(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
@@ -357,7 +357,7 @@ func (b *Browser) ParentIs(id, parent string) {
 	b.WaitFor(fmt.Sprintf("%s under %q", id, parent), fmt.Sprintf(`%s(%s) === %s`, jsParent, JS(id), want), 15*time.Second)
 }
 
-// field waits until a context's row shows want in the field sel.
+// Field waits until a context's row shows want in the field sel.
 func (b *Browser) Field(id, sel, want string) {
 	b.T.Helper()
 	b.WaitFor(fmt.Sprintf("%s %s to be %q", id, sel, want), fmt.Sprintf(`%s(%s, %s) === %s`, JSField, JS(id), JS(sel), JS(want)), 15*time.Second)

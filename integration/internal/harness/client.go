@@ -18,7 +18,7 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// msg is a received envelope, decoded.
+// Msg is a received envelope, decoded.
 type Msg map[string]any
 
 func (m Msg) Str(key string) string { s, _ := m[key].(string); return s }
@@ -48,9 +48,9 @@ func (m Msg) ContextID() string {
 	return ""
 }
 
-// client is one participant's connection, on the public client's Conn:
-// it keeps every WebSocket message as received (raw) and decodes each
-// envelope into a msg (in), so that tests assert on the exact bytes.
+// Client is one participant's connection, on the public client's Conn:
+// it keeps every WebSocket message as received (Raw) and decodes each
+// envelope into a Msg (In), so that tests assert on the exact bytes.
 type Client struct {
 	T        *testing.T
 	Conn     FrameConn
@@ -72,14 +72,14 @@ type FrameConn interface {
 	CloseNow() error
 }
 
-// dial joins pod as participant id (open mode) with extra query
+// Dial joins pod as participant id (open mode) with extra query
 // parameters ("k=v&k2=v2") and waits for the welcome.
 func (g *Gateway) Dial(t *testing.T, pod, id string, query string) *Client {
 	t.Helper()
 	return StartClient(t, dialPod(t, g.WS, pod, id, query), true)
 }
 
-// DialWebSocket is dial with coder/websocket itself, for a test that
+// DialWebSocket is Dial with coder/websocket itself, for a test that
 // also sends a binary message (WebSocketConn.WriteBinary).
 func (g *Gateway) DialWebSocket(t *testing.T, pod, id string, query string) *Client {
 	t.Helper()
@@ -89,13 +89,7 @@ func (g *Gateway) DialWebSocket(t *testing.T, pod, id string, query string) *Cli
 // DialPodWebSocket is dialPod with coder/websocket itself.
 func DialPodWebSocket(t *testing.T, wsURL, pod, id, query string) WebSocketConn {
 	t.Helper()
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Set("pod", pod)
-	q.Set("participant", id)
-	ws, _, err := DialWebSocket(wsURL, q, nil)
+	ws, _, err := DialWebSocket(wsURL, podQuery(t, pod, id, query), nil)
 	if err != nil {
 		t.Fatalf("dial %s as %s: %v", pod, id, err)
 	}
@@ -107,6 +101,17 @@ func DialPodWebSocket(t *testing.T, wsURL, pod, id, query string) WebSocketConn 
 // refused. The client and the Peer (badinput_test.go) both join so.
 func dialPod(t *testing.T, wsURL, pod, id, query string) *mcpp.Conn {
 	t.Helper()
+	c, err := DialConn(wsURL, podQuery(t, pod, id, query), nil)
+	if err != nil {
+		t.Fatalf("dial %s as %s: %v", pod, id, err)
+	}
+	return c
+}
+
+// podQuery is the query of a join to pod as participant id (none when id
+// is "") with extra parameters ("k=v&k2=v2").
+func podQuery(t *testing.T, pod, id, query string) url.Values {
+	t.Helper()
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +120,7 @@ func dialPod(t *testing.T, wsURL, pod, id, query string) *mcpp.Conn {
 	if id != "" {
 		q.Set("participant", id)
 	}
-	c, err := DialConn(wsURL, q, nil)
-	if err != nil {
-		t.Fatalf("dial %s as %s: %v", pod, id, err)
-	}
-	return c
+	return q
 }
 
 // DialConn joins with the public client's Conn: q's pod as Options.Pod,
@@ -226,7 +227,7 @@ func (c *Client) readLoop() {
 	}
 }
 
-// next returns the next envelope, or nil after d.
+// Next returns the next envelope, or nil after d.
 func (c *Client) Next(d time.Duration) Msg {
 	select {
 	case m := <-c.In:
@@ -236,10 +237,15 @@ func (c *Client) Next(d time.Duration) Msg {
 	}
 }
 
-// expect returns the next envelope, failing the test after 5s.
+// Expect returns the next envelope, failing the test after 5s.
 func (c *Client) Expect() Msg {
 	c.T.Helper()
-	m := c.Next(5 * time.Second)
+	return c.arrived(c.Next(5 * time.Second))
+}
+
+// arrived fails the test when a read of 5s found nothing (m is nil).
+func (c *Client) arrived(m Msg) Msg {
+	c.T.Helper()
 	if m == nil {
 		c.T.Fatalf("%s: no envelope within 5s", c.ID)
 	}
@@ -249,7 +255,12 @@ func (c *Client) Expect() Msg {
 // ExpectKind skips nothing: the next envelope must be of kind.
 func (c *Client) ExpectKind(kind string) Msg {
 	c.T.Helper()
-	m := c.Expect()
+	return c.ofKind(c.Expect(), kind)
+}
+
+// ofKind fails the test when m is not of kind.
+func (c *Client) ofKind(m Msg, kind string) Msg {
+	c.T.Helper()
 	if m.Kind() != kind {
 		c.T.Fatalf("%s: got %s (%v), want %s", c.ID, m.Kind(), m, kind)
 	}
@@ -284,7 +295,7 @@ func (c *Client) NextNonPresence(d time.Duration) Msg {
 	}
 }
 
-// send writes one envelope given as a Go value.
+// Send writes one envelope given as a Go value.
 func (c *Client) Send(v any) {
 	c.T.Helper()
 	b, err := json.Marshal(v)
@@ -327,7 +338,7 @@ func (c *Client) IsOpen() bool {
 	}
 }
 
-// refusal dials and expects an HTTP refusal; it returns the status and the
+// Refusal dials and expects an HTTP refusal; it returns the status and the
 // JSON body's error code.
 func Refusal(t *testing.T, wsURL string, q url.Values, h http.Header) (int, string) {
 	t.Helper()

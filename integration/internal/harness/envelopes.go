@@ -39,7 +39,7 @@ func SeqOf(m Msg) int {
 	return int(f)
 }
 
-// pad returns n bytes of filler.
+// Pad returns n bytes of filler.
 func Pad(n int) string { return strings.Repeat("x", n) }
 
 // EnvelopeOfSize builds an envelope of kind whose JSON text is exactly n

@@ -10,11 +10,7 @@ import (
 // NextOf returns the next envelope that is not presence, failing after 5s.
 func (c *Client) NextOf() Msg {
 	c.T.Helper()
-	m := c.NextNonPresence(5 * time.Second)
-	if m == nil {
-		c.T.Fatalf("%s: no envelope within 5s", c.ID)
-	}
-	return m
+	return c.arrived(c.NextNonPresence(5 * time.Second))
 }
 
 // ExpectEnvelope returns the next envelope that is not presence and checks
@@ -44,7 +40,7 @@ func PresenceOf(t *testing.T, m Msg, event, id string) {
 	}
 }
 
-// relayed returns the next envelope that is not presence (checking its id
+// Relayed returns the next envelope that is not presence (checking its id
 // unless id is "") and the raw text message that carried it. The client
 // must not be batching.
 func (c *Client) Relayed(id string) (Msg, []byte) {

@@ -67,7 +67,7 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// eventually polls cond until it holds or d passes.
+// Eventually polls cond until it holds or d passes.
 func Eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -102,7 +102,7 @@ func (g *Gateway) DialToken(t *testing.T, pod, token string, header bool, extra 
 	return StartClient(t, c, true)
 }
 
-// bearer is the header that carries token.
+// Bearer is the header that carries token.
 func Bearer(token string) http.Header {
 	return http.Header{"Authorization": {"Bearer " + token}}
 }

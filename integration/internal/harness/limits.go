@@ -181,11 +181,7 @@ func ContextIDs(t *testing.T, c *Client, state string) []string {
 // ExpectOther is ExpectKind skipping presence.
 func (c *Client) ExpectOther(kind string) Msg {
 	c.T.Helper()
-	m := c.NextOf()
-	if m.Kind() != kind {
-		c.T.Fatalf("%s: got %s (%v), want %s", c.ID, m.Kind(), m, kind)
-	}
-	return m
+	return c.ofKind(c.NextOf(), kind)
 }
 
 // ExpectQuiet checks that nothing but presence arrives within d.

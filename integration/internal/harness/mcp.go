@@ -84,7 +84,7 @@ type ToolResult struct {
 
 func (r ToolResult) Str(key string) string { s, _ := r.Out[key].(string); return s }
 
-// envelopes decodes an envelopes result.
+// Envelopes decodes an envelopes result.
 func (r ToolResult) Envelopes() []Msg {
 	list, _ := r.Out["envelopes"].([]any)
 	out := make([]Msg, len(list))

@@ -61,7 +61,7 @@ func MetricsOf(t *testing.T, base string) map[string]float64 {
 	return out
 }
 
-// metric is one series of /metrics, or -1 when it is absent.
+// Metric is one series of /metrics, or -1 when it is absent.
 func Metric(t *testing.T, base, series string) float64 {
 	t.Helper()
 	if v, ok := MetricsOf(t, base)[series]; ok {

@@ -72,7 +72,7 @@ func (p *Peer) ReadLoop() {
 	}
 }
 
-// next returns the next raw message, or nil after d or once the
+// Next returns the next raw message, or nil after d or once the
 // connection has ended and every message was read.
 func (p *Peer) Next(d time.Duration) []byte {
 	timer := time.NewTimer(d)
@@ -124,7 +124,7 @@ func (m WireMsg) ErrCode() string {
 	return pl.Error
 }
 
-// seq is the payload's "seq", or -1.
+// Seq is the payload's "seq", or -1.
 func (m WireMsg) Seq() int {
 	var pl struct {
 		Seq *int `json:"seq"`
@@ -135,7 +135,7 @@ func (m WireMsg) Seq() int {
 	return *pl.Seq
 }
 
-// expect returns the next message decoded, failing after 5s.
+// Expect returns the next message decoded, failing after 5s.
 func (p *Peer) Expect() WireMsg {
 	p.t.Helper()
 	b := p.Next(5 * time.Second)
@@ -159,7 +159,7 @@ func (p *Peer) ExpectOther() WireMsg {
 	}
 }
 
-// write sends one text message, or a binary one when p joined with
+// Write sends one text message, or a binary one when p joined with
 // DialWebSocket.
 func (p *Peer) Write(binary bool, b []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -156,7 +156,7 @@ func (p *GatewayProc) stop() {
 	}
 }
 
-// restart stops the gateway and runs it again with the same environment
+// Restart stops the gateway and runs it again with the same environment
 // and arguments (on the same address when --listen names a port), waiting
 // until its /healthz answers 200.
 func (p *GatewayProc) Restart() {
