@@ -183,6 +183,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	})
 	buckets := g.buckets.Acquire(bucketKey(a.pod, a.id))
 	g.metrics.connections.Inc()
+	pod.settle()
 	pod.join(p, a.history)
 
 	// The connection is read by a goroutine of its own, and the HTTP

@@ -142,6 +142,7 @@ func (m *mcpMember) start(ctx context.Context, name string) (int, *envelope.Erro
 			return http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", name)
 		}
 		p.syncMembers()
+		p.settle()
 		// The first read returns what comes after the participant joined.
 		m.cursor = p.index.Last()
 		ok, dead := p.joinGuest(m.guest)

@@ -504,6 +504,13 @@ func (p *Pod) awaitSeen(n uint64, d time.Duration) {
 	p.waitBacklog(seen, timer.C)
 }
 
+// settle waits, at most answerWait, until the frames this node has put
+// into the pod's log so far are in the members' queues. A participant that
+// joins next then receives none of them live: an envelope whose sender
+// was answered before the join began is in the joiner's replay, if it
+// asked for one, and never in its live stream.
+func (p *Pod) settle() { p.awaitSeen(p.published.Load(), answerWait) }
+
 func (p *Pod) close() {
 	p.Registry.Close()
 	p.log.close()

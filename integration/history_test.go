@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // The tests of the pod's history (docs/protocol.md section 8, and
@@ -1536,5 +1535,53 @@ func TestHistoryJoinDuringBurst(t *testing.T) {
 	t.Logf("%d joiners and resumers, %d with history=all joined mid-burst", len(joiners), midBurst)
 	if midBurst < 3 {
 		t.Errorf("only %d joiners joined mid-burst: the test proves little", midBurst)
+	}
+}
+
+// TestHistoryJoinAfterAnAnswer: once a sender has been answered (here, a
+// refusal of its next envelope), a participant that joins receives none
+// of the envelopes sent before that answer live: a plain joiner's first
+// envelope is the next one sent, and a joiner with history=all replays
+// them and then receives that next one, with no gap and no duplicate.
+// (The fan-out may still be delivering them when the join comes: the
+// join waits for it.) With history off, as with it.
+func TestHistoryJoinAfterAnAnswer(t *testing.T) {
+	t.Parallel()
+	for _, history := range []int{1000, 0} {
+		t.Run(fmt.Sprintf("history=%d", history), func(t *testing.T) {
+			t.Parallel()
+			g := harness.StartGateway(t, func(c *gateway.Config) { c.History, c.Rate, c.Burst = history, 1e6, 1e6 })
+			const pod, rounds, burst = "join-after-answer", 10, 40
+			s := g.Dial(t, pod, "sender", "")
+			var sent []string
+			for r := 0; r < rounds; r++ {
+				for i := 0; i < burst; i++ {
+					id := fmt.Sprintf("r%d-%d", r, i)
+					s.Send(map[string]any{"kind": "note", "id": id})
+					sent = append(sent, id)
+				}
+				s.SendRaw([]byte(`{"kind":`))
+				s.ExpectErr("invalid_json")
+				plain := g.Dial(t, pod, fmt.Sprintf("plain-%d", r), "")
+				var all *harness.Client
+				if history > 0 {
+					var replayed []harness.Msg
+					all, _, replayed = histJoin(t, g, pod, fmt.Sprintf("all-%d", r), "history=all")
+					histEq(t, fmt.Sprintf("round %d: history=all replayed", r), histLabels(replayed), sent)
+				}
+				next := fmt.Sprintf("next-%d", r)
+				s.Send(map[string]any{"kind": "note", "id": next})
+				sent = append(sent, next)
+				for _, c := range []*harness.Client{plain, all} {
+					if c == nil {
+						continue
+					}
+					if m := c.NextNonPresence(5 * time.Second); m == nil || m.Str("id") != next {
+						t.Fatalf("round %d: %s, joined after the answer, first got %v live, want %s", r, c.ID, m, next)
+					}
+					_ = c.Conn.Close()
+				}
+			}
+		})
 	}
 }
