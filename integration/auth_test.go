@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // tokenGateway starts a gateway with a token file of three participants:

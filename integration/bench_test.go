@@ -1,12 +1,12 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"os/exec"
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // TestBenchCommand runs `mcpp bench` as BENCHMARKS.md does, on a tiny scale:

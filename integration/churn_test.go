@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"context"
 	"fmt"
 	"net/url"
@@ -15,6 +13,7 @@ import (
 
 	mcpp "github.com/mcpp/gateway/client"
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // liveHeap is the heap in use after two collections (the second empties

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // The tests of the CLI and the pod's history (docs/protocol.md section 8):

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"fmt"
 	"net"
 	"os/exec"
@@ -11,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // startCluster starts n gateway processes whose embedded NATS servers form

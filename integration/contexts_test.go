@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // cxFull is an envelope with every field the gateway would fill, so that it

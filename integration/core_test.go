@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)

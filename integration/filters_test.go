@@ -1,12 +1,12 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // TestFilterPresets sends one envelope of each shape and checks what every

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // The history across the nodes of a cluster (docs/protocol.md sections 7 and

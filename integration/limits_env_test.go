@@ -1,14 +1,14 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // limRunFails runs the gateway with env and args and returns its exit code

@@ -1,14 +1,13 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // The limits an operator tunes (docs/protocol.md sections 5 and 7). Rate

@@ -1,10 +1,10 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"os"
 	"testing"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"context"
 	"fmt"
 	"slices"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // The MCP endpoint's figures (BENCHMARKS.md): how many pod_send round

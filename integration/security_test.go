@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"bufio"
 	"context"
 	"crypto/sha256"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 	"github.com/mcpp/gateway/wire"
 )
 

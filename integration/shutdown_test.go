@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpp/gateway/integration/internal/harness"
 	"github.com/mcpp/gateway/wire"
 )
 

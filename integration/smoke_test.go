@@ -1,10 +1,10 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"testing"
 	"time"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 func TestSmoke(t *testing.T) {

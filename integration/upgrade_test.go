@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"bufio"
 	"crypto/rand"
 	"encoding/binary"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // TestUpgradeWithFirstFrameInSameWrite sends the upgrade request and a

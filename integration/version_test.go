@@ -1,11 +1,11 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // TestGatewayVersion: mcpp-gateway --version prints its version and exits 0.

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // TestViewerLoadsNothingFromOutside: the page, its scripts, styles and

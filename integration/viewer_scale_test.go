@@ -1,13 +1,12 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // TestViewerThousandContexts: a pod opens 1,000 contexts over three levels

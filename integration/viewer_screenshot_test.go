@@ -1,14 +1,14 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // TestViewerScreenshot draws a real scripted pod: three agents, a task

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"github.com/mcpp/gateway/integration/internal/harness"
-
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +8,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // TestViewerToken: with a token file the page joins with the token (in the

@@ -21,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/google/uuid"
+
 	"github.com/mcpp/gateway/gateway"
 )
 
