@@ -512,6 +512,11 @@ func (p *Pod) awaitSeen(n uint64, d time.Duration) {
 func (p *Pod) settle() { p.awaitSeen(p.published.Load(), answerWait) }
 
 func (p *Pod) close() {
+	// Closed at shutdown without being removed, it is as dead: whoever
+	// waits for its frames (throttle, removeWhenDrained) stops waiting.
+	p.mu.Lock()
+	p.dead = true
+	p.mu.Unlock()
 	p.Registry.Close()
 	p.log.close()
 	// Nothing of the pod comes back any more.

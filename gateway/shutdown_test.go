@@ -50,3 +50,38 @@ func TestShutdownDeadPod(t *testing.T) {
 		t.Fatalf("Shutdown took %v", d)
 	}
 }
+
+// TestShutdownEndsDrainWaiters: an idle pod that waits to be removed
+// until its frames come back from the history stream (removeWhenDrained)
+// stops waiting when the gateway shuts down: the goroutine ends instead of
+// holding the pod, and through it the gateway and its NATS server, for
+// the life of the process.
+func TestShutdownEndsDrainWaiters(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, refusal := g.pod("waiting-pod")
+	if refusal != nil {
+		t.Fatal(refusal)
+	}
+	if _, stream := p.log.(*streamLog); !stream {
+		t.Fatal("the default configuration has no history stream")
+	}
+	// A frame this node published that its log will never hand back.
+	p.published.Add(1)
+	g.maybeRemovePod(p)
+	if !p.awaitingDrain.Load() {
+		t.Fatal("the idle pod does not wait for its frame")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_ = g.Shutdown(ctx) // the drain gives up on the frame at the deadline
+	for deadline := time.Now().Add(5 * time.Second); p.awaitingDrain.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pod still waits for its frame after the shutdown")
+		}
+	}
+}
