@@ -153,27 +153,7 @@ func TestFaultSlowReaderMemoryBounded(t *testing.T) {
 	}
 	// slow reads nothing at all from here on, until it has been cut.
 	base := liveHeap()
-
-	var (
-		peak atomic.Uint64
-		stop = make(chan struct{})
-		wg   sync.WaitGroup
-	)
-	peak.Store(base)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			if h := liveHeap(); h > peak.Load() {
-				peak.Store(h)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+	stopWatch := watchHeap(base, 20*time.Millisecond)
 
 	// Each envelope has an id of its own (the pod's history refuses a
 	// second envelope with an id it holds): the id is rewritten in place,
@@ -207,16 +187,12 @@ func TestFaultSlowReaderMemoryBounded(t *testing.T) {
 	harness.Eventually(t, 60*time.Second, "the whole flood accepted", func() bool {
 		return harness.Metric(t, g.URL, "mcpp_envelopes_in_total") == n
 	})
-	close(stop)
-	wg.Wait()
-	if h := liveHeap(); h > peak.Load() {
-		peak.Store(h)
-	}
+	peak := max(stopWatch(), liveHeap())
 
 	const allowance = 24 << 20
 	bound := base + 2*queue*size + historyBytes + allowance
-	grown := float64(peak.Load()-base) / (1 << 20)
-	if peak.Load() > bound {
+	grown := float64(peak-base) / (1 << 20)
+	if peak > bound {
 		t.Errorf("live heap peaked at %.1f MiB over the %.1f MiB before the flood; the bound is %.1f MiB (twice --send-queue %d x %d KiB, --history-bytes %d MiB, plus %d MiB)",
 			grown, float64(base)/(1<<20), float64(bound-base)/(1<<20), queue, size>>10, historyBytes>>20, allowance>>20)
 	}
