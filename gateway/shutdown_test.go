@@ -12,17 +12,7 @@ import (
 // (its last participant left) is not waited for: the drain ends at once,
 // not at the shutdown timeout.
 func TestShutdownDeadPod(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.History = 0
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	g, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, refusal := g.pod("dead-pod")
-	if refusal != nil {
-		t.Fatal(refusal)
-	}
+	g, p := newPodForTest(t, "dead-pod", 0)
 	// A frame this node published that its log will never hand back.
 	p.published.Add(1)
 
@@ -57,16 +47,7 @@ func TestShutdownDeadPod(t *testing.T) {
 // holding the pod, and through it the gateway and its NATS server, for
 // the life of the process.
 func TestShutdownEndsDrainWaiters(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	g, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, refusal := g.pod("waiting-pod")
-	if refusal != nil {
-		t.Fatal(refusal)
-	}
+	g, p := newPodForTest(t, "waiting-pod", DefaultConfig().History)
 	if _, stream := p.log.(*streamLog); !stream {
 		t.Fatal("the default configuration has no history stream")
 	}
@@ -84,4 +65,22 @@ func TestShutdownEndsDrainWaiters(t *testing.T) {
 			t.Fatal("the pod still waits for its frame after the shutdown")
 		}
 	}
+}
+
+// newPodForTest starts a gateway (history as given, logs discarded) and
+// opens a pod on it.
+func newPodForTest(t *testing.T, name string, history int) (*Gateway, *Pod) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.History = history
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, refusal := g.pod(name)
+	if refusal != nil {
+		t.Fatal(refusal)
+	}
+	return g, p
 }
