@@ -161,29 +161,15 @@ type conn struct {
 // gateway's code. Dial does not retry: reconnection starts once a
 // connection has been made.
 func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
-	if opts.Pod == "" {
-		return nil, errors.New("client: Options.Pod is required")
-	}
 	base, secret, err := baseURL(url, &opts)
 	if err != nil {
 		return nil, err
 	}
-	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = DefaultDialTimeout
-	}
-	if opts.EventBuffer <= 0 {
-		opts.EventBuffer = DefaultEventBuffer
-	}
-	if opts.ReadLimit <= 0 {
-		opts.ReadLimit = DefaultReadLimit
-	}
-	if opts.Reconnect.MinDelay <= 0 {
-		opts.Reconnect.MinDelay = DefaultMinDelay
-	}
-	if opts.Reconnect.MaxDelay <= 0 {
-		opts.Reconnect.MaxDelay = DefaultMaxDelay
-	}
-	opts.Reconnect.MaxDelay = max(opts.Reconnect.MaxDelay, opts.Reconnect.MinDelay)
+	opts.DialTimeout = orDefault(opts.DialTimeout, DefaultDialTimeout)
+	opts.EventBuffer = orDefault(opts.EventBuffer, DefaultEventBuffer)
+	opts.ReadLimit = orDefault(opts.ReadLimit, DefaultReadLimit)
+	opts.Reconnect.MinDelay = orDefault(opts.Reconnect.MinDelay, DefaultMinDelay)
+	opts.Reconnect.MaxDelay = max(orDefault(opts.Reconnect.MaxDelay, DefaultMaxDelay), opts.Reconnect.MinDelay)
 	c := &Client{
 		opts: opts, base: base, secret: secret,
 		header:   upgradeHeader(&opts),
@@ -214,8 +200,12 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 }
 
 // baseURL is the upgrade URL with what every connection of the client
-// sends, and the token given in its query, if any.
+// sends, and the token given in its query, if any; options without a pod
+// have none.
 func baseURL(raw string, o *Options) (*url.URL, string, error) {
+	if o.Pod == "" {
+		return nil, "", errors.New("client: Options.Pod is required")
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, "", fmt.Errorf("client: the gateway's URL: %w", err)

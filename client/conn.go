@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,9 +35,6 @@ type Conn struct {
 // mean nothing to a Conn. ctx bounds the dial, and so does
 // Options.DialTimeout.
 func DialConn(ctx context.Context, gatewayURL string, opts Options) (*Conn, error) {
-	if opts.Pod == "" {
-		return nil, errors.New("client: Options.Pod is required")
-	}
 	base, secret, err := baseURL(gatewayURL, &opts)
 	if err != nil {
 		return nil, err

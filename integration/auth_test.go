@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mcpp/gateway/gateway"
 	"github.com/mcpp/gateway/integration/internal/harness"
@@ -87,12 +86,7 @@ func TestAuthTokens(t *testing.T) {
 	alice.ExpectError("reserved_kind")
 
 	// Nothing refused was relayed.
-	alice.Send(map[string]any{"id": "after", "kind": "chat"})
-	bot.ExpectEnvelope("chat", "after")
-	bot.Send(map[string]any{"id": "after-bot", "kind": "chat"})
-	alice.ExpectEnvelope("chat", "after-bot")
-	alice.ExpectNothing(30 * time.Millisecond)
-	bot.ExpectNothing(30 * time.Millisecond)
+	harness.ExpectBothWays(alice, bot, "after", "after-bot")
 
 	// The scheme of an Authorization header is case-insensitive
 	// (RFC 9110, section 11.1).

@@ -397,12 +397,7 @@ func TestCoreRefusals(t *testing.T) {
 	if !alice.IsOpen() {
 		t.Fatal("connection closed after refusals")
 	}
-	alice.Send(map[string]any{"id": "good", "kind": "chat"})
-	bob.ExpectEnvelope("chat", "good")
-	bob.Send(map[string]any{"id": "back", "kind": "chat"})
-	alice.ExpectEnvelope("chat", "back")
-	bob.ExpectNothing(30 * time.Millisecond)
-	alice.ExpectNothing(30 * time.Millisecond)
+	harness.ExpectBothWays(alice, bob, "good", "back")
 }
 
 // TestCoreMCPX: an MCPx client (topic=) gets its welcome, gateway messages

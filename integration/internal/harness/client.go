@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,15 +51,13 @@ func (m Msg) ContextID() string {
 // it keeps every WebSocket message as received (Raw) and decodes each
 // envelope into a Msg (In), so that tests assert on the exact bytes.
 type Client struct {
-	T        *testing.T
-	Conn     FrameConn
-	ID       string
-	Welcome  Msg
-	In       chan Msg
-	Raw      chan []byte // every text message as received
-	closed   chan struct{}
-	closeMu  sync.Mutex
-	closeErr error
+	T       *testing.T
+	Conn    FrameConn
+	ID      string
+	Welcome Msg
+	In      chan Msg
+	Raw     chan []byte // every text message as received
+	reading
 }
 
 // FrameConn is what a test reads and writes: a *mcpp.Conn, or a
@@ -190,8 +187,8 @@ func closeCode(err error) wire.CloseCode {
 // waits for the welcome and checks that it comes first.
 func StartClient(t *testing.T, conn FrameConn, wantWelcome bool) *Client {
 	t.Helper()
-	c := &Client{T: t, Conn: conn, In: make(chan Msg, 1<<16), Raw: make(chan []byte, 1<<16), closed: make(chan struct{})}
-	go c.readLoop()
+	c := &Client{T: t, Conn: conn, In: make(chan Msg, 1<<16), Raw: make(chan []byte, 1<<16), reading: newReading()}
+	go c.run(conn, c.take)
 	t.Cleanup(func() { _ = conn.CloseNow() })
 	if wantWelcome {
 		w := c.Next(5 * time.Second)
@@ -205,25 +202,16 @@ func StartClient(t *testing.T, conn FrameConn, wantWelcome bool) *Client {
 	return c
 }
 
-func (c *Client) readLoop() {
-	defer close(c.closed)
-	for {
-		data, err := c.Conn.Read(context.Background(), nil)
-		if err != nil {
-			c.closeMu.Lock()
-			c.closeErr = err
-			c.closeMu.Unlock()
-			return
+// take keeps a message as received and each envelope of it decoded.
+func (c *Client) take(data []byte) {
+	c.Raw <- data
+	for _, line := range strings.Split(string(data), "\n") {
+		var m Msg
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			c.T.Errorf("received a line that is not JSON: %q", line)
+			continue
 		}
-		c.Raw <- data
-		for _, line := range strings.Split(string(data), "\n") {
-			var m Msg
-			if err := json.Unmarshal([]byte(line), &m); err != nil {
-				c.T.Errorf("received a line that is not JSON: %q", line)
-				continue
-			}
-			c.In <- m
-		}
+		c.In <- m
 	}
 }
 
@@ -318,24 +306,7 @@ func (c *Client) SendRaw(b []byte) {
 // WaitClosed waits for the connection to end and returns its close code.
 func (c *Client) WaitClosed(d time.Duration) wire.CloseCode {
 	c.T.Helper()
-	select {
-	case <-c.closed:
-	case <-time.After(d):
-		c.T.Fatalf("%s: connection still open after %v", c.ID, d)
-	}
-	c.closeMu.Lock()
-	defer c.closeMu.Unlock()
-	return closeCode(c.closeErr)
-}
-
-// IsOpen reports whether the connection is still open.
-func (c *Client) IsOpen() bool {
-	select {
-	case <-c.closed:
-		return false
-	default:
-		return true
-	}
+	return c.waitClosed(c.T, c.ID, d)
 }
 
 // Refusal dials and expects an HTTP refusal; it returns the status and the

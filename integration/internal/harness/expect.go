@@ -142,3 +142,17 @@ func (c *Client) AwaitPresence(event, id string, within time.Duration) time.Dura
 	c.T.Fatalf("%s: no presence %s of %s within %v", c.ID, event, id, within)
 	return 0
 }
+
+// ExpectBothWays has a send a chat envelope with id aID that b receives,
+// and b one with id bID that a receives; then neither receives anything
+// more. After refused envelopes, it shows that none was relayed and that
+// both connections still work.
+func ExpectBothWays(a, b *Client, aID, bID string) {
+	a.T.Helper()
+	a.Send(map[string]any{"id": aID, "kind": "chat"})
+	b.ExpectEnvelope("chat", aID)
+	b.Send(map[string]any{"id": bID, "kind": "chat"})
+	a.ExpectEnvelope("chat", bID)
+	a.ExpectNothing(30 * time.Millisecond)
+	b.ExpectNothing(30 * time.Millisecond)
+}

@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,10 +22,8 @@ type Peer struct {
 	ID      string
 	conn    FrameConn
 	Msgs    chan []byte
-	done    chan struct{}
 	discard bool
-	mu      sync.Mutex
-	err     error
+	reading
 }
 
 // DialPeer joins pod as id (open mode) with extra query parameters and
@@ -53,23 +50,17 @@ func StartPeer(t *testing.T, id string, conn FrameConn, capacity int) *Peer {
 // stalled reader) runs ReadLoop itself.
 func NewPeer(t *testing.T, id string, conn FrameConn, capacity int) *Peer {
 	t.Cleanup(func() { _ = conn.CloseNow() })
-	return &Peer{t: t, ID: id, conn: conn, Msgs: make(chan []byte, capacity), done: make(chan struct{}), discard: capacity == 0}
+	return &Peer{t: t, ID: id, conn: conn, Msgs: make(chan []byte, capacity), discard: capacity == 0, reading: newReading()}
 }
 
+// ReadLoop reads the connection until it ends; NewPeer's caller runs it
+// when it chooses (StartPeer at once).
 func (p *Peer) ReadLoop() {
-	defer close(p.done)
-	for {
-		b, err := p.conn.Read(context.Background(), nil)
-		if err != nil {
-			p.mu.Lock()
-			p.err = err
-			p.mu.Unlock()
-			return
-		}
+	p.run(p.conn, func(b []byte) {
 		if !p.discard {
 			p.Msgs <- b
 		}
-	}
+	})
 }
 
 // Next returns the next raw message, or nil after d or once the
@@ -82,7 +73,7 @@ func (p *Peer) Next(d time.Duration) []byte {
 		return b
 	case <-timer.C:
 		return nil
-	case <-p.done:
+	case <-p.ended:
 		select {
 		case b := <-p.Msgs:
 			return b
@@ -170,29 +161,8 @@ func (p *Peer) Write(binary bool, b []byte) error {
 	return p.conn.Write(ctx, b)
 }
 
-func (p *Peer) CloseErr() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
 // WaitClosed waits for the connection to end and returns its close code.
 func (p *Peer) WaitClosed(d time.Duration) wire.CloseCode {
 	p.t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		p.t.Fatalf("%s: connection still open after %v", p.ID, d)
-	}
-	return closeCode(p.CloseErr())
-}
-
-// IsOpen reports whether the connection is still open.
-func (p *Peer) IsOpen() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
+	return p.waitClosed(p.t, p.ID, d)
 }

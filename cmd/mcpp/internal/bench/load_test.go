@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpp/gateway/client"
 	"github.com/mcpp/gateway/gateway/gatewaytest"
 )
 
@@ -59,22 +60,19 @@ func TestRunGateway(t *testing.T) {
 func TestReadAgainSeesTheCloseCode(t *testing.T) {
 	l := Load{URL: serveGateway(t)}
 	ctx := context.Background()
-	first, err := l.dial(ctx, "replace", "reader")
-	if err != nil {
-		t.Fatal(err)
+	join := func() *client.Conn {
+		c, err := l.dial(ctx, "replace", "reader")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.CloseNow() })
+		if _, err := c.Read(ctx, nil); err != nil {
+			t.Fatalf("welcome: %v", err)
+		}
+		return c
 	}
-	defer first.CloseNow()
-	if _, err := first.Read(ctx, nil); err != nil {
-		t.Fatalf("welcome: %v", err)
-	}
-	second, err := l.dial(ctx, "replace", "reader")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.CloseNow()
-	if _, err := second.Read(ctx, nil); err != nil {
-		t.Fatalf("welcome: %v", err)
-	}
+	first := join()
+	second := join()
 	fates := readAgain(ctx, []*stalledPod{{reader: first}}, 5*time.Second)
 	if fates[0].how != "closed 4000" {
 		t.Errorf("the replaced reader: %q, want closed 4000", fates[0].how)
