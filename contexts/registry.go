@@ -25,6 +25,12 @@ type Config struct {
 	ConclusionKinds   map[string]bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnDue, when set, is what the registry's timer calls when a context
+	// is due to time out or be forgotten, instead of calling Expire
+	// itself: the registry's owner then calls Expire under its own lock,
+	// which comes before the registry's (a pod's order lock), so that the
+	// events of what concluded take their place in the pod's order.
+	OnDue func()
 }
 
 // Context is one registered context. Its fields are fixed at creation but
@@ -600,11 +606,18 @@ func shrinkMap[K comparable, V any](m map[K]V, peak *int) map[K]V {
 
 func (r *Registry) fire() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.timerAt = 0
 	if r.closed || r.paused {
+		r.mu.Unlock()
 		return
 	}
+	if due := r.cfg.OnDue; due != nil {
+		// The owner expires under its own lock, which comes before ours.
+		r.mu.Unlock()
+		due()
+		return
+	}
+	defer r.mu.Unlock()
 	r.expire(r.cfg.Now().UnixNano())
 	r.schedule()
 }

@@ -1,18 +1,24 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -20,8 +26,14 @@ import (
 const maxHeaderBytes = 32 << 10
 
 // refuse answers a refused upgrade or HTTP request with the JSON body of
-// docs/protocol.md section 1 (wire.Refusal).
-func (g *Gateway) refuse(w http.ResponseWriter, status int, e *envelope.Error) {
+// docs/protocol.md section 1 (wire.Refusal) and the code's HTTP status.
+func (g *Gateway) refuse(w http.ResponseWriter, e *envelope.Error) {
+	g.refuseWith(w, e.Code.HTTPStatus(), e)
+}
+
+// refuseWith is refuse with a status of its own: the two refusals of a
+// publish request whose status is not its code's (405, 415).
+func (g *Gateway) refuseWith(w http.ResponseWriter, status int, e *envelope.Error) {
 	g.metrics.refusals.WithLabelValues(string(e.Code)).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -35,14 +47,14 @@ type admission struct {
 	caps     participant.Capabilities
 	protocol string
 	filter   *filter.Filter
-	history  historyWant
+	history  pod.HistoryWant
 }
 
 // admit runs every check that can refuse an upgrade with an HTTP answer,
 // before anything is allocated for the participant.
-func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
+func (g *Gateway) admit(r *http.Request) (*admission, *envelope.Error) {
 	if !g.originAllowed(r) {
-		return nil, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden,
+		return nil, envelope.Errorf(wire.CodeForbidden,
 			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin"))
 	}
 	q := r.URL.Query()
@@ -54,32 +66,29 @@ func (g *Gateway) admit(r *http.Request) (*admission, int, *envelope.Error) {
 		}
 	}
 	if !envelope.ValidPodName(a.pod) {
-		return nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]")
+		return nil, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]")
 	}
 	switch v := q.Get("protocol"); v {
 	case "":
 	case envelope.ProtocolMCPP, envelope.ProtocolMCPX:
 		a.protocol = v
 	default:
-		return nil, http.StatusBadRequest, envelope.Errorf(wire.CodeUnsupportedProtocol, "protocol must be %s or %s", envelope.ProtocolMCPP, envelope.ProtocolMCPX)
+		return nil, envelope.Errorf(wire.CodeUnsupportedProtocol, "protocol must be %s or %s", envelope.ProtocolMCPP, envelope.ProtocolMCPX)
 	}
 
-	var (
-		status int
-		e      *envelope.Error
-	)
-	if a.id, a.caps, status, e = g.authenticate(r, a.pod, true); e != nil {
-		return nil, status, e
+	var e *envelope.Error
+	if a.id, a.caps, e = g.authenticate(r, a.pod, true); e != nil {
+		return nil, e
 	}
 	f, err := filter.FromQuery(q)
 	if err != nil {
-		return nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
+		return nil, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
 	}
 	a.filter = f
-	if a.history, err = parseHistoryWant(q); err != nil {
-		return nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.Error())
+	if a.history, err = pod.ParseHistoryWant(q); err != nil {
+		return nil, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.Error())
 	}
-	return a, 0, nil
+	return a, nil
 }
 
 // originAllowed applies the WebSocket library's origin rule before the
@@ -111,80 +120,71 @@ func (g *Gateway) originAllowed(r *http.Request) bool {
 	return false
 }
 
-func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 	if !g.accepting.Load() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down: connect to another gateway, or later"))
+		g.refuse(w, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down: connect to another gateway, or later"))
 		return
 	}
-	a, status, e := g.admit(r)
+	a, e := g.admit(req)
 	if e != nil {
-		g.refuse(w, status, e)
+		g.refuse(w, e)
 		return
 	}
 	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
 		g.connCount.Add(-1)
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
+		g.refuse(w, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
 		return
 	}
-	var pod *Pod
+	var p *pod.Pod
 	for {
-		p, e := g.pod(a.pod)
+		found, e := g.readyPod(req.Context(), a.pod)
 		if e != nil {
 			g.connCount.Add(-1)
-			g.refuse(w, http.StatusServiceUnavailable, e)
+			g.refuse(w, e)
 			return
 		}
-		ok, dead := p.reserve(a.id)
+		ok, dead := found.Reserve(a.id)
 		if dead {
 			continue // removed as we looked it up; a new one will be made
 		}
 		if !ok {
 			g.connCount.Add(-1)
-			g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", a.pod, g.cfg.MaxParticipantsPerPod))
+			g.refuse(w, envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", a.pod, g.cfg.MaxParticipantsPerPod))
 			return
 		}
-		pod = p
+		p = found
 		break
 	}
-	// A pod just opened on this node first catches up with its history.
-	ctx, cancel := context.WithTimeout(r.Context(), historyOpenTimeout)
-	err := pod.waitReady(ctx)
-	cancel()
-	if err != nil {
-		pod.unreserve()
-		g.connCount.Add(-1)
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", a.pod))
-		return
-	}
-	pod.syncMembers()
+	p.SyncMembers()
 	hw := participant.SmallBuffers(w)
-	conn, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
+	conn, err := websocket.Accept(hw, req, &websocket.AcceptOptions{
 		InsecureSkipVerify: true, // admit checked the origin, answering in JSON
 		CompressionMode:    websocket.CompressionDisabled,
 	})
 	if err != nil {
-		pod.unreserve()
+		p.Unreserve()
+		g.maybeRemovePod(p)
 		g.connCount.Add(-1)
 		return // Accept has answered the request
 	}
 	conn.SetReadLimit(g.cfg.readLimit())
 
-	var p *participant.Participant
-	p = participant.New(conn, hw.Conn(), a.id, a.pod, a.caps, a.protocol, a.filter, participant.Options{
+	var r *participant.Participant
+	r = participant.New(conn, hw.Conn(), a.id, a.pod, a.caps, a.protocol, a.filter, participant.Options{
 		SendQueue:      g.cfg.SendQueue,
 		SendQueueBytes: int(g.cfg.SendQueueBytes),
 		WriteTimeout:   g.cfg.WriteTimeout,
 		OnCut: func(reason string) {
-			n, bytes := p.Queued()
+			n, bytes := r.Queued()
 			g.log.Info("participant cut", "pod", a.pod, "participant", a.id, "reason", reason, "queued", n, "queued_bytes", bytes)
 			g.metrics.cuts.WithLabelValues(reason).Inc()
 		},
 		OnWrite: func(n int) { g.metrics.writes.Add(float64(n)) },
 	})
-	buckets := g.buckets.Acquire(bucketKey(a.pod, a.id))
+	buckets := g.node.Buckets.Acquire(bucketKey(a.pod, a.id))
 	g.metrics.connections.Inc()
-	pod.settle()
-	pod.join(p, a.history)
+	p.Settle()
+	p.Join(r, a.history)
 
 	// The connection is read by a goroutine of its own, and the HTTP
 	// handler returns: the server's per-request state and its goroutine's
@@ -193,14 +193,52 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		defer g.handlers.Done()
 		defer g.connCount.Add(-1)
-		g.readLoop(pod, p, buckets)
+		g.readLoop(p, r, buckets)
 		// The library leaves a connection whose peer went away without a
 		// closing handshake open, and an open one is never collected (it
 		// refers to itself and has a finalizer): close it in every case.
 		_ = conn.CloseNow()
-		p.Finish()
-		g.buckets.Release(bucketKey(a.pod, a.id), timeNow())
-		pod.leave(p)
+		r.Finish()
+		g.node.Buckets.Release(bucketKey(a.pod, a.id), time.Now())
+		p.Leave(r)
+		g.maybeRemovePod(p)
 		g.metrics.connections.Dec()
 	}()
+}
+
+// readBuffers are reused across messages and connections: a pod keeps
+// nothing of the bytes it is handed, so a read buffer is free again as
+// soon as its envelope is handled, and an idle connection holds none.
+var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readLoop reads the participant's messages until its connection ends,
+// each into the pod (pod.Handle), the sender pausing while the pod's
+// flow control says so (Throttle).
+func (g *Gateway) readLoop(p *pod.Pod, r *participant.Participant, buckets *limits.Buckets) {
+	ctx := context.Background()
+	conn := r.Conn()
+	from := &pod.Sender{ID: r.ID, Caps: r.Capabilities, Protocol: r.Protocol, Conn: r, Buckets: buckets}
+	for {
+		typ, rd, err := conn.Reader(ctx)
+		if err != nil {
+			return
+		}
+		buf := readBuffers.Get().(*bytes.Buffer)
+		buf.Reset()
+		_, err = buf.ReadFrom(rd)
+		if err == nil {
+			p.Handle(from, buf.Bytes(), typ != websocket.MessageText)
+			p.Throttle()
+		}
+		if buf.Cap() <= 64<<10 {
+			readBuffers.Put(buf)
+		}
+		if err != nil {
+			var ce websocket.CloseError
+			if !errors.As(err, &ce) {
+				r.Kill()
+			}
+			return
+		}
+	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -103,8 +103,8 @@ func (c *cluster) onHeartbeat(m *nats.Msg) {
 	}
 }
 
-// seen records activity of a node that sent a frame.
-func (c *cluster) seen(node string) {
+// Seen records activity of a node that sent a frame (pod.Cluster).
+func (c *cluster) Seen(node string) {
 	c.mu.Lock()
 	if _, ok := c.nodes[node]; !ok {
 		c.nodes[node] = time.Now()
@@ -125,7 +125,7 @@ func (c *cluster) expire(now time.Time, after time.Duration) {
 	for _, node := range gone {
 		c.g.log.Warn("gateway node gone: no heartbeat", "node", node, "after", after.String())
 		for _, p := range c.g.allPods() {
-			p.removeNode(node)
+			p.RemoveNode(node)
 		}
 	}
 }
@@ -143,15 +143,15 @@ func (c *cluster) onMembersRequest(m *nats.Msg) {
 	reply := membersReply{Node: c.g.nodeID, Members: []wire.Identity{}}
 	if p := c.g.lookupPod(string(m.Data)); p != nil {
 		// Its connections and its guests (MCP participants) alike.
-		reply.Members = p.localIdentities()
+		reply.Members = p.LocalIdentities()
 	}
 	b, _ := json.Marshal(reply)
 	_ = m.Respond(b)
 }
 
-// members asks every other node for its members of pod, waiting until all
-// known nodes answered or membersWait passed.
-func (c *cluster) members(pod string) []membersReply {
+// Members asks every other node for its members of pod, waiting until all
+// known nodes answered or membersWait passed (pod.Cluster).
+func (c *cluster) Members(name string) []pod.NodeMembers {
 	want := c.peers()
 	if want == 0 {
 		return nil
@@ -163,17 +163,17 @@ func (c *cluster) members(pod string) []membersReply {
 		return nil
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := c.g.nc.PublishRequest(membersSubject, inbox, []byte(pod)); err != nil {
+	if err := c.g.nc.PublishRequest(membersSubject, inbox, []byte(name)); err != nil {
 		return nil
 	}
-	var out []membersReply
+	var out []pod.NodeMembers
 	deadline := time.After(membersWait)
 	for {
 		select {
 		case m := <-ch:
 			var r membersReply
 			if json.Unmarshal(m.Data, &r) == nil && r.Node != c.g.nodeID {
-				out = append(out, r)
+				out = append(out, pod.NodeMembers{Node: r.Node, Members: r.Members})
 				if len(out) >= want {
 					return out
 				}
@@ -190,15 +190,4 @@ func (c *cluster) close() {
 	for _, s := range c.subs {
 		_ = s.Unsubscribe()
 	}
-}
-
-// presenceIdentity reads the participant of a presence frame's body.
-func presenceIdentity(body []byte) (wire.Identity, bool) {
-	var v struct {
-		Payload wire.Presence `json:"payload"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil || !envelope.ValidParticipantID(v.Payload.Participant.ID) {
-		return wire.Identity{}, false
-	}
-	return v.Payload.Participant, true
 }

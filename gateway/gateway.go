@@ -23,28 +23,28 @@ import (
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
 
-// podShards spreads the pod registry over several locks, so that joins in
+// podShards spreads the pod table over several locks, so that joins in
 // different pods do not wait on each other.
 const podShards = 32
 
 type podShard struct {
 	mu   sync.Mutex
-	pods map[string]*Pod
+	pods map[string]*pod.Pod
 }
 
-// Gateway is one gateway process: its HTTP server, its NATS connection and
+// Gateway is one gateway node: its HTTP server, its NATS connection and
 // the pods it serves.
 type Gateway struct {
-	cfg             Config
-	log             *slog.Logger
-	nodeID          string
-	tokens          *Tokens
-	defaultCaps     participant.Capabilities
-	conclusionKinds map[string]bool
-	originPatterns  []string
+	cfg            Config
+	log            *slog.Logger
+	nodeID         string
+	tokens         *Tokens
+	defaultCaps    participant.Capabilities
+	originPatterns []string
 
 	ns      *server.Server // nil with --nats-url
 	nc      *nats.Conn
@@ -52,29 +52,19 @@ type Gateway struct {
 	cluster *cluster // nil when the gateway serves its pods alone
 	metrics *metrics
 	mcp     *mcpEndpoint // /mcp
-
-	// hist is the pods' history (nil when it is off, or until it is open:
-	// histReady is closed then). In a cluster the stream can be made only
-	// once enough nodes are up, so it opens in the background.
-	hist      *history.Store
+	// node is what the pods share (package pod). Its History and Writer
+	// are set once the history stream is open (histReady): in a cluster
+	// the stream can be made only once enough nodes are up, so it opens
+	// in the background, and no pod is made before.
+	node      *pod.Node
+	hist      *history.Stream
 	histReady chan struct{}
 	histStop  context.CancelFunc
-	// frameSeq numbers the frames this node puts into pods' logs
-	// (envelope.Meta.Seq).
-	frameSeq atomic.Uint64
-	// flight bounds the bytes of envelopes in the history stream not yet
-	// seen back, all pods together.
-	flight flight
 
-	shards [podShards]podShard
-	// buckets are the participants' rate buckets, by pod and id: they
-	// belong to the participant, outlive its connections until they have
-	// refilled (so reconnecting never refills them), and keep no pod alive.
-	buckets     *limits.BucketSet
+	shards      [podShards]podShard
 	podCount    atomic.Int64
 	connCount   atomic.Int64
 	accepting   atomic.Bool
-	draining    atomic.Bool // ingress accepts nothing more
 	handlers    sync.WaitGroup
 	janitorDone chan struct{}
 	janitorStop chan struct{}
@@ -92,25 +82,14 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, log: cfg.logger(), nodeID: uuid.NewString()[:8],
-		defaultCaps:     splitComma(cfg.DefaultCapabilities),
-		conclusionKinds: map[string]bool{},
-		originPatterns:  splitComma(cfg.AllowedOrigins),
-		janitorDone:     make(chan struct{}),
-		janitorStop:     make(chan struct{}),
-	}
-	for _, k := range splitComma(cfg.ConclusionKinds) {
-		g.conclusionKinds[k] = true
-	}
-	if cfg.historyOn() {
-		// Half the history, shared by the nodes that write into it.
-		g.flight.budget = int64(cfg.HistoryBytes) / int64(2*clusterSize(&cfg))
+		defaultCaps:    splitComma(cfg.DefaultCapabilities),
+		originPatterns: splitComma(cfg.AllowedOrigins),
+		janitorDone:    make(chan struct{}),
+		janitorStop:    make(chan struct{}),
 	}
 	for i := range g.shards {
-		g.shards[i].pods = make(map[string]*Pod)
+		g.shards[i].pods = make(map[string]*pod.Pod)
 	}
-	g.buckets = limits.NewBucketSet(
-		limits.Rate{Per: cfg.Rate, Burst: cfg.Burst},
-		limits.Rate{Per: cfg.ContextCreateRate, Burst: cfg.ContextCreateBurst})
 	if cfg.MaxMemory > 0 {
 		// The process's soft limit: the garbage collector works harder as
 		// the heap nears it (it bounds nothing by itself; the limits do).
@@ -123,13 +102,17 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		g.tokens = t
 	}
-	g.metrics = newMetrics(g.activeContexts, g.historyState)
+	g.node = g.newNode()
+	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState)
 	ns, nc, tempDir, err := startNATS(&g.cfg, g.nodeID)
 	if err != nil {
 		return nil, err
 	}
 	g.ns, g.nc, g.tempDir = ns, nc, tempDir
+	g.node.NATS = nc
+	g.node.Start()
 	stop := func() {
+		g.node.Stop()
 		nc.Close()
 		if ns != nil {
 			ns.Shutdown()
@@ -150,6 +133,7 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 		g.cluster = c
+		g.node.Cluster = c
 	}
 	g.mcp = newMCPEndpoint(g)
 	// Built here, not in Serve, so that a Shutdown that comes before or
@@ -183,16 +167,31 @@ func (g *Gateway) openHistory() error {
 		return nil
 	}
 	cfg := history.Config{
-		Subjects: []string{historySubjects}, Entries: g.cfg.History, MaxAge: g.cfg.HistoryAge,
+		Subjects: []string{pod.StreamSubjects}, Entries: g.cfg.History, MaxAge: g.cfg.HistoryAge,
 		MaxBytes: int64(g.cfg.HistoryBytes), MaxMsgSize: int32(maxFrameBytes(&g.cfg)),
 		Replicas: historyReplicas(&g.cfg), File: g.cfg.HistoryDir != "",
 	}
+	if g.node.Order == pod.OrderStream {
+		cfg.Republish = g.node.Republish
+	}
+	if g.cfg.clustered() {
+		// Across a network a leader may die with what it was sent: the
+		// writer notices, and names its messages so that it can send them
+		// again without storing one twice.
+		cfg.AckWait = history.AckWait
+	}
 	open := func(ctx context.Context) error {
-		store, err := history.Open(ctx, g.nc, cfg)
+		stream, err := history.Open(ctx, g.nc, cfg, g.nodeID)
 		if err != nil {
 			return err
 		}
-		g.hist = store
+		g.hist = stream
+		g.node.History = stream
+		g.node.Writer = history.NewWriter(stream, history.WriterOptions{
+			Node: g.nodeID, MaxBytes: min(maxFrameBytes(&g.cfg), historyBatchBytes), Logger: g.log, IDs: g.cfg.clustered(),
+			OnHold: func() { g.metrics.historyHolds.Inc() },
+			OnLate: func(n int) { g.metrics.historyLate.Add(float64(n)) },
+		})
 		close(g.histReady)
 		return nil
 	}
@@ -219,9 +218,13 @@ func (g *Gateway) openHistory() error {
 	return nil
 }
 
+// historyBatchBytes bounds one message of the history stream: a batch of
+// a pod's frames (history.Writer).
+const historyBatchBytes = 1 << 20
+
 // store is the history stream, or nil while it is not open (or history
 // is off).
-func (g *Gateway) store() *history.Store {
+func (g *Gateway) store() *history.Stream {
 	select {
 	case <-g.histReady:
 		return g.hist // written before histReady was closed
@@ -302,23 +305,16 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// publish sends a frame on a subject. NATS copies it before returning.
-func (g *Gateway) publish(subject string, frame []byte) {
-	if err := g.nc.Publish(subject, frame); err != nil {
-		g.log.Error("publish failed", "subject", subject, "err", err)
-	}
-}
-
 func (g *Gateway) shard(name string) *podShard {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(name))
 	return &g.shards[h.Sum32()%podShards]
 }
 
-// pod returns the pod, creating it unless --max-pods are there already.
-// A new pod follows its log from its history's start: wait with
-// waitReady before using it.
-func (g *Gateway) pod(name string) (*Pod, *envelope.Error) {
+// pod returns the pod, opening it unless --max-pods are there already. A
+// pod just opened reads its past first: wait with WaitReady before
+// using it (and look it up again when that says it died).
+func (g *Gateway) pod(name string) (*pod.Pod, *envelope.Error) {
 	if g.store() == nil && g.cfg.historyOn() {
 		ctx, cancel := context.WithTimeout(context.Background(), historyOpenTimeout)
 		err := g.awaitHistory(ctx)
@@ -336,13 +332,32 @@ func (g *Gateway) pod(name string) (*Pod, *envelope.Error) {
 	if g.podCount.Load() >= int64(g.cfg.MaxPods) {
 		return nil, envelope.Errorf(wire.CodeOverCapacity, "the gateway serves %d pods, the limit", g.cfg.MaxPods)
 	}
-	p, err := newPod(g, name)
-	if err != nil {
-		return nil, envelope.Errorf(wire.CodeOverCapacity, "cannot open the pod: %v", err)
-	}
+	p := pod.New(g.node, name)
 	s.pods[name] = p
 	g.metrics.pods.Set(float64(g.podCount.Add(1)))
 	return p, nil
+}
+
+// readyPod returns the pod, open and ready (what pod then WaitReady do),
+// looking it up again while the one it found died meanwhile.
+func (g *Gateway) readyPod(ctx context.Context, name string) (*pod.Pod, *envelope.Error) {
+	for {
+		p, e := g.pod(name)
+		if e != nil {
+			return nil, e
+		}
+		wctx, cancel := context.WithTimeout(ctx, historyOpenTimeout)
+		err := p.WaitReady(wctx)
+		cancel()
+		if err == nil {
+			return p, nil
+		}
+		g.forgetPod(p)
+		if wctx.Err() != nil || ctx.Err() != nil {
+			return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", name)
+		}
+		return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q cannot be opened: %v", name, err)
+	}
 }
 
 // bucketKey names a participant's buckets: pod names and participant ids
@@ -350,7 +365,7 @@ func (g *Gateway) pod(name string) (*Pod, *envelope.Error) {
 func bucketKey(pod, id string) string { return pod + "/" + id }
 
 // lookupPod returns an existing pod or nil.
-func (g *Gateway) lookupPod(name string) *Pod {
+func (g *Gateway) lookupPod(name string) *pod.Pod {
 	s := g.shard(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -358,33 +373,39 @@ func (g *Gateway) lookupPod(name string) *Pod {
 }
 
 // maybeRemovePod forgets a pod with no member, no pending join and no
-// context, so memory follows the pods in use; one that has frames of this
-// node in flight in its log goes once they are back (removeWhenDrained).
-func (g *Gateway) maybeRemovePod(p *Pod) {
+// context, so that memory follows the pods in use.
+func (g *Gateway) maybeRemovePod(p *pod.Pod) {
 	s := g.shard(p.Name)
 	s.mu.Lock()
-	p.mu.Lock()
-	remove := !p.dead && p.idle() && s.pods[p.Name] == p
-	if _, stream := p.log.(*streamLog); remove && stream && !p.drained() {
-		remove = false
-		if p.awaitingDrain.CompareAndSwap(false, true) {
-			go p.removeWhenDrained()
-		}
-	}
+	remove := s.pods[p.Name] == p && p.RemoveIfIdle()
 	if remove {
-		p.dead = true
 		delete(s.pods, p.Name)
 		g.metrics.pods.Set(float64(g.podCount.Add(-1)))
 	}
-	p.mu.Unlock()
 	s.mu.Unlock()
 	if remove {
-		p.close()
+		p.Close()
 	}
 }
 
-func (g *Gateway) allPods() []*Pod {
-	var out []*Pod
+// forgetPod removes a pod that died by itself (it lost its order, or
+// could not read its past), so that the next join opens it anew.
+func (g *Gateway) forgetPod(p *pod.Pod) {
+	s := g.shard(p.Name)
+	s.mu.Lock()
+	remove := s.pods[p.Name] == p
+	if remove {
+		delete(s.pods, p.Name)
+		g.metrics.pods.Set(float64(g.podCount.Add(-1)))
+	}
+	s.mu.Unlock()
+	if remove {
+		p.Close()
+	}
+}
+
+func (g *Gateway) allPods() []*pod.Pod {
+	var out []*pod.Pod
 	for i := range g.shards {
 		s := &g.shards[i]
 		s.mu.Lock()
@@ -428,9 +449,7 @@ func (g *Gateway) janitor() {
 			sweep := now.Sub(lastSweep) >= 10*time.Second
 			if sweep {
 				lastSweep = now
-			}
-			if sweep {
-				g.buckets.Sweep(now)
+				g.node.Buckets.Sweep(now)
 			}
 			pods := g.allPods()
 			first := g.historyFirstSeq(pods)
@@ -441,14 +460,8 @@ func (g *Gateway) janitor() {
 						r.Ping()
 					}
 				}
-				if first > 0 && p.index != nil {
-					p.index.Discard(first)
-				}
-				if l, ok := p.log.(*streamLog); ok {
-					l.check(now)
-				}
+				p.Tick(now, first, sweep)
 				if sweep {
-					p.sweep(now)
 					g.maybeRemovePod(p)
 				}
 			}
@@ -473,8 +486,8 @@ func (g *Gateway) historyState() (entries, bytes float64) {
 
 // historyFirstSeq is the oldest sequence the history stream holds, which
 // the pods' indexes follow (--history-bytes discards the stream's oldest
-// entries, of any pod), or 0 when there is nothing to ask.
-func (g *Gateway) historyFirstSeq(pods []*Pod) uint64 {
+// messages, of any pod), or 0 when there is nothing to ask.
+func (g *Gateway) historyFirstSeq(pods []*pod.Pod) uint64 {
 	store := g.store()
 	if store == nil || len(pods) == 0 {
 		return 0
@@ -502,17 +515,23 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if !g.accepting.Swap(false) {
 		return nil
 	}
-	g.draining.Store(true)
+	g.node.SetDraining(true)
 	g.mcp.shutdown()
-	// Everything accepted so far is published; let NATS hand it to the
-	// pods' fan-out before the queues are drained.
+	// Everything accepted so far is in the members' queues where the
+	// node orders its pods; where the stream orders them, it must come
+	// back first. The history receives what is still on its way.
 	if err := g.nc.FlushWithContext(ctx); err != nil {
 		g.log.Warn("flush before shutdown", "err", err)
+	}
+	if w := g.node.Writer; w != nil {
+		if err := w.Sync(ctx); err != nil {
+			g.log.Warn("the history stream did not store everything before the shutdown's deadline", "err", err)
+		}
 	}
 	for _, p := range g.allPods() {
 		// A pod removed meanwhile (its last participant left) no longer
 		// reads its log: what it did not see, nobody is waiting for.
-		for !p.drained() && !p.isDead() && ctx.Err() == nil {
+		for !p.Drained() && !p.Dead() && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -546,12 +565,22 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	close(g.janitorStop)
 	<-g.janitorDone
 	for _, p := range g.allPods() {
-		p.close()
+		p.Close()
 	}
 	if g.cluster != nil {
 		g.cluster.close()
 	}
 	g.histStop()
+	if w := g.node.Writer; w != nil {
+		wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
+		_ = w.Sync(wctx) // what the last joins and leaves added
+		wcancel()
+		w.Close()
+	}
+	if g.hist != nil {
+		g.hist.Close()
+	}
+	g.node.Stop()
 	_ = g.nc.Flush()
 	g.nc.Close()
 	if g.ns != nil {
@@ -562,4 +591,84 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		_ = os.RemoveAll(g.tempDir)
 	}
 	return ctx.Err()
+}
+
+// newNode is what the gateway's pods share.
+func (g *Gateway) newNode() *pod.Node {
+	c := &g.cfg
+	kinds := map[string]bool{}
+	for _, k := range splitComma(c.ConclusionKinds) {
+		kinds[k] = true
+	}
+	n := &pod.Node{
+		ID: g.nodeID,
+		Config: pod.Config{
+			MaxMessageBytes:           c.MaxMessageBytes,
+			MaxContextBytes:           c.MaxContextBytes,
+			MaxDepth:                  c.MaxDepth,
+			ContextTimeout:            c.ContextTimeout,
+			ContextRetention:          c.ContextRetention,
+			ConclusionKinds:           kinds,
+			MaxContextsPerParticipant: c.MaxContextsPerParticipant,
+			MaxContextsPerPod:         c.MaxContextsPerPod,
+			Rate:                      limits.Rate{Per: c.Rate, Burst: c.Burst},
+			ContextRate:               limits.Rate{Per: c.ContextRate, Burst: c.ContextBurst},
+			MaxParticipantsPerPod:     c.MaxParticipantsPerPod,
+			History:                   c.History,
+			HistoryAge:                c.HistoryAge,
+			// Half the history, shared by the nodes that write into it.
+			FlightBytes: int64(c.HistoryBytes) / int64(2*clusterSize(c)),
+		},
+		Limits:    g.limitsPayload(),
+		Log:       g.log,
+		Metrics:   pod.NewMetrics(),
+		Republish: pod.RepublishSubjects,
+		Buckets: limits.NewBucketSet(
+			limits.Rate{Per: c.Rate, Burst: c.Burst},
+			limits.Rate{Per: c.ContextCreateRate, Burst: c.ContextCreateBurst}),
+		OnDead: g.forgetPod,
+	}
+	switch {
+	case c.clustered() && c.historyOn():
+		n.Order = pod.OrderStream
+	case c.clustered():
+		n.Order = pod.OrderCore
+	default:
+		n.Order = pod.OrderLocal
+	}
+	return n
+}
+
+// limitsPayload is the welcome's limits: the gateway's flags.
+func (g *Gateway) limitsPayload() wire.Limits {
+	c := &g.cfg
+	kinds := splitComma(c.ConclusionKinds)
+	if kinds == nil {
+		kinds = []string{}
+	}
+	return wire.Limits{
+		MaxMessageBytes:           c.MaxMessageBytes,
+		MaxContextBytes:           c.MaxContextBytes,
+		MaxDepth:                  c.MaxDepth,
+		Rate:                      c.Rate,
+		Burst:                     c.Burst,
+		ContextRate:               c.ContextRate,
+		ContextBurst:              c.ContextBurst,
+		ContextCreateRate:         c.ContextCreateRate,
+		ContextCreateBurst:        c.ContextCreateBurst,
+		ContextTimeoutMS:          c.ContextTimeout.Milliseconds(),
+		ContextRetentionMS:        c.ContextRetention.Milliseconds(),
+		ConclusionKinds:           kinds,
+		MaxContextsPerParticipant: c.MaxContextsPerParticipant,
+		MaxContextsPerPod:         c.MaxContextsPerPod,
+		MaxParticipantsPerPod:     c.MaxParticipantsPerPod,
+		MaxConnections:            c.MaxConnections,
+		MaxPods:                   c.MaxPods,
+		SendQueue:                 c.SendQueue,
+		SendQueueBytes:            int64(c.SendQueueBytes),
+		History:                   c.History,
+		HistoryAgeMS:              c.HistoryAge.Milliseconds(),
+		HistoryBytes:              int64(c.HistoryBytes),
+		MCPSessionTimeoutMS:       c.MCPSessionTimeout.Milliseconds(),
+	}
 }

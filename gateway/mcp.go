@@ -102,33 +102,33 @@ const mcpInstructions = `You are a participant of an MCPP pod: a room where agen
 func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g := e.g
 	if !g.accepting.Load() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
+		g.refuse(w, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
 		return
 	}
 	if !g.originAllowed(r) {
-		g.refuse(w, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden,
+		g.refuse(w, envelope.Errorf(wire.CodeForbidden,
 			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin")))
 		return
 	}
 	if !g.cfg.historyOn() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity,
+		g.refuse(w, envelope.Errorf(wire.CodeOverCapacity,
 			"the MCP endpoint reads the pod's history, which this gateway does not keep (--history 0)"))
 		return
 	}
 	q := r.URL.Query()
 	pod := q.Get("pod")
 	if !envelope.ValidPodName(pod) {
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]: /mcp?pod=NAME"))
+		g.refuse(w, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]: /mcp?pod=NAME"))
 		return
 	}
-	id, caps, status, refusal := g.authenticate(r, pod, false)
+	id, caps, refusal := g.authenticate(r, pod, false)
 	if refusal != nil {
-		g.refuse(w, status, refusal)
+		g.refuse(w, refusal)
 		return
 	}
 	f, err := filter.FromQuery(q)
 	if err != nil {
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message))
+		g.refuse(w, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message))
 		return
 	}
 	key := bucketKey(pod, id)
@@ -141,7 +141,7 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// client starts a new session).
 		m = e.session(sid)
 		if m != nil && m.key != key {
-			g.refuse(w, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden,
+			g.refuse(w, envelope.Errorf(wire.CodeForbidden,
 				"this MCP session belongs to another participant; start a session of your own"))
 			return
 		}
@@ -156,8 +156,8 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if r.Method == http.MethodPost {
 		// A new session, or a request of a protocol without sessions:
 		// the participant is present from now on.
-		if m, status, refusal = e.acquire(r.Context(), pod, id, caps, f); refusal != nil {
-			g.refuse(w, status, refusal)
+		if m, refusal = e.acquire(r.Context(), pod, id, caps, f); refusal != nil {
+			g.refuse(w, refusal)
 			return
 		}
 	}

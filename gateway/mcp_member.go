@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -28,8 +28,8 @@ type mcpMember struct {
 	e       *mcpEndpoint
 	id, key string
 	caps    participant.Capabilities
-	pod     *Pod
-	guest   *guest
+	pod     *pod.Pod
+	guest   pod.Guest
 	buckets *limits.Buckets
 	filter  atomic.Pointer[filter.Filter]
 	ready   chan struct{} // closed once started (or failed to)
@@ -62,14 +62,14 @@ var errSessionEnded = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
 
 // acquire returns the participant's member, started (joined to the pod)
 // if it was not, and held for the request: release it when done.
-func (e *mcpEndpoint) acquire(ctx context.Context, pod, id string, caps participant.Capabilities, f *filter.Filter) (*mcpMember, int, *envelope.Error) {
-	key := bucketKey(pod, id)
+func (e *mcpEndpoint) acquire(ctx context.Context, name, id string, caps participant.Capabilities, f *filter.Filter) (*mcpMember, *envelope.Error) {
+	key := bucketKey(name, id)
 	for {
 		e.mu.Lock()
 		select {
 		case <-e.stopping:
 			e.mu.Unlock()
-			return nil, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down")
+			return nil, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down")
 		default:
 		}
 		m, starting := e.members[key], false
@@ -82,14 +82,14 @@ func (e *mcpEndpoint) acquire(ctx context.Context, pod, id string, caps particip
 		}
 		e.mu.Unlock()
 		if starting {
-			if status, refusal := m.start(ctx, pod); refusal != nil {
+			if refusal := m.start(ctx, name); refusal != nil {
 				m.mu.Lock()
 				m.over = true // others waiting for it start their own
 				m.mu.Unlock()
 				e.forget(m)
 				close(m.done)
 				close(m.ready)
-				return nil, status, refusal
+				return nil, refusal
 			}
 			close(m.ready)
 			select {
@@ -103,10 +103,10 @@ func (e *mcpEndpoint) acquire(ctx context.Context, pod, id string, caps particip
 		select {
 		case <-m.ready:
 		case <-ctx.Done():
-			return nil, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "the request ended while the participant was joining")
+			return nil, envelope.Errorf(wire.CodeOverCapacity, "the request ended while the participant was joining")
 		}
 		if m.hold() {
-			return m, 0, nil
+			return m, nil
 		}
 		// It ended (or failed to start) meanwhile: start another.
 		e.mu.Lock()
@@ -120,46 +120,38 @@ func (e *mcpEndpoint) acquire(ctx context.Context, pod, id string, caps particip
 // start joins the pod as a guest. Like a WebSocket participant, it counts
 // as a connection (--max-connections) and a participant of the pod
 // (--max-participants-per-pod).
-func (m *mcpMember) start(ctx context.Context, name string) (int, *envelope.Error) {
+func (m *mcpMember) start(ctx context.Context, name string) *envelope.Error {
 	g := m.e.g
 	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
 		g.connCount.Add(-1)
-		return http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections)
+		return envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections)
 	}
-	m.guest = &guest{Identity: wire.Identity{ID: m.id, Capabilities: m.caps}, replaced: func() { go m.end(endReplaced) }}
+	m.guest = pod.NewGuest(wire.Identity{ID: m.id, Capabilities: m.caps}, func() { go m.end(endReplaced) })
 	for {
-		p, refusal := g.pod(name)
+		p, refusal := g.readyPod(ctx, name)
 		if refusal != nil {
 			g.connCount.Add(-1)
-			return http.StatusServiceUnavailable, refusal
+			return refusal
 		}
-		wctx, cancel := context.WithTimeout(ctx, historyOpenTimeout)
-		err := p.waitReady(wctx)
-		cancel()
-		if err != nil {
-			g.connCount.Add(-1)
-			g.maybeRemovePod(p)
-			return http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", name)
-		}
-		p.syncMembers()
-		p.settle()
+		p.SyncMembers()
+		p.Settle()
 		// The first read returns what comes after the participant joined.
-		m.cursor = p.index.Last()
-		ok, dead := p.joinGuest(m.guest)
+		ok, dead, cursor := p.JoinGuest(m.guest)
+		m.cursor = cursor
 		if dead {
 			continue // removed as we looked it up; a new one will be made
 		}
 		if !ok {
 			g.connCount.Add(-1)
 			g.maybeRemovePod(p)
-			return http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", name, g.cfg.MaxParticipantsPerPod)
+			return envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", name, g.cfg.MaxParticipantsPerPod)
 		}
 		m.pod = p
 		break
 	}
-	m.buckets = g.buckets.Acquire(m.key)
+	m.buckets = g.node.Buckets.Acquire(m.key)
 	g.log.Debug("MCP participant joined", "pod", name, "participant", m.id)
-	return 0, nil
+	return nil
 }
 
 // hold marks a request as being served, and reports false when the member
@@ -266,12 +258,12 @@ func (m *mcpMember) end(why string) {
 	e, g := m.e, m.e.g
 	e.forget(m)
 	if why != endReplaced {
-		m.pod.leaveGuest(m.guest)
+		m.pod.LeaveGuest(m.guest)
 	}
 	if why != endShutdown {
 		g.maybeRemovePod(m.pod) // at shutdown the gateway closes every pod itself
 	}
-	g.buckets.Release(m.key, timeNow())
+	g.node.Buckets.Release(m.key, time.Now())
 	g.connCount.Add(-1)
 	g.log.Debug("MCP participant left", "pod", m.pod.Name, "participant", m.id, "why", why)
 	closeSessions := func() {

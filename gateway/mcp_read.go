@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/history"
+	"github.com/mcpp/gateway/pod"
 )
 
 // pod_read's bounds (docs/protocol.md section 9).
@@ -25,8 +26,8 @@ const (
 // (Index.Changed: no polling), so that an agent's read returns as soon as
 // something arrives. The answer holds at most 4 × --max-message-bytes of
 // envelopes, like gateway/history's; more says there is more to read.
-func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*rawHistory, error) {
-	x := m.pod.index
+func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*pod.RawHistory, error) {
+	x := m.pod.Index()
 	var timer <-chan time.Time
 	if wait > 0 {
 		t := time.NewTimer(wait)
@@ -57,12 +58,12 @@ func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*r
 // readOnce reads what is there after the cursor. A look that finds
 // nothing still moves the cursor past the entries the filter did not
 // admit, so that a waiting read never looks at them again.
-func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (*rawHistory, error) {
+func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (*pod.RawHistory, error) {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
 	f := m.filter.Load()
 	sel := x.Since(m.cursor, limit, true, func(meta *envelope.Meta) bool { return f.Admits(meta, m.id) })
-	answer := &rawHistory{Envelopes: []json.RawMessage{}, More: sel.More}
+	answer := &pod.RawHistory{Envelopes: []json.RawMessage{}, More: sel.More}
 	// One answer carries at most what gateway/history's does (at least
 	// one envelope): the rest is read next time.
 	bytes, n := 0, 0
@@ -71,16 +72,16 @@ func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (
 		n++
 	}
 	if n < len(sel.Entries) {
-		sel.Entries, sel.Last, answer.More = sel.Entries[:n], sel.Entries[n-1].Seq, true
+		sel.Entries, sel.Last, answer.More = sel.Entries[:n], sel.Entries[n-1].Pos, true
 	}
 	if len(sel.Entries) == 0 {
 		m.cursor = sel.Last
 		return answer, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, replayReadTimeout)
+	rctx, cancel := context.WithTimeout(ctx, pod.ReadTimeout)
 	defer cancel()
-	err := m.pod.render(rctx, envelope.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
-	var missing *history.MissingError
+	_, err := m.pod.Render(rctx, envelope.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
+	var missing *pod.MissingError
 	switch got := len(answer.Envelopes); {
 	case err == nil:
 		m.cursor = sel.Last
@@ -88,9 +89,9 @@ func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (
 		// Discarded by --history-bytes or --history-age since the index
 		// chose it: what came before it is read, and the next read goes on
 		// after it.
-		m.cursor, answer.More = missing.Seq, true
+		m.cursor, answer.More = missing.Pos, true
 	case got > 0:
-		m.cursor, answer.More = sel.Entries[got-1].Seq, true
+		m.cursor, answer.More = sel.Entries[got-1].Pos, true
 	default:
 		return nil, fmt.Errorf("pod_read: reading the pod's history: %w", err)
 	}

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/coder/websocket"
 	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -50,26 +50,16 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 	if err != nil {
 		return relayed{}, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the envelope does not marshal: %v", err))
 	}
-	from := &sender{id: m.id, caps: m.caps, protocol: envelope.ProtocolMCPP}
-	in := ingresses.Get().(*ingress)
-	in.g, in.pod, in.from, in.buckets = m.e.g, m.pod, from, m.buckets
-	in.handle(websocket.MessageText, data)
-	// What the registry recorded stays in the ingress until its release.
-	var out relayed
-	if in.acc.Context != nil {
-		out.depth = in.acc.Context.Depth
+	from := &pod.Sender{ID: m.id, Caps: m.caps, Protocol: envelope.ProtocolMCPP, Buckets: m.buckets}
+	outcome := m.pod.Handle(from, data, false)
+	m.pod.Throttle()
+	if len(from.Results) != 1 {
+		return relayed{}, fmt.Errorf("ingress answered %d results for one envelope", len(from.Results))
 	}
-	out.concluded = append(out.concluded, in.acc.Concluded...)
-	in.release()
-	m.pod.throttle()
-	if len(from.results) != 1 {
-		return relayed{}, fmt.Errorf("ingress answered %d results for one envelope", len(from.results))
-	}
-	if r := from.results[0]; r.Error != nil {
+	if r := from.Results[0]; r.Error != nil {
 		return relayed{}, refused{*r.Error}
 	}
-	out.id = from.results[0].ID
-	return out, nil
+	return relayed{id: from.Results[0].ID, depth: outcome.Depth, concluded: outcome.Concluded}, nil
 }
 
 func (e *mcpEndpoint) podSend(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
@@ -96,7 +86,7 @@ func (e *mcpEndpoint) contextBranch(_ context.Context, m *mcpMember, _ *mcp.Call
 }
 
 func (e *mcpEndpoint) contextReturn(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args returnArgs) (any, error) {
-	if !e.g.conclusionKinds[wire.KindConclusion] {
+	if !e.g.node.Config.ConclusionKinds[wire.KindConclusion] {
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope,
 			"this gateway's --conclusion-kinds leave out %q, so a sub-context cannot be returned from here: send one of its conclusion kinds with pod_send", wire.KindConclusion))
 	}
@@ -116,7 +106,7 @@ func (e *mcpEndpoint) contextReturn(_ context.Context, m *mcpMember, _ *mcp.Call
 	}
 	for i := range r.concluded {
 		if c := &r.concluded[i]; c.ID == args.Context {
-			return returnResult{Context: c.ID, Stats: contextStats(c)}, nil
+			return returnResult{Context: c.ID, Stats: pod.ContextStats(c)}, nil
 		}
 	}
 	// Between the check and the conclusion the context timed out, and the

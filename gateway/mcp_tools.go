@@ -16,6 +16,7 @@ import (
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -35,7 +36,7 @@ func (e *mcpEndpoint) addTools() {
 		withDefault(p["limit"], defaultReadLimit)
 		withRange(p["limit"], 1, maxReadLimit)
 		withRange(p["wait_ms"], 0, float64(maxReadWait.Milliseconds()))
-	}), schemaFor[rawHistory](func(p map[string]*jsonschema.Schema) {
+	}), schemaFor[pod.RawHistory](func(p map[string]*jsonschema.Schema) {
 		p["more"].Description = "true when more envelopes are there than this answer holds: call again to get them"
 	}), e.podRead)
 
@@ -44,10 +45,10 @@ func (e *mcpEndpoint) addTools() {
 			"Page back with before (the id of the oldest envelope you have), forward with after; narrow to one sub-context and its descendants with context.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &yes},
 	}, schemaFor[wire.HistoryRequest](func(p map[string]*jsonschema.Schema) {
-		withDefault(p["limit"], defaultHistoryLimit)
-		withRange(p["limit"], 1, maxHistoryLimit)
+		withDefault(p["limit"], pod.DefaultHistoryLimit)
+		withRange(p["limit"], 1, pod.MaxHistoryLimit)
 		withDefault(p["fold"], true)
-	}), schemaFor[rawHistory](func(p map[string]*jsonschema.Schema) {
+	}), schemaFor[pod.RawHistory](func(p map[string]*jsonschema.Schema) {
 		p["more"].Description = "true when envelopes were left out: older ones (page back with before the oldest id), or with after newer ones"
 	}), e.podHistory)
 
@@ -85,7 +86,7 @@ func (e *mcpEndpoint) addTools() {
 	}, schemaFor[wire.ContextsRequest](func(p map[string]*jsonschema.Schema) {
 		withEnum(p["state"], wire.StateActive, wire.StateConcluded, wire.StateAll)
 		withDefault(p["state"], wire.StateActive)
-		withDefault(p["limit"], defaultContextsLimit)
+		withDefault(p["limit"], pod.DefaultContextsLimit)
 		p["limit"].Minimum = jsonschema.Ptr(1.0)
 	}), schemaFor[wire.ContextsAnswer](nil), e.podContexts)
 
@@ -181,7 +182,7 @@ func toolErrorText(r *mcp.CallToolResult) string {
 // costs one, as every WebSocket message does (the relaying tools take it
 // through ingress).
 func (m *mcpMember) take() error {
-	if ok, d := limits.Take(m.buckets.Send, timeNow()); !ok {
+	if ok, d := limits.Take(m.buckets.Send, time.Now()); !ok {
 		cfg := &m.e.g.cfg
 		return refuse(limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", cfg.Rate, cfg.Burst))
 	}
@@ -207,13 +208,13 @@ func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToo
 		Fold: args.Fold == nil || *args.Fold, MaxBytes: 4 * e.g.cfg.MaxMessageBytes}
 	// An unknown before or after is invalid_envelope, before rate_limited,
 	// as for gateway/history.
-	if refusal := m.pod.checkBound(q); refusal != nil {
+	if refusal := m.pod.CheckBound(q); refusal != nil {
 		return nil, refuse(refusal)
 	}
 	if err := m.take(); err != nil {
 		return nil, err
 	}
-	answer, refusal := m.pod.historyPage(q, m.filter.Load(), m.id, envelope.ProtocolMCPP)
+	answer, refusal := m.pod.HistoryPage(q, m.filter.Load(), m.id, envelope.ProtocolMCPP)
 	if refusal != nil {
 		return nil, refuse(refusal)
 	}
@@ -255,7 +256,7 @@ func (e *mcpEndpoint) podParticipants(_ context.Context, m *mcpMember, _ *mcp.Ca
 	if err := m.take(); err != nil {
 		return nil, err
 	}
-	ids := m.pod.participants()
+	ids := m.pod.Participants()
 	for i := range ids {
 		if ids[i].Capabilities == nil {
 			ids[i].Capabilities = []string{} // a list, as the schema says

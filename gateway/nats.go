@@ -16,31 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// subjectPrefix starts every pod subject; the history stream captures
-// historySubjects, every pod's subject and its live markers.
-const (
-	subjectPrefix   = "mcpp.pod."
-	historySubjects = "mcpp.pod.>"
-	livePrefix      = "mcpp.live."
-)
-
-// PodSubject is the NATS subject of a pod. Pod names may hold dots, which
-// separate NATS tokens, so they become "~", which pod names cannot hold.
-func PodSubject(pod string) string {
-	return subjectPrefix + podToken(pod)
-}
-
-// markerSubject holds, in the history stream, the places of a pod's live
-// frames (presence, ephemeral envelopes): its own subject, so that their
-// markers count against --history separately from the pod's entries.
-func markerSubject(pod string) string { return subjectPrefix + podToken(pod) + ".live" }
-
-// liveSubject carries the bodies of a pod's live frames, outside the
-// stream: history never holds them.
-func liveSubject(pod string) string { return livePrefix + podToken(pod) }
-
-func podToken(pod string) string { return strings.ReplaceAll(pod, ".", "~") }
-
 // maxFrameBytes bounds a frame: an accepted envelope (with the fields the
 // gateway fills) and its header, which can hold a "to" list as long as the
 // envelope, and the context's ancestry.

@@ -1,20 +1,19 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
-	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -32,33 +31,33 @@ import (
 func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		g.refuse(w, http.StatusMethodNotAllowed, envelope.Errorf(wire.CodeInvalidEnvelope, "POST envelopes to /pods/NAME/envelopes"))
+		g.refuseWith(w, http.StatusMethodNotAllowed, envelope.Errorf(wire.CodeInvalidEnvelope, "POST envelopes to /pods/NAME/envelopes"))
 		return
 	}
 	if !g.accepting.Load() {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
+		g.refuse(w, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
 		return
 	}
 	if !g.originAllowed(r) {
-		g.refuse(w, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden,
+		g.refuse(w, envelope.Errorf(wire.CodeForbidden,
 			"origin %q may not publish (see --allowed-origins)", r.Header.Get("Origin")))
 		return
 	}
 	lines, ok := bodyType(r.Header.Get("Content-Type"))
 	if !ok {
-		g.refuse(w, http.StatusUnsupportedMediaType, envelope.Errorf(wire.CodeInvalidJSON,
+		g.refuseWith(w, http.StatusUnsupportedMediaType, envelope.Errorf(wire.CodeInvalidJSON,
 			"Content-Type must be application/json (one envelope) or application/x-ndjson, application/ndjson or application/jsonl (one per line), not %q",
 			r.Header.Get("Content-Type")))
 		return
 	}
-	pod := r.PathValue("pod")
-	if !envelope.ValidPodName(pod) {
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]"))
+	name := r.PathValue("pod")
+	if !envelope.ValidPodName(name) {
+		g.refuse(w, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]"))
 		return
 	}
-	id, caps, status, e := g.authenticate(r, pod, false)
+	id, caps, e := g.authenticate(r, name, false)
 	if e != nil {
-		g.refuse(w, status, e)
+		g.refuse(w, e)
 		return
 	}
 	limit := 4 * int64(g.cfg.MaxMessageBytes)
@@ -68,56 +67,67 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case int64(len(body)) > limit:
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidJSON, "the body is over %d bytes (4 x --max-message-bytes)", limit))
+		g.refuse(w, envelope.Errorf(wire.CodeInvalidJSON, "the body is over %d bytes (4 x --max-message-bytes)", limit))
 		return
 	case len(bytes.TrimSpace(body)) == 0:
-		g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidJSON, "the body is empty: send one envelope (application/json) or one per line (application/x-ndjson)"))
+		g.refuse(w, envelope.Errorf(wire.CodeInvalidJSON, "the body is empty: send one envelope (application/json) or one per line (application/x-ndjson)"))
 		return
 	}
 	var envs [][]byte
 	if lines {
-		sc := bufio.NewScanner(bytes.NewReader(body))
-		sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
-		for sc.Scan() {
-			if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
-				envs = append(envs, line)
-			}
-		}
+		envs = splitLines(body)
 	} else {
 		var e envelope.Envelope
 		if pe := e.Parse(bytes.Clone(body)); pe != nil && pe.Code == wire.CodeInvalidJSON {
-			g.refuse(w, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidJSON, "an application/json body is one JSON object: %s", pe.Message))
+			g.refuse(w, envelope.Errorf(wire.CodeInvalidJSON, "an application/json body is one JSON object: %s", pe.Message))
 			return
 		}
 		envs = [][]byte{body}
 	}
 
-	p, perr := g.pod(pod)
-	if perr != nil {
-		g.refuse(w, http.StatusServiceUnavailable, perr)
-		return
+	var p *pod.Pod
+	for {
+		found, perr := g.readyPod(r.Context(), name)
+		if perr != nil {
+			g.refuse(w, perr)
+			return
+		}
+		if found.Acquire() {
+			p = found
+			break
+		}
+		// Removed as we looked it up; a new one will be made.
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), historyOpenTimeout)
-	err = p.waitReady(ctx)
-	cancel()
-	if err != nil {
-		g.refuse(w, http.StatusServiceUnavailable, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", pod))
-		return
-	}
-	protocol := envelope.ProtocolMCPP
-	from := &sender{id: id, caps: caps, protocol: protocol}
-	buckets := g.buckets.Acquire(bucketKey(pod, id))
+	from := &pod.Sender{ID: id, Caps: caps, Protocol: envelope.ProtocolMCPP, Buckets: g.node.Buckets.Acquire(bucketKey(name, id))}
 	for _, line := range envs {
-		in := ingresses.Get().(*ingress)
-		in.g, in.pod, in.from, in.buckets = g, p, from, buckets
-		in.handle(websocket.MessageText, line)
-		in.release()
-		p.throttle()
+		p.Handle(from, line, false)
+		p.Throttle()
 	}
-	g.buckets.Release(bucketKey(pod, id), timeNow())
+	g.node.Buckets.Release(bucketKey(name, id), time.Now())
+	p.Release()
 	g.maybeRemovePod(p)
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: from.results})
+	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: from.Results})
+}
+
+// splitLines cuts a newline-delimited body into its envelopes: every line
+// that is not blank, each a slice of body itself, so that a long body's
+// lines stay whole however many there are (a scanner would reuse its
+// buffer under them).
+func splitLines(body []byte) [][]byte {
+	var out [][]byte
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // bodyType reads a publish request's Content-Type: ok when it is JSON,
@@ -139,7 +149,7 @@ func bodyType(contentType string) (lines, ok bool) {
 // authenticate decides who a request is (docs/protocol.md section 1): the
 // token's participant with a token file, or ?participant= in open mode (made
 // up when absent and generate is set, required otherwise).
-func (g *Gateway) authenticate(r *http.Request, pod string, generate bool) (id string, caps participant.Capabilities, status int, e *envelope.Error) {
+func (g *Gateway) authenticate(r *http.Request, pod string, generate bool) (id string, caps participant.Capabilities, e *envelope.Error) {
 	q := r.URL.Query()
 	token := q.Get("token")
 	if h := r.Header.Get("Authorization"); h != "" {
@@ -150,35 +160,35 @@ func (g *Gateway) authenticate(r *http.Request, pod string, generate bool) (id s
 	}
 	if g.tokens != nil {
 		if token == "" {
-			return "", nil, http.StatusUnauthorized, envelope.Errorf(wire.CodeUnauthorized, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
+			return "", nil, envelope.Errorf(wire.CodeUnauthorized, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
 		}
 		grant, ok := g.tokens.Lookup(token)
 		if !ok {
-			return "", nil, http.StatusUnauthorized, envelope.Errorf(wire.CodeUnauthorized, "unknown token")
+			return "", nil, envelope.Errorf(wire.CodeUnauthorized, "unknown token")
 		}
 		if !participant.MatchAny(grant.Pods, pod) {
-			return "", nil, http.StatusForbidden, envelope.Errorf(wire.CodeForbidden, "this token may not join pod %q", pod)
+			return "", nil, envelope.Errorf(wire.CodeForbidden, "this token may not join pod %q", pod)
 		}
 		caps = grant.Capabilities
 		if caps == nil {
 			caps = participant.Capabilities{}
 		}
-		return grant.Participant, caps, 0, nil
+		return grant.Participant, caps, nil
 	}
 	id = q.Get("participant")
 	if id == "" && !q.Has("participant") {
 		if !generate {
-			return "", nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidParticipant, "?participant=ID is required without a token file")
+			return "", nil, envelope.Errorf(wire.CodeInvalidParticipant, "?participant=ID is required without a token file")
 		}
 		id = "anon-" + uuid.NewString()[:12]
 	}
 	if !envelope.ValidParticipantID(id) || strings.HasPrefix(id, "system:") {
-		return "", nil, http.StatusBadRequest, envelope.Errorf(wire.CodeInvalidParticipant,
+		return "", nil, envelope.Errorf(wire.CodeInvalidParticipant,
 			"participant must be 1 to 128 characters of [A-Za-z0-9._:@-], not starting with system:")
 	}
 	caps = g.defaultCaps
 	if caps == nil {
 		caps = participant.Capabilities{}
 	}
-	return id, caps, 0, nil
+	return id, caps, nil
 }

@@ -12,10 +12,18 @@ import (
 // system/context event, as filters and folding see it: its header, never
 // its body, which stays in the stream.
 type Entry struct {
-	Seq  uint64
+	// Pos is the entry's place in the pod's order on this node: what
+	// selections, resumes and cursors count in.
+	Pos  uint64
 	Time int64 // unix nanoseconds
 	Size int   // of the envelope
 	Meta envelope.Meta
+	// loc is where the stream holds the entry's frame; zero until the
+	// writer's message is stored (Stored). Until then frame is the frame
+	// itself, which the writer holds anyway: a reader takes it from here,
+	// and never waits for the stream.
+	loc   Loc
+	frame []byte
 	// inc is the incarnation of the context the entry is in (nil in the
 	// main context): folding leaves out its entries once it concluded.
 	inc *incarnation
@@ -36,24 +44,35 @@ func (e *Entry) Folded() bool {
 	return e.inc != nil && e.inc.concluded && !e.Meta.Conclusion()
 }
 
+// Loc is where the stream holds an entry's frame: the sequence of its
+// message and the frame's place in that message (a batch, batch.go).
+type Loc struct {
+	Seq uint64
+	Off int
+}
+
 // liveRef is the place in the pod's order of a frame history does not
 // keep (an ephemeral envelope, presence): a client that saw it last may
 // resume from it.
 type liveRef struct {
 	id  string
-	seq uint64
+	pos uint64
 	at  int64
 }
 
-// Index is what a gateway node knows of one pod's history, built from the
-// pod's stream in its order: the header of every entry the stream keeps,
-// which envelope ids it holds, which contexts have concluded and which
-// transient envelopes were consumed. Replays and gateway/history decide
-// from it what to send, then read only those bodies from the stream.
+// Index is what a gateway node knows of one pod's history, in the pod's
+// order: the header of every entry, which envelope ids it holds, which
+// contexts have concluded and which transient envelopes were consumed.
+// Replays and gateway/history decide from it what to send, then read only
+// those bodies from the stream. An entry is in the index from the moment
+// its pod applies it, which may be before the stream has stored it (a
+// node that orders its pods itself delivers first and stores behind): its
+// location comes with Stored, and readers wait for the writer (Sync)
+// before they read.
 //
 // It mirrors the stream's own limits: --history entries and --history-age
 // (Apply and Select evict past them), and --history-bytes, whose
-// discarding of the stream's oldest entries Discard reports.
+// discarding of the stream's oldest messages Discard reports.
 type Index struct {
 	mu         sync.RWMutex
 	entries    []*Entry // oldest first, from head on
@@ -62,7 +81,6 @@ type Index struct {
 	live       []liveRef // oldest first, from liveHead on
 	liveHead   int
 	liveIDs    map[string]uint64
-	reserved   map[string]struct{}
 	open       map[string]*incarnation // the current incarnation of each context id
 	last       uint64
 	maxEntries int
@@ -74,30 +92,34 @@ type Index struct {
 // per subject for at most maxAge.
 func NewIndex(maxEntries int, maxAge time.Duration) *Index {
 	return &Index{
-		ids: map[string]*Entry{}, liveIDs: map[string]uint64{}, reserved: map[string]struct{}{},
+		ids: map[string]*Entry{}, liveIDs: map[string]uint64{},
 		open: map[string]*incarnation{}, maxEntries: maxEntries, maxAge: int64(maxAge),
 		changed: make(chan struct{}),
 	}
 }
 
-// Apply records the frame the stream delivered at seq, in the stream's
-// order: an entry, or the place of a live frame (its marker, or the frame
-// its marker stands for), which history does not keep but a client may
-// resume from. m's strings may point into the frame: the index keeps
-// copies.
-func (x *Index) Apply(seq uint64, at int64, m *envelope.Meta, size int) {
+// Apply records the frame at pos in the pod's order: an entry, which it
+// returns, or the place of a live frame (its marker, or the frame its
+// marker stands for), which history does not keep but a client may
+// resume from (nil). loc is where the stream holds it, or zero when it is
+// not stored yet: frame is then the whole frame, kept until Stored. m's
+// strings may point into the frame: the index keeps copies.
+func (x *Index) Apply(pos uint64, at int64, m *envelope.Meta, size int, loc Loc, frame []byte) *Entry {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.last = seq
+	x.last = pos
 	defer x.notify()
 	if m.Live() {
 		if m.ID != "" {
-			x.addLive(strings.Clone(m.ID), seq, at)
+			x.addLive(strings.Clone(m.ID), pos, at)
 		}
 		x.consume(m.Consumes, m.ID)
-		return
+		return nil
 	}
-	e := &Entry{Seq: seq, Time: at, Size: size, Meta: cloneMeta(m)}
+	e := &Entry{Pos: pos, Time: at, Size: size, Meta: cloneMeta(m), loc: loc}
+	if loc.Seq == 0 {
+		e.frame = frame
+	}
 	if id := m.ContextID; id != "" {
 		inc := x.open[id]
 		switch m.Kind {
@@ -122,13 +144,46 @@ func (x *Index) Apply(seq uint64, at int64, m *envelope.Meta, size int) {
 		if _, taken := x.ids[e.Meta.ID]; !taken {
 			x.ids[e.Meta.ID] = e // the first one stands
 		}
-		delete(x.reserved, e.Meta.ID)
 	}
 	x.consume(m.Consumes, m.ID)
 	for x.len() > x.maxEntries {
 		x.dropOldest()
 	}
 	x.expire(at)
+	return e
+}
+
+// Stored records where the stream holds entries: the message seq, at
+// offs in it (seq 0: the stream refused them, and they are not in the
+// history after all).
+func (x *Index) Stored(entries []*Entry, offs []int, seq uint64) {
+	x.mu.Lock()
+	for i, e := range entries {
+		if seq != 0 {
+			e.loc = Loc{Seq: seq, Off: offs[i]}
+		}
+		e.frame = nil
+	}
+	x.mu.Unlock()
+}
+
+// Located is where a selected entry is: in the stream (Loc), or, not
+// stored yet, its Frame.
+type Located struct {
+	Loc
+	Frame []byte
+}
+
+// Locations returns where the selected entries are; one with neither a
+// Loc nor a Frame is no longer in the history (the stream refused it).
+func (x *Index) Locations(sel []Selected) []Located {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]Located, len(sel))
+	for i, s := range sel {
+		out[i] = Located{Loc: s.entry.loc, Frame: s.entry.frame}
+	}
+	return out
 }
 
 // consume marks the transient entries named by ids as consumed by by.
@@ -141,9 +196,9 @@ func (x *Index) consume(ids []string, by string) {
 	}
 }
 
-func (x *Index) addLive(id string, seq uint64, at int64) {
-	x.live = append(x.live, liveRef{id: id, seq: seq, at: at})
-	x.liveIDs[id] = seq
+func (x *Index) addLive(id string, pos uint64, at int64) {
+	x.live = append(x.live, liveRef{id: id, pos: pos, at: at})
+	x.liveIDs[id] = pos
 	for len(x.live)-x.liveHead > x.maxEntries {
 		x.dropOldestLive()
 	}
@@ -170,7 +225,7 @@ func (x *Index) dropOldestLive() {
 	r := x.live[x.liveHead]
 	x.live[x.liveHead] = liveRef{}
 	x.liveHead++
-	if x.liveIDs[r.id] == r.seq {
+	if x.liveIDs[r.id] == r.pos {
 		delete(x.liveIDs, r.id)
 	}
 	if x.liveHead >= 64 && x.liveHead*2 >= len(x.live) {
@@ -192,45 +247,30 @@ func (x *Index) expire(now int64) {
 	}
 }
 
-// Discard drops the entries below first, the stream's oldest sequence:
-// --history-bytes discards the stream's oldest entries, whichever pod they
-// belong to.
+// Discard drops the entries the stream no longer holds: those stored
+// below first, its oldest sequence (--history-bytes discards the
+// stream's oldest messages, whichever pod they belong to).
 func (x *Index) Discard(first uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for x.len() > 0 && x.entries[x.head].Seq < first {
+	for x.len() > 0 {
+		if seq := x.entries[x.head].loc.Seq; seq == 0 || seq >= first {
+			break
+		}
 		x.dropOldest()
 	}
-	for len(x.live) > x.liveHead && x.live[x.liveHead].seq < first {
-		x.dropOldestLive()
-	}
 }
 
-// Reserve claims id for an envelope about to be published, and reports
-// false when the pod's history already holds it, or another envelope
-// being published claimed it (duplicate_id). The claim ends when Apply
-// sees the envelope, or with Release when it is refused after all.
-func (x *Index) Reserve(id string) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if _, ok := x.ids[id]; ok {
-		return false
-	}
-	if _, ok := x.reserved[id]; ok {
-		return false
-	}
-	x.reserved[strings.Clone(id)] = struct{}{}
-	return true
+// Holds reports whether the pod's history holds an envelope with id
+// (duplicate_id).
+func (x *Index) Holds(id string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, ok := x.ids[id]
+	return ok
 }
 
-// Release ends a claim of Reserve for an envelope that was not published.
-func (x *Index) Release(id string) {
-	x.mu.Lock()
-	delete(x.reserved, id)
-	x.mu.Unlock()
-}
-
-// Last is the sequence of the last frame applied.
+// Last is the position of the last frame applied.
 func (x *Index) Last() uint64 {
 	x.mu.RLock()
 	defer x.mu.RUnlock()

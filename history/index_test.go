@@ -27,7 +27,7 @@ func newPod(t *testing.T, max int) *pod {
 func (p *pod) apply(m envelope.Meta) uint64 {
 	p.seq++
 	p.ids[p.seq] = m.ID
-	p.x.Apply(p.seq, p.at.UnixNano(), &m, 100)
+	p.x.Apply(p.seq, p.at.UnixNano(), &m, 100, Loc{Seq: p.seq}, nil) // stored at once, at its position
 	return p.seq
 }
 
@@ -52,7 +52,7 @@ func (p *pod) concluded(eventID, ctx string) uint64 {
 func (p *pod) names(s Selection) string {
 	var out []string
 	for _, e := range s.Entries {
-		n := p.ids[e.Seq]
+		n := p.ids[e.Pos]
 		if e.ConsumedBy != "" {
 			n += "(" + e.ConsumedBy + ")"
 		}
@@ -167,7 +167,7 @@ func TestIndexEvictsLikeTheStream(t *testing.T) {
 	if _, ok := p.x.After("e2", all); ok {
 		t.Fatal("resumed after an evicted id")
 	}
-	if !p.x.Reserve("e2") || p.x.Reserve("e3") {
+	if p.x.Holds("e2") || !p.x.Holds("e3") {
 		t.Fatal("an evicted id is a duplicate, or a kept one is not")
 	}
 	p.x.Discard(5) // --history-bytes took e3 and e4
@@ -184,21 +184,20 @@ func TestIndexEvictsLikeTheStream(t *testing.T) {
 	}
 }
 
-func TestIndexReserve(t *testing.T) {
+func TestIndexHolds(t *testing.T) {
 	p := newPod(t, 10)
-	if !p.x.Reserve("x") || p.x.Reserve("x") {
-		t.Fatal("a reserved id can be reserved twice")
+	if p.x.Holds("x") {
+		t.Fatal("an id never applied is held")
 	}
-	p.env("x") // published: the claim becomes the entry
-	if p.x.Reserve("x") {
+	p.env("x")
+	if !p.x.Holds("x") {
 		t.Fatal("an id in the history is not a duplicate")
 	}
-	if !p.x.Reserve("y") {
-		t.Fatal("y")
-	}
-	p.x.Release("y")
-	if !p.x.Reserve("y") {
-		t.Fatal("a released id stays reserved")
+	// Not yet stored (no location): it is held all the same.
+	m := envelope.Meta{Kind: envelope.FrameEnvelope, From: "a", ID: "y"}
+	p.x.Apply(99, p.at.UnixNano(), &m, 10, Loc{}, []byte("frame"))
+	if !p.x.Holds("y") {
+		t.Fatal("an entry the stream has not stored yet is not a duplicate")
 	}
 }
 

@@ -12,13 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Msg is one stored frame.
-type Msg struct {
-	Seq  uint64
-	Time int64 // unix nanoseconds: when the stream stored it
-	Data []byte
-}
-
 // readBatch and readBatchBytes bound one batched read: a few round trips
 // for the largest replay, and a bounded burst of memory for each.
 const (
@@ -37,28 +30,39 @@ type directGetRequest struct {
 	MaxBytes int    `json:"max_bytes"`
 }
 
-// MissingError is returned by Read when a sequence it was asked for is
-// not in the stream (discarded by a limit meanwhile); the ones before it
-// were read.
-type MissingError struct{ Seq uint64 }
+// lagWait bounds how long Read waits for a replica to catch up.
+const lagWait = 2 * time.Second
 
-func (e *MissingError) Error() string {
-	return fmt.Sprintf("history: entry %d was discarded before it was read", e.Seq)
-}
-
-// Read calls fn, in order, with every frame stored on subject whose
+// Read calls fn, in order, with every message stored on subject whose
 // sequence is in want (ascending), reading the stream from want[0] up to
 // the last of them. A replica that answers before it has caught up with
 // the leader is asked again, briefly; a sequence still absent then is a
 // *MissingError.
-func (s *Store) Read(ctx context.Context, subject string, want []uint64, fn func(Msg) error) error {
+func (s *Stream) Read(ctx context.Context, subject string, want []uint64, fn func(Msg) error) error {
 	deadline := time.Now().Add(lagWait)
 	for len(want) > 0 {
-		got, err := s.readOnce(ctx, subject, want, fn)
+		got := 0
+		n := int(min(want[len(want)-1]-want[0]+1, readBatch))
+		_, err := s.readBatch(ctx, subject, want[0], n, func(m Msg) (bool, error) {
+			if want[got] < m.Seq {
+				// A wanted sequence was skipped: it is no longer there.
+				return false, &MissingError{Seq: want[got]}
+			}
+			if want[got] == m.Seq {
+				if err := fn(m); err != nil {
+					return false, err
+				}
+				got++
+				if got == len(want) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		want = want[got:]
 		if err != nil {
 			return err
 		}
-		want = want[got:]
 		if got > 0 || len(want) == 0 {
 			deadline = time.Now().Add(lagWait)
 			continue
@@ -75,67 +79,120 @@ func (s *Store) Read(ctx context.Context, subject string, want []uint64, fn func
 	return nil
 }
 
-// lagWait bounds how long Read waits for a replica to catch up.
-const lagWait = 2 * time.Second
+// Scan calls fn with every message stored on subjects from sequence from
+// on, in the stream's order: one batched read per subject at a time,
+// merged by sequence, so that a pod's whole past never sits in memory.
+func (s *Stream) Scan(ctx context.Context, subjects []string, from uint64, fn func(subject string, m Msg) error) error {
+	cursors := make([]*cursor, len(subjects))
+	for i, subj := range subjects {
+		cursors[i] = &cursor{s: s, subject: subj, next: max(from, 1)}
+	}
+	for {
+		var low *cursor
+		for _, c := range cursors {
+			m, err := c.peek(ctx)
+			if err != nil {
+				return err
+			}
+			if m != nil && (low == nil || m.Seq < low.buf[0].Seq) {
+				low = c
+			}
+		}
+		if low == nil {
+			return nil
+		}
+		m := low.buf[0]
+		low.buf = low.buf[1:]
+		if err := fn(low.subject, m); err != nil {
+			return err
+		}
+	}
+}
 
-// readOnce reads one batch from want[0] and reports how many wanted
-// sequences it delivered.
-func (s *Store) readOnce(ctx context.Context, subject string, want []uint64, fn func(Msg) error) (int, error) {
-	span := want[len(want)-1] - want[0] + 1
-	req, _ := json.Marshal(directGetRequest{Seq: want[0], NextFor: subject, Batch: int(min(span, readBatch)), MaxBytes: readBatchBytes})
+// cursor reads one subject's messages ahead, a batch at a time.
+type cursor struct {
+	s       *Stream
+	subject string
+	next    uint64
+	buf     []Msg
+	done    bool
+}
+
+func (c *cursor) peek(ctx context.Context) (*Msg, error) {
+	if len(c.buf) == 0 && !c.done {
+		var got []Msg
+		more, err := c.s.readBatch(ctx, c.subject, c.next, readBatch, func(m Msg) (bool, error) {
+			got = append(got, m)
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.done = !more
+		if len(got) > 0 {
+			c.next = got[len(got)-1].Seq + 1
+		}
+		c.buf = got
+	}
+	if len(c.buf) == 0 {
+		return nil, nil
+	}
+	return &c.buf[0], nil
+}
+
+// readBatch asks for up to n messages of subject from seq on and calls fn
+// with each until it returns false. more reports whether the stream held
+// more after the batch.
+func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n int, fn func(Msg) (bool, error)) (more bool, err error) {
+	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject, Batch: n, MaxBytes: readBatchBytes})
 	inbox := s.nc.NewRespInbox()
 	ch := make(chan *nats.Msg, readBatch+2)
 	sub, err := s.nc.ChanSubscribe(inbox, ch)
 	if err != nil {
-		return 0, fmt.Errorf("history: read: %w", err)
+		return false, fmt.Errorf("history: read: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+StreamName, inbox, req); err != nil {
-		return 0, fmt.Errorf("history: read: %w", err)
+		return false, fmt.Errorf("history: read: %w", err)
 	}
 	timeout := time.NewTimer(5 * time.Second)
 	defer timeout.Stop()
-	got := 0
 	for {
 		var m *nats.Msg
 		select {
 		case m = <-ch:
 		case <-ctx.Done():
-			return got, ctx.Err()
+			return false, ctx.Err()
 		case <-timeout.C:
-			return got, errors.New("history: read: no answer from the stream within 5s")
+			return false, errors.New("history: read: no answer from the stream within 5s")
 		}
 		if status := m.Header.Get("Status"); status != "" {
-			// 204 ends a batch; 404 means nothing from there on.
-			if status == "204" || status == "404" {
-				return got, nil
+			// 204 ends a batch (Nats-Num-Pending says what is left); 404
+			// means nothing from there on.
+			if status == "204" {
+				pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				return pending > 0, nil
 			}
-			return got, fmt.Errorf("history: read: status %s %s", status, m.Header.Get("Description"))
+			if status == "404" {
+				return false, nil
+			}
+			return false, fmt.Errorf("history: read: status %s %s", status, m.Header.Get("Description"))
 		}
 		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		if seq == 0 {
-			return got, errors.New("history: read: an answer without a sequence")
+			return false, errors.New("history: read: an answer without a sequence")
 		}
-		if got < len(want) && want[got] < seq {
-			// A wanted sequence was skipped: it is no longer there.
-			return got, &MissingError{Seq: want[got]}
-		}
-		if got < len(want) && want[got] == seq {
-			ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-			if err := fn(Msg{Seq: seq, Time: ts.UnixNano(), Data: m.Data}); err != nil {
-				return got, err
-			}
-			got++
-			if got == len(want) {
-				return got, nil
-			}
+		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		goOn, err := fn(Msg{Seq: seq, Time: ts.UnixNano(), Data: m.Data})
+		if err != nil || !goOn {
+			return false, err
 		}
 	}
 }
 
 // waitFor pauses before Read asks again, unless the stream's first
 // sequence is past seq: then it is gone for good.
-func (s *Store) waitFor(ctx context.Context, seq uint64) error {
+func (s *Stream) waitFor(ctx context.Context, seq uint64) error {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("history: %w", err)

@@ -12,11 +12,12 @@ type Admit func(m *envelope.Meta) bool
 
 // Selected is one entry a replay sends.
 type Selected struct {
-	Seq  uint64
+	Pos  uint64
 	Size int
 	// ConsumedBy, when set, is the id of the envelope that consumed this
 	// transient one: it is sent collapsed.
 	ConsumedBy string
+	entry      *Entry
 }
 
 // Selection is what a replay sends, oldest first, and what it left out.
@@ -27,22 +28,13 @@ type Selection struct {
 	Folded int
 	// Collapsed counts the entries sent collapsed.
 	Collapsed int
-	// Last is the last sequence of the pod the selection looked at: the
+	// Last is the last position of the pod the selection looked at: the
 	// reader is up to date to it.
 	Last uint64
 	// More is set when entries that would have been selected were left
 	// out by a limit (older ones for Newest and Page without After, newer
 	// ones for After, Since and Page with After).
 	More bool
-}
-
-// Seqs lists the selected sequences, ascending.
-func (s *Selection) Seqs() []uint64 {
-	out := make([]uint64, len(s.Entries))
-	for i, e := range s.Entries {
-		out[i] = e.Seq
-	}
-	return out
 }
 
 // Newest selects the last n entries that admit passes (n <= 0: all of
@@ -75,8 +67,8 @@ func (x *Index) Newest(n int, fold bool, admit Admit) Selection {
 		// Folded entries older than the oldest one sent are not "left
 		// out" of this replay: only count those within its span.
 		s.Folded = 0
-		oldest := s.Entries[len(s.Entries)-1].Seq
-		for i := len(x.entries) - 1; i >= x.head && x.entries[i].Seq > oldest; i-- {
+		oldest := s.Entries[len(s.Entries)-1].Pos
+		for i := len(x.entries) - 1; i >= x.head && x.entries[i].Pos > oldest; i-- {
 			if e := x.entries[i]; fold && e.Folded() && admit(&e.Meta) {
 				s.Folded++
 			}
@@ -100,13 +92,13 @@ func (x *Index) After(id string, admit Admit) (s Selection, found bool) {
 	s = Selection{Last: x.last}
 	for _, e := range x.entries[x.firstAfter(from):] {
 		if admit(&e.Meta) {
-			s.Entries = append(s.Entries, Selected{Seq: e.Seq, Size: e.Size})
+			s.Entries = append(s.Entries, Selected{Pos: e.Pos, Size: e.Size, entry: e})
 		}
 	}
 	return s, true
 }
 
-// Since selects, oldest first, at most limit entries after sequence
+// Since selects, oldest first, at most limit entries after position
 // after that admit passes, folded and collapsed when fold is set: a
 // reader's cursor (the MCP endpoint's pod_read). Last is where the reader
 // is up to once it has them.
@@ -124,7 +116,7 @@ func (x *Index) Since(after uint64, limit int, fold bool, admit Admit) Selection
 			continue
 		}
 		if len(s.Entries) == limit {
-			s.More, s.Last = true, s.Entries[len(s.Entries)-1].Seq
+			s.More, s.Last = true, s.Entries[len(s.Entries)-1].Pos
 			break
 		}
 		s.Entries = append(s.Entries, x.selected(e, fold, &s))
@@ -161,13 +153,13 @@ func (x *Index) Page(q PageQuery, admit Admit) (s Selection, ok bool) {
 		if e == nil {
 			return s, false
 		}
-		hi = x.firstAfter(e.Seq) - 1
+		hi = x.firstAfter(e.Pos) - 1
 	case q.After != "":
 		e := x.ids[q.After]
 		if e == nil {
 			return s, false
 		}
-		lo = x.firstAfter(e.Seq)
+		lo = x.firstAfter(e.Pos)
 	}
 	bytes := 0
 	take := func(e *Entry) bool {
@@ -202,7 +194,7 @@ func (x *Index) Page(q PageQuery, admit Admit) (s Selection, ok bool) {
 
 // selected is e as a replay sends it, counting a collapse in s.
 func (x *Index) selected(e *Entry, collapse bool, s *Selection) Selected {
-	sel := Selected{Seq: e.Seq, Size: e.Size}
+	sel := Selected{Pos: e.Pos, Size: e.Size, entry: e}
 	if collapse && e.Meta.Transient() && e.consumedBy != "" {
 		sel.ConsumedBy = e.consumedBy
 		s.Collapsed++
@@ -213,18 +205,18 @@ func (x *Index) selected(e *Entry, collapse bool, s *Selection) Selected {
 // seqOf finds the place of an entry or a live frame by id.
 func (x *Index) seqOf(id string) (uint64, bool) {
 	if e := x.ids[id]; e != nil {
-		return e.Seq, true
+		return e.Pos, true
 	}
 	seq, ok := x.liveIDs[id]
 	return seq, ok
 }
 
-// firstAfter is the position of the first entry after seq.
-func (x *Index) firstAfter(seq uint64) int {
+// firstAfter is the index in entries of the first entry after pos.
+func (x *Index) firstAfter(pos uint64) int {
 	lo, hi := x.head, len(x.entries)
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if x.entries[mid].Seq <= seq {
+		if x.entries[mid].Pos <= pos {
 			lo = mid + 1
 		} else {
 			hi = mid

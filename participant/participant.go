@@ -19,6 +19,7 @@ const (
 	StatusInternalError = websocket.StatusCode(wire.CloseInternalError) // a replay was interrupted: resume again
 	StatusReplaced      = websocket.StatusCode(wire.CloseReplaced)      // another connection joined with the same id
 	StatusSlowConsumer  = websocket.StatusCode(wire.CloseSlowConsumer)  // its send queue filled
+	StatusOrderLost     = websocket.StatusCode(wire.CloseOrderLost)     // its node lost the pod's order: resume
 )
 
 // Why a participant is cut: the reason label of the gateway's

@@ -104,6 +104,7 @@ const (
 	CloseInternalError CloseCode = 1011 // the replay of the pod's history was interrupted: resume again
 	CloseReplaced      CloseCode = 4000 // another connection joined the pod with the same participant id
 	CloseSlowConsumer  CloseCode = 4008 // this connection did not read fast enough: its send queue filled
+	CloseOrderLost     CloseCode = 4010 // the node lost the pod's order (a gap in the history stream it could not read back): resume, on this node or another
 )
 
 // String says what the close code means.
@@ -121,6 +122,8 @@ func (c CloseCode) String() string {
 		return "4000 replaced: another connection joined with the same participant id"
 	case CloseSlowConsumer:
 		return "4008 slow consumer: the connection read too slowly and its send queue filled"
+	case CloseOrderLost:
+		return "4010 order lost: this gateway node lost the pod's order; resume"
 	}
 	return fmt.Sprintf("%d", int(c))
 }

@@ -1,4 +1,4 @@
-package gateway
+package pod
 
 import (
 	"bytes"
@@ -8,21 +8,17 @@ import (
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/history"
-	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/wire"
 )
 
 // request answers an envelope of a gateway/* kind (docs/protocol.md
-// section 6) from a sender within its rate.
-func (in *ingress) request() { in.handleRequest(nil) }
-
-// handleRequest answers an envelope of a gateway/* kind (docs/protocol.md
 // section 6). rateErr is the sender's rate verdict (nil within its rate).
 // The refusals follow the table of section 5: a payload that does not fit
 // the request (invalid_envelope, an unknown before or after id of
 // gateway/history included) comes before rate_limited, and
 // unknown_request and invalid_filter after it.
-func (in *ingress) handleRequest(rateErr *envelope.Error) {
+func (in *ingress) request(rateErr *envelope.Error) {
+	p := in.pod
 	switch in.env.Kind {
 	case wire.RequestFilter:
 		if !isObject(in.env.Payload) {
@@ -43,23 +39,23 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 			in.refuse(e, in.env.ID)
 			return
 		}
-		list := in.pod.Registry.Query(q)
+		list := p.Registry.Query(q)
 		if list == nil {
 			list = []wire.ContextInfo{}
 		}
-		if in.from.conn != nil {
+		if in.from.Conn != nil {
 			// The registry counts this node's envelopes as they are
-			// accepted, before the log hands them out: the answer waits
-			// for them, so that a client that adds the envelopes it
-			// receives after the answer to the answer's counts (the
-			// viewer) does not count one twice.
-			in.pod.awaitSeen(in.pod.published.Load(), answerWait)
+			// accepted, before the stream hands them out (OrderStream):
+			// the answer waits for them, so that a client that adds the
+			// envelopes it receives after the answer to the answer's
+			// counts (the viewer) does not count one twice.
+			p.Settle()
 		}
 		in.reply(wire.KindContexts, wire.ContextsAnswer{Contexts: list})
 	case wire.RequestHistory:
 		q, e := in.historyQuery()
 		if e == nil {
-			e = in.pod.checkBound(q)
+			e = p.CheckBound(q)
 		}
 		if e == nil {
 			e = rateErr
@@ -68,7 +64,7 @@ func (in *ingress) handleRequest(rateErr *envelope.Error) {
 			in.refuse(e, in.env.ID)
 			return
 		}
-		answer, e := in.pod.historyPage(q, in.from.filter(), in.from.id, in.from.protocol)
+		answer, e := p.HistoryPage(q, in.from.filter(), in.from.ID, in.from.Protocol)
 		if e != nil {
 			in.refuse(e, in.env.ID)
 			return
@@ -98,13 +94,13 @@ type historyRequest struct {
 
 // Defaults and bounds of gateway/history.
 const (
-	defaultHistoryLimit = 100
-	maxHistoryLimit     = 1000
+	DefaultHistoryLimit = 100
+	MaxHistoryLimit     = 1000
 )
 
 // historyQuery reads the payload of gateway/history.
 func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
-	q := history.PageQuery{Limit: defaultHistoryLimit, Fold: true, MaxBytes: 4 * in.g.cfg.MaxMessageBytes}
+	q := history.PageQuery{Limit: DefaultHistoryLimit, Fold: true, MaxBytes: 4 * in.pod.node.Config.MaxMessageBytes}
 	if in.env.Payload == nil || bytes.Equal(in.env.Payload, []byte("null")) {
 		return q, nil
 	}
@@ -118,8 +114,8 @@ func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
 		return q, envelope.Errorf(wire.CodeInvalidEnvelope, "gateway/history takes before or after, not both")
 	}
 	if hq.Limit != nil {
-		if *hq.Limit < 1 || *hq.Limit > maxHistoryLimit {
-			return q, envelope.Errorf(wire.CodeInvalidEnvelope, "limit must be 1 to %d", maxHistoryLimit)
+		if *hq.Limit < 1 || *hq.Limit > MaxHistoryLimit {
+			return q, envelope.Errorf(wire.CodeInvalidEnvelope, "limit must be 1 to %d", MaxHistoryLimit)
 		}
 		q.Limit = *hq.Limit
 	}
@@ -139,18 +135,18 @@ func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
 }
 
 func (in *ingress) filterRequest() {
-	p := in.from.conn
-	if p == nil {
+	c := in.from.Conn
+	if c == nil {
 		// A publisher over HTTP has no connection to filter.
 		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "gateway/filter needs a connection: it is not answered over HTTP"), in.env.ID)
 		return
 	}
-	f, err := p.Filter().Update(in.env.Payload)
+	f, err := c.Filter().Update(in.env.Payload)
 	if err != nil {
 		in.refuse(envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message), in.env.ID)
 		return
 	}
-	p.SetFilter(f)
+	c.SetFilter(f)
 	in.reply(wire.KindFilter, f.Wire())
 }
 
@@ -163,11 +159,11 @@ type contextsQuery struct {
 	Limit *int    `json:"limit"`
 }
 
-const defaultContextsLimit = 1000
+const DefaultContextsLimit = 1000
 
 // contextsQuery reads the payload of gateway/contexts.
 func (in *ingress) contextsQuery() (contexts.Query, *envelope.Error) {
-	q := contexts.Query{State: wire.StateActive, Limit: defaultContextsLimit}
+	q := contexts.Query{State: wire.StateActive, Limit: DefaultContextsLimit}
 	if in.env.Payload == nil || bytes.Equal(in.env.Payload, []byte("null")) {
 		return q, nil
 	}
@@ -190,7 +186,7 @@ func (in *ingress) contextsQuery() (contexts.Query, *envelope.Error) {
 			return q, envelope.Errorf(wire.CodeInvalidEnvelope, "limit must be at least 1")
 		}
 		// Active and retained contexts are each bounded by the pod cap.
-		q.Limit = min(*cq.Limit, 2*in.g.cfg.MaxContextsPerPod)
+		q.Limit = min(*cq.Limit, 2*in.pod.node.Config.MaxContextsPerPod)
 	}
 	if cq.ID != nil {
 		q.ID = *cq.ID
@@ -204,52 +200,4 @@ func (in *ingress) contextsQuery() (contexts.Query, *envelope.Error) {
 func isObject(raw []byte) bool {
 	raw = bytes.TrimLeft(raw, " \t\r\n")
 	return len(raw) > 0 && raw[0] == '{'
-}
-
-// welcome is the first message of a participant (docs/protocol.md
-// section 5), with what follows of the pod's past when it asked (section
-// 8).
-func (g *Gateway) welcome(pod *Pod, p *participant.Participant, others []wire.Identity, hist *wire.HistoryInfo) []byte {
-	return direct(p.ID, p.Protocol, wire.KindWelcome, "", wire.Welcome{
-		You:          identityOf(p),
-		Participants: others,
-		Pod:          pod.Name,
-		Filter:       p.Filter().Wire(),
-		Limits:       g.limitsPayload(),
-		History:      hist,
-	})
-}
-
-// limitsPayload is the welcome's limits: the gateway's flags.
-func (g *Gateway) limitsPayload() wire.Limits {
-	c := &g.cfg
-	kinds := splitComma(c.ConclusionKinds)
-	if kinds == nil {
-		kinds = []string{}
-	}
-	return wire.Limits{
-		MaxMessageBytes:           c.MaxMessageBytes,
-		MaxContextBytes:           c.MaxContextBytes,
-		MaxDepth:                  c.MaxDepth,
-		Rate:                      c.Rate,
-		Burst:                     c.Burst,
-		ContextRate:               c.ContextRate,
-		ContextBurst:              c.ContextBurst,
-		ContextCreateRate:         c.ContextCreateRate,
-		ContextCreateBurst:        c.ContextCreateBurst,
-		ContextTimeoutMS:          c.ContextTimeout.Milliseconds(),
-		ContextRetentionMS:        c.ContextRetention.Milliseconds(),
-		ConclusionKinds:           kinds,
-		MaxContextsPerParticipant: c.MaxContextsPerParticipant,
-		MaxContextsPerPod:         c.MaxContextsPerPod,
-		MaxParticipantsPerPod:     c.MaxParticipantsPerPod,
-		MaxConnections:            c.MaxConnections,
-		MaxPods:                   c.MaxPods,
-		SendQueue:                 c.SendQueue,
-		SendQueueBytes:            int64(c.SendQueueBytes),
-		History:                   c.History,
-		HistoryAgeMS:              c.HistoryAge.Milliseconds(),
-		HistoryBytes:              int64(c.HistoryBytes),
-		MCPSessionTimeoutMS:       c.MCPSessionTimeout.Milliseconds(),
-	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package pod
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,21 +17,21 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// historyWant is what a joiner asked of the pod's past at the upgrade
+// HistoryWant is what a joiner asked of the pod's past at the upgrade
 // (docs/protocol.md section 8): history=N|all, fold=0, resume=ID.
-type historyWant struct {
-	n      int // 0: none; -1: all
-	fold   bool
-	resume string
+type HistoryWant struct {
+	N      int // 0: none; -1: all
+	Fold   bool
+	Resume string
 }
 
-func (w historyWant) asked() bool { return w.n != 0 || w.resume != "" }
+func (w HistoryWant) asked() bool { return w.N != 0 || w.Resume != "" }
 
-// parseHistoryWant reads history=, fold= and resume= from an upgrade's
+// ParseHistoryWant reads history=, fold= and resume= from an upgrade's
 // query. A value that does not parse is refused like a filter parameter
 // (400 invalid_filter).
-func parseHistoryWant(q url.Values) (historyWant, error) {
-	w := historyWant{fold: true}
+func ParseHistoryWant(q url.Values) (HistoryWant, error) {
+	w := HistoryWant{Fold: true}
 	one := func(name string) (string, bool, error) {
 		vs, ok := q[name]
 		if !ok {
@@ -45,9 +46,9 @@ func parseHistoryWant(q url.Values) (historyWant, error) {
 		return w, err
 	} else if ok {
 		if v == "all" {
-			w.n = -1
+			w.N = -1
 		} else if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			w.n = n
+			w.N = n
 		} else {
 			return w, fmt.Errorf(`history must be a positive number or "all", not %q`, v)
 		}
@@ -57,7 +58,7 @@ func parseHistoryWant(q url.Values) (historyWant, error) {
 	} else if ok {
 		switch v {
 		case "0", "false":
-			w.fold = false
+			w.Fold = false
 		case "1", "true":
 		default:
 			return w, fmt.Errorf("fold must be 0 or 1, not %q", v)
@@ -69,25 +70,25 @@ func parseHistoryWant(q url.Values) (historyWant, error) {
 		if len(v) == 0 || len(v) > envelope.MaxIDBytes {
 			return w, fmt.Errorf("resume must be an envelope id of 1 to %d bytes", envelope.MaxIDBytes)
 		}
-		w.resume = v
+		w.Resume = v
 	}
 	return w, nil
 }
 
-// replayFor decides, with the fan-out paused, what r receives of the
+// replayFor decides, with the order lock held, what r receives of the
 // pod's past: the welcome's history object (docs/protocol.md section 8),
 // and the replay (nil when nothing is replayed).
-func (p *Pod) replayFor(r *participant.Participant, want historyWant) (*wire.HistoryInfo, *replay) {
+func (p *Pod) replayFor(r *participant.Participant, want HistoryWant) (*wire.HistoryInfo, *replay) {
 	if !want.asked() {
 		return nil, nil
 	}
 	info := &wire.HistoryInfo{}
 	if p.index == nil {
 		// History is off: the join succeeds and nothing is replayed.
-		if want.resume != "" {
+		if want.Resume != "" {
 			info.Resumed = new(bool)
 		}
-		if want.n != 0 {
+		if want.N != 0 {
 			info.Folded, info.Collapsed = new(int), new(int)
 		}
 		return info, nil
@@ -95,18 +96,18 @@ func (p *Pod) replayFor(r *participant.Participant, want historyWant) (*wire.His
 	f := r.Filter()
 	var sel history.Selection
 	resumed := false
-	if want.resume != "" {
+	if want.Resume != "" {
 		// What it would have received had it stayed: its filter with its
 		// echo, unfolded and uncollapsed.
-		sel, resumed = p.index.After(want.resume, func(m *envelope.Meta) bool { return f.Admits(m, r.ID) })
+		sel, resumed = p.index.After(want.Resume, func(m *envelope.Meta) bool { return f.Admits(m, r.ID) })
 		info.Resumed = &resumed
 	}
-	if !resumed && want.n != 0 {
-		n := want.n
-		if n > p.gw.cfg.History {
-			n = p.gw.cfg.History
+	if !resumed && want.N != 0 {
+		n := want.N
+		if n < 0 || n > p.node.Config.History {
+			n = p.node.Config.History
 		}
-		sel = p.index.Newest(n, want.fold, func(m *envelope.Meta) bool { return f.AdmitsPast(m, r.ID) })
+		sel = p.index.Newest(n, want.Fold, func(m *envelope.Meta) bool { return f.AdmitsPast(m, r.ID) })
 		info.Folded, info.Collapsed = &sel.Folded, &sel.Collapsed
 	}
 	info.Replayed = len(sel.Entries)
@@ -127,8 +128,8 @@ type replay struct {
 	resume bool
 }
 
-// replayReadTimeout bounds one read of a replay from the stream.
-const replayReadTimeout = 10 * time.Second
+// ReadTimeout bounds one read of history from the stream (a replay's chunk, a page).
+const ReadTimeout = 10 * time.Second
 
 // Next implements participant.Source.
 func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
@@ -143,18 +144,16 @@ func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
 		n++
 	}
 	chunk := s.sel[:n]
-	start := len(dst)
-	ctx, cancel := context.WithTimeout(context.Background(), replayReadTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
 	defer cancel()
-	err := s.p.render(ctx, s.r.Protocol, chunk, func(b []byte) { dst = append(dst, participant.TextFrame(b)) })
-	done := len(dst) - start
-	var missing *history.MissingError
+	done, err := s.p.Render(ctx, s.r.Protocol, chunk, func(b []byte) { dst = append(dst, participant.TextFrame(b)) })
+	var missing *MissingError
 	switch {
 	case errors.As(err, &missing) && !s.resume:
 		// Discarded by --history-bytes or --history-age since the welcome
 		// counted it: a joiner's history is the newest there is.
 		p := s.p
-		p.gw.log.Info("a history entry expired during a replay", "pod", p.Name, "participant", s.r.ID, "seq", missing.Seq)
+		p.node.Log.Info("a history entry expired during a replay", "pod", p.Name, "participant", s.r.ID, "position", missing.Pos)
 		s.sel = s.sel[done+1:]
 		return dst, nil
 	case err != nil:
@@ -167,23 +166,69 @@ func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
 	return dst, nil
 }
 
-// render reads the selected entries of the pod's history, oldest first, and
-// hands each to fn as a replay sends it: in the reader's protocol,
-// collapsed when consumed.
-func (p *Pod) render(ctx context.Context, protocol string, sel []history.Selected, fn func([]byte)) error {
+// MissingError is returned by Render when a selected entry is no longer
+// in the history stream (discarded by a limit since it was selected, or
+// never stored): the ones before it were rendered.
+type MissingError struct{ Pos uint64 }
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("pod: the history entry at %d is no longer in the stream", e.Pos)
+}
+
+// Render reads the selected entries of the pod's history, oldest first,
+// and hands each to fn as a replay sends it: in the reader's protocol,
+// collapsed when consumed. It returns how many it handed. An entry the
+// stream has not stored yet (the node orders the pod and writes behind)
+// is taken from the index, which holds its frame until then: a reader
+// never waits for the stream.
+func (p *Pod) Render(ctx context.Context, protocol string, sel []history.Selected, fn func([]byte)) (int, error) {
 	if len(sel) == 0 {
-		return nil
+		return 0, nil
 	}
-	seqs := make([]uint64, len(sel))
-	for i, e := range sel {
-		seqs[i] = e.Seq
+	locs := p.index.Locations(sel)
+	// Each stream message once, in the stream's order; a batch may hold
+	// several of the entries.
+	seqs := make([]uint64, 0, len(locs))
+	for _, l := range locs {
+		if l.Seq != 0 {
+			seqs = append(seqs, l.Seq)
+		}
 	}
-	i := 0
+	slices.Sort(seqs)
+	seqs = slices.Compact(seqs)
+	msgs := make(map[uint64][]byte, len(seqs))
+	for len(seqs) > 0 {
+		err := p.node.History.Read(ctx, p.subject, seqs, func(m history.Msg) error {
+			msgs[m.Seq] = m.Data
+			return nil
+		})
+		var missing *history.MissingError
+		if !errors.As(err, &missing) {
+			if err != nil {
+				return 0, err
+			}
+			break
+		}
+		// Read the others; the entries in the missing one are missing.
+		i, _ := slices.BinarySearch(seqs, missing.Seq)
+		seqs = seqs[min(i+1, len(seqs)):]
+	}
 	var m envelope.Meta
-	return p.gw.store().Read(ctx, p.subject, seqs, func(msg history.Msg) error {
-		body, err := envelope.DecodeFrame(msg.Data, &m)
+	for i, l := range locs {
+		frame := l.Frame
+		if frame == nil {
+			data, ok := msgs[l.Seq]
+			if !ok {
+				return i, &MissingError{Pos: sel[i].Pos}
+			}
+			var err error
+			if frame, err = history.Frame(data, l.Off); err != nil {
+				return i, err
+			}
+		}
+		body, err := envelope.DecodeFrame(frame, &m)
 		if err != nil {
-			return err
+			return i, err
 		}
 		if protocol == envelope.ProtocolMCPX {
 			body = asMCPX(body, m.Protocol)
@@ -191,22 +236,21 @@ func (p *Pod) render(ctx context.Context, protocol string, sel []history.Selecte
 		if by := sel[i].ConsumedBy; by != "" {
 			body = history.Collapse(body, by)
 		}
-		i++
 		fn(body)
-		return nil
-	})
+	}
+	return len(sel), nil
 }
 
-// rawHistory is the payload of system/history as the gateway writes it
+// RawHistory is the payload of system/history as the gateway writes it
 // (docs/protocol.md section 6): each envelope's bytes as a replay sends
 // them, never decoded and encoded again.
-type rawHistory = wire.HistoryAnswerOf[json.RawMessage]
+type RawHistory = wire.HistoryAnswerOf[json.RawMessage]
 
-// historyPage answers gateway/history for a reader with filter f: the
+// HistoryPage answers gateway/history for a reader with filter f: the
 // entries its filter admits (its own envelopes too, whatever its echo),
 // as a replay sends them.
-func (p *Pod) historyPage(q history.PageQuery, f *filter.Filter, self, protocol string) (*rawHistory, *envelope.Error) {
-	answer := &rawHistory{Envelopes: []json.RawMessage{}}
+func (p *Pod) HistoryPage(q history.PageQuery, f *filter.Filter, self, protocol string) (*RawHistory, *envelope.Error) {
+	answer := &RawHistory{Envelopes: []json.RawMessage{}}
 	if p.index == nil {
 		return answer, nil // history is off
 	}
@@ -214,17 +258,17 @@ func (p *Pod) historyPage(q history.PageQuery, f *filter.Filter, self, protocol 
 	if !ok {
 		return nil, unknownBound(q)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), replayReadTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
 	defer cancel()
-	err := p.render(ctx, protocol, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
+	_, err := p.Render(ctx, protocol, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
 	answer.More = sel.More
 	if err != nil {
 		// An entry expired since the index chose it, or the stream did not
 		// answer: the page is what could be read, oldest first, and says
 		// that there is more to ask for.
-		var missing *history.MissingError
+		var missing *MissingError
 		if !errors.As(err, &missing) {
-			p.gw.log.Error("reading history", "pod", p.Name, "err", err)
+			p.node.Log.Error("reading history", "pod", p.Name, "err", err)
 		}
 		answer.More = true
 	}
@@ -236,7 +280,7 @@ func (p *Pod) historyPage(q history.PageQuery, f *filter.Filter, self, protocol 
 // entries finds out at the cost of one lookup, before the request takes
 // its place after rate_limited (docs/protocol.md section 6). With history
 // off any id is fine, and the answer empty.
-func (p *Pod) checkBound(q history.PageQuery) *envelope.Error {
+func (p *Pod) CheckBound(q history.PageQuery) *envelope.Error {
 	if p.index == nil || (q.Before == "" && q.After == "") {
 		return nil
 	}

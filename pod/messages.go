@@ -1,4 +1,4 @@
-package gateway
+package pod
 
 import (
 	"encoding/json"
@@ -42,23 +42,21 @@ func newSystemMessage(protocol, kind string, payload any) *systemMessage {
 func (m *systemMessage) bytes() []byte {
 	b, err := json.Marshal(m)
 	if err != nil {
-		panic("gateway: system message does not marshal: " + err.Error()) // a bug, never input
+		panic("pod: system message does not marshal: " + err.Error()) // a bug, never input
 	}
 	return b
 }
 
-// direct builds a system message addressed to one participant alone, in
+// Direct builds a system message addressed to one participant alone, in
 // its protocol.
-func direct(to, protocol, kind, correlationID string, payload any) []byte {
+func Direct(to, protocol, kind, correlationID string, payload any) []byte {
 	m := newSystemMessage(protocol, kind, payload)
 	m.To = []string{to}
 	m.CorrelationID = correlationID
 	return m.bytes()
 }
 
-func identityOf(p *participant.Participant) wire.Identity {
-	return wire.Identity{ID: p.ID, Capabilities: p.Capabilities}
-}
+var direct = Direct
 
 // contextEvent is the system/context event of a concluded context, in
 // MCPP, and its id (docs/protocol.md section 3).
@@ -66,15 +64,15 @@ func contextEvent(c *contexts.Concluded) ([]byte, string) {
 	m := newSystemMessage(wire.ProtocolMCPP, wire.KindContext, wire.ContextEvent{
 		Event:  wire.ContextConcluded,
 		Reason: c.Reason,
-		Stats:  contextStats(c),
+		Stats:  ContextStats(c),
 	})
 	m.Context = wire.Context{ID: c.ID, Type: c.Type, Parent: c.Parent}
 	return m.bytes(), m.ID
 }
 
-// contextStats are the statistics of a concluded context, as its
+// ContextStats are the statistics of a concluded context, as its
 // system/context event and MCP's context_return report them.
-func contextStats(c *contexts.Concluded) wire.ContextStats {
+func ContextStats(c *contexts.Concluded) wire.ContextStats {
 	return wire.ContextStats{
 		Messages: c.Messages, Bytes: c.Bytes, Participants: c.Participants,
 		Depth: c.Depth, Created: contexts.FormatTime(c.Created),
@@ -89,16 +87,16 @@ func presenceMessage(event string, who wire.Identity) ([]byte, string) {
 	return m.bytes(), m.ID
 }
 
-// asMCPX returns body with its protocol token replaced by MCPx's, in a new
-// slice; the fan-out calls it at most once per envelope.
-func asMCPX(body []byte, span envelope.Span) []byte {
-	if !span.Valid() || span.End > len(body) {
-		return body
-	}
-	out := make([]byte, 0, len(body)-(span.End-span.Start)+len(envelope.ProtocolMCPX)+2)
-	out = append(out, body[:span.Start]...)
-	out = append(out, '"')
-	out = append(out, envelope.ProtocolMCPX...)
-	out = append(out, '"')
-	return append(out, body[span.End:]...)
+// welcome is the first message of a participant (docs/protocol.md
+// section 5), with what follows of the pod's past when it asked (section
+// 8).
+func (p *Pod) welcome(r *participant.Participant, others []wire.Identity, hist *wire.HistoryInfo) []byte {
+	return direct(r.ID, r.Protocol, wire.KindWelcome, "", wire.Welcome{
+		You:          identityOf(r),
+		Participants: others,
+		Pod:          p.Name,
+		Filter:       r.Filter().Wire(),
+		Limits:       p.node.Limits,
+		History:      hist,
+	})
 }

@@ -1,0 +1,354 @@
+package history
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamName is the JetStream stream that holds every pod's history.
+const StreamName = "MCPP_HISTORY"
+
+// Config is what bounds the history (docs/protocol.md section 8) and where it lives.
+type Config struct {
+	// Subjects the stream captures: every pod's subject.
+	Subjects []string
+	// Entries bounds the messages kept per subject (--history): each
+	// holds at least one entry, so the newest Entries messages of a pod
+	// hold at least its newest Entries entries, which is what a replay
+	// may send.
+	Entries int
+	// MaxAge bounds their age (--history-age).
+	MaxAge time.Duration
+	// MaxBytes bounds all pods together (--history-bytes).
+	MaxBytes int64
+	// MaxMsgSize is the largest message the writer stores.
+	MaxMsgSize int32
+	// Replicas is the number of copies over a NATS cluster.
+	Replicas int
+	// File keeps the history on disk (--history-dir), so that it survives
+	// a restart; otherwise it is kept in memory.
+	File bool
+	// AckWait bounds how long the stream may take to acknowledge a
+	// message before it counts as not stored (a stream without a leader
+	// answers nothing): 2s is right across a network; 0, for a stream in
+	// the gateway's own process, which always answers, waits as long as
+	// it takes.
+	AckWait time.Duration
+	// Republish, when set, is where the stream republishes each message
+	// once stored (a subject with a trailing ">" that takes the rest of
+	// the message's subject): nodes that deliver in the stream's order
+	// follow it there with core subscriptions, and no consumer per pod.
+	Republish string
+}
+
+// Slack is how many messages per pod the stream keeps beyond --history,
+// so that a node that reads a pod's messages back (to fill a gap in what
+// was republished to it) still finds them after a burst.
+const Slack = 1024
+
+// dedupWindow is how long the stream remembers the Nats-Msg-Id of the
+// messages stored with one (every batch, so that one sent again after a
+// lost acknowledgement is not stored twice, and the system/context events,
+// which every node of a cluster may publish for the same conclusion):
+// longer than a failover and the clock skew between nodes, short enough
+// that the remembered ids cost little.
+const dedupWindow = 2 * time.Minute
+
+// AckWait is Config.AckWait for a stream across a network: long enough
+// for a busy leader, short enough that a dead one is noticed well within
+// the seconds an election takes.
+const AckWait = 2 * time.Second
+
+// Stream is the pods' history in one JetStream stream, one subject per
+// pod: the Backend the gateway runs on.
+type Stream struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cfg    Config
+
+	ackPrefix string
+	ackSub    *nats.Subscription
+	mu        sync.Mutex
+	token     uint64
+	waiting   []pendingAck // appended, not acknowledged, oldest first
+	stop      chan struct{}
+	stopOnce  sync.Once
+}
+
+type pendingAck struct {
+	token uint64
+	at    time.Time
+	done  func(seq uint64, duplicate bool, err error)
+}
+
+// ErrNoJetStream is returned by Open when the NATS server has no
+// JetStream.
+var ErrNoJetStream = errors.New("history: the NATS server has no JetStream")
+
+// Open creates the stream, or updates its limits to cfg when it exists (a
+// gateway restarted with other flags, or another node's). node names this
+// gateway node in the subjects of its acknowledgements.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	storage := jetstream.MemoryStorage
+	if cfg.File {
+		storage = jetstream.FileStorage
+	}
+	sc := jetstream.StreamConfig{
+		Name:              StreamName,
+		Description:       "MCPP pod history: one subject per pod (mcpp-gateway)",
+		Subjects:          cfg.Subjects,
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgsPerSubject: int64(cfg.Entries + Slack),
+		MaxAge:            cfg.MaxAge,
+		MaxBytes:          cfg.MaxBytes,
+		MaxMsgSize:        cfg.MaxMsgSize,
+		Storage:           storage,
+		Replicas:          max(1, cfg.Replicas),
+		Duplicates:        min(dedupWindow, cfg.MaxAge),
+		AllowDirect:       true,
+	}
+	if cfg.Republish != "" {
+		sc.RePublish = &jetstream.RePublish{Source: ">", Destination: cfg.Republish}
+		if len(cfg.Subjects) == 1 {
+			sc.RePublish.Source = cfg.Subjects[0]
+		}
+	}
+	var stream jetstream.Stream
+	// A cluster elects its JetStream meta leader a moment after the
+	// routes form: retry until ctx ends.
+	for {
+		stream, err = js.CreateOrUpdateStream(ctx, sc)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return nil, ErrNoJetStream
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(err, nats.ErrNoResponders) {
+				// Nobody answers JetStream's API: it is not enabled.
+				return nil, ErrNoJetStream
+			}
+			return nil, fmt.Errorf("history: stream %s: %w (last: %v)", StreamName, ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s := &Stream{nc: nc, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{})}
+	if s.ackSub, err = nc.Subscribe(s.ackPrefix+"*", s.onAck); err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	// Acknowledgements come as fast as the stream stores: never drop one.
+	if err := s.ackSub.SetPendingLimits(-1, -1); err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	if cfg.AckWait > 0 {
+		go s.watchAcks()
+	}
+	return s, nil
+}
+
+// Config is the stream's configuration.
+func (s *Stream) Config() Config { return s.cfg }
+
+// Close stops waiting for acknowledgements; what was not acknowledged
+// fails.
+func (s *Stream) Close() {
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		_ = s.ackSub.Unsubscribe()
+		s.mu.Lock()
+		waiting := s.waiting
+		s.waiting = nil
+		s.mu.Unlock()
+		for _, p := range waiting {
+			p.done(0, false, errors.New("history: closed"))
+		}
+	})
+}
+
+// Append publishes msg with a reply subject of its own; the stream's
+// acknowledgement on it calls done. NATS keeps one connection's order, and
+// the stream stores and acknowledges in that order, so acknowledgements
+// come in the order of the Appends; one that never comes is failed after
+// Config.AckWait.
+func (s *Stream) Append(subject string, msg []byte, msgID string, done func(seq uint64, duplicate bool, err error)) {
+	s.mu.Lock()
+	s.token++
+	token := s.token
+	s.waiting = append(s.waiting, pendingAck{token: token, at: time.Now(), done: done})
+	s.mu.Unlock()
+	m := &nats.Msg{Subject: subject, Reply: s.ackPrefix + strconv.FormatUint(token, 10), Data: msg}
+	if msgID != "" {
+		m.Header = nats.Header{jetstream.MsgIDHeader: []string{msgID}}
+	}
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.fail(token, fmt.Errorf("history: publish: %w", err))
+	}
+}
+
+// onAck handles the stream's answer to one Append: the ones before it
+// that were not answered were lost (a leader that died with them).
+func (s *Stream) onAck(m *nats.Msg) {
+	token, err := strconv.ParseUint(m.Subject[len(s.ackPrefix):], 10, 64)
+	if err != nil {
+		return
+	}
+	seq, dup, ackErr := parseAck(m)
+	s.mu.Lock()
+	var lost []pendingAck
+	var mine *pendingAck
+	for len(s.waiting) > 0 && s.waiting[0].token <= token {
+		p := s.waiting[0]
+		s.popWaiting()
+		if p.token == token {
+			mine = &p
+			break
+		}
+		lost = append(lost, p)
+	}
+	s.mu.Unlock()
+	for _, p := range lost {
+		p.done(0, false, errors.New("history: no acknowledgement (the stream's leader changed?)"))
+	}
+	if mine != nil {
+		mine.done(seq, dup, ackErr)
+	}
+}
+
+// popWaiting drops the oldest Append waiting, and what its callback
+// holds (a batch, and through it a pod). Call it with mu held.
+func (s *Stream) popWaiting() {
+	s.waiting[0] = pendingAck{}
+	s.waiting = s.waiting[1:]
+	if len(s.waiting) == 0 {
+		s.waiting = nil
+	}
+}
+
+// fail ends the Append of token with err.
+func (s *Stream) fail(token uint64, err error) {
+	s.mu.Lock()
+	var p *pendingAck
+	for i := range s.waiting {
+		if s.waiting[i].token == token {
+			pa := s.waiting[i]
+			p = &pa
+			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if p != nil {
+		p.done(0, false, err)
+	}
+}
+
+// watchAcks fails the Appends that stay unanswered for AckWait.
+func (s *Stream) watchAcks() {
+	ackWait := s.cfg.AckWait
+	t := time.NewTicker(ackWait / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			var late []pendingAck
+			for len(s.waiting) > 0 && now.Sub(s.waiting[0].at) > ackWait {
+				late = append(late, s.waiting[0])
+				s.popWaiting()
+			}
+			s.mu.Unlock()
+			for _, p := range late {
+				p.done(0, false, fmt.Errorf("history: the stream did not acknowledge within %v", ackWait))
+			}
+		}
+	}
+}
+
+// parseAck reads the stream's acknowledgement: {"stream":…,"seq":N} (with
+// "duplicate":true for an id stored before), a JetStream error, or a 503
+// status when nothing answers.
+func parseAck(m *nats.Msg) (seq uint64, duplicate bool, err error) {
+	if status := m.Header.Get("Status"); status != "" {
+		return 0, false, fmt.Errorf("history: the stream did not answer (status %s %s)", status, m.Header.Get("Description"))
+	}
+	if i := bytes.Index(m.Data, []byte(`"seq":`)); i >= 0 {
+		d := m.Data[i+len(`"seq":`):]
+		n := 0
+		for n < len(d) && d[n] >= '0' && d[n] <= '9' {
+			n++
+		}
+		if seq, err := strconv.ParseUint(string(d[:n]), 10, 64); err == nil && seq > 0 {
+			return seq, bytes.Contains(m.Data, []byte(`"duplicate":true`)), nil
+		}
+	}
+	var a struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(m.Data, &a) == nil && a.Error != nil {
+		if strings.Contains(a.Error.Description, "duplicate message id is in process") {
+			// Another copy of it (another node's, or this one's sent
+			// again) is being stored right now: it is stored once.
+			return 0, true, nil
+		}
+		if a.Error.Code == 503 {
+			return 0, false, fmt.Errorf("history: the stream is unavailable: %s", a.Error.Description)
+		}
+		return 0, false, &RejectedError{Reason: a.Error.Description}
+	}
+	return 0, false, fmt.Errorf("history: an acknowledgement that does not parse: %q", m.Data)
+}
+
+// Ready reports whether the stream answers and, in a cluster, has a
+// leader that takes messages.
+func (s *Stream) Ready(ctx context.Context) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	if info.Cluster != nil && info.Cluster.Leader == "" {
+		return errors.New("history: the stream has no leader")
+	}
+	return nil
+}
+
+// State is what the stream holds: messages (all pods, markers included)
+// and their bytes.
+func (s *Stream) State(ctx context.Context) (msgs, bytes uint64, err error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("history: %w", err)
+	}
+	return info.State.Msgs, info.State.Bytes, nil
+}
+
+// FirstSeq is the oldest sequence the stream still holds.
+func (s *Stream) FirstSeq(ctx context.Context) (uint64, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("history: %w", err)
+	}
+	return info.State.FirstSeq, nil
+}

@@ -1,0 +1,417 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Writer writes the frames of every pod into the history stream, in the
+// order they are appended, from one goroutine: the pods hand it what
+// they accept and go on at once (their members already have it), and the
+// stream's acknowledgement tells each pod's Index where its entries are.
+//
+// What is appended while the previous messages are on their way is packed
+// into one message per pod subject (a batch, batch.go), so that a busy
+// gateway costs the stream one message per burst of a pod, not one per
+// envelope. Across a network every message carries an id (Nats-Msg-Id,
+// WriterOptions.IDs), so that one sent again after its acknowledgement was
+// lost is stored once.
+//
+// When the stream stops acknowledging (its leader died; an election takes
+// seconds), the writer holds: it sends nothing new, waits until the stream
+// answers, then sends again, in order, every message not acknowledged.
+// Nothing appended is lost; a message that was stored after all is not
+// stored twice; one that was not is stored after later ones that were
+// (late, never lost).
+type Writer struct {
+	b      Backend
+	log    *slog.Logger
+	opts   WriterOptions
+	prefix string // of the messages' ids
+
+	mu        sync.Mutex
+	queue     []item   // appended, not sent yet
+	spare     []item   // the queue's previous array, reused
+	sent      []*batch // sent, not settled yet, oldest first
+	bytes     int64    // of the frames queued and sent, not settled
+	appended  uint64   // items appended, numbered from 1
+	batches   uint64   // batches made: their ordinals, and their ids
+	storedMax uint64   // the ordinal of the last batch stored
+	holding   bool
+	closed    bool
+	wake      chan struct{}
+	progress  chan struct{} // closed and replaced whenever something settles
+	done      chan struct{}
+	holdStart time.Time
+}
+
+// WriterOptions tune a Writer.
+type WriterOptions struct {
+	// Node names the gateway node in the ids of its messages.
+	Node string
+	// MaxBytes bounds one batch (at most the stream's largest message); a
+	// frame larger than it is stored alone.
+	MaxBytes int
+	// IDs names every message (Nats-Msg-Id), so that one sent again after
+	// its acknowledgement was lost is stored once: for a stream across a
+	// network, whose leader may die. The stream then remembers every id
+	// for two minutes, which costs memory: a stream in the gateway's own
+	// process, which always answers, needs none.
+	IDs bool
+	// OnHold is called when the writer starts holding, OnLate with each
+	// message it sent again that was stored after a later one (metrics).
+	OnHold func()
+	OnLate func(n int)
+	Logger *slog.Logger
+}
+
+// maxBatchFrames bounds the frames of one batch, and so the work of
+// reading one frame of it back.
+const maxBatchFrames = 1024
+
+type item struct {
+	subject string
+	frame   []byte
+	index   *Index
+	entry   *Entry // nil for a frame the index does not keep (a live frame's marker)
+	msgID   string
+	n       uint64
+}
+
+// batch is one message of the stream: frames of one subject.
+type batch struct {
+	subject string
+	items   []item
+	data    []byte
+	id      string
+	size    int64
+	ord     uint64 // the order in which it was made
+	resent  bool   // sent again after the stream did not acknowledge it
+	state   batchState
+	w       *Writer
+}
+
+type batchState uint8
+
+const (
+	batchSending batchState = iota
+	batchFailed             // to be sent again once the stream answers
+	batchSettled            // stored, or refused for good
+)
+
+// NewWriter starts a writer on b.
+func NewWriter(b Backend, opts WriterOptions) *Writer {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 1 << 20
+	}
+	w := &Writer{
+		b: b, log: opts.Logger, opts: opts, prefix: opts.Node + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
+		wake: make(chan struct{}, 1), progress: make(chan struct{}), done: make(chan struct{}),
+	}
+	go w.run()
+	return w
+}
+
+// Append queues frame for subject. index and entry, when set, are the
+// pod's index and the frame's entry in it, told where the frame is once it
+// is stored. msgID, when set, names the frame for the stream (a frame
+// that several nodes may append, like a context's conclusion event): it
+// is sent alone under that id. frame must not change afterwards.
+func (w *Writer) Append(subject string, frame []byte, index *Index, entry *Entry, msgID string) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.appended++
+	w.queue = append(w.queue, item{subject: subject, frame: frame, index: index, entry: entry, msgID: msgID, n: w.appended})
+	w.bytes += int64(len(frame))
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Pending is the bytes appended and not stored yet.
+func (w *Writer) Pending() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.bytes
+}
+
+// Progress returns a channel that is closed when the next message
+// settles (is stored, or refused).
+func (w *Writer) Progress() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.progress
+}
+
+// Sync waits until everything appended before the call is stored (or was
+// refused for good), or ctx ends.
+func (w *Writer) Sync(ctx context.Context) error { return w.WaitFor(ctx, w.Mark()) }
+
+// Mark numbers what was appended so far: WaitFor(mark) waits for it.
+func (w *Writer) Mark() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.appended
+}
+
+// Settled reports whether everything appended up to mark is settled.
+func (w *Writer) Settled(mark uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lowestUnsettled() > mark || w.closed
+}
+
+// WaitFor waits until everything appended up to mark is stored (or was
+// refused for good), or ctx ends.
+func (w *Writer) WaitFor(ctx context.Context, target uint64) error {
+	for {
+		w.mu.Lock()
+		low, ch, closed := w.lowestUnsettled(), w.progress, w.closed
+		w.mu.Unlock()
+		if low > target || closed {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// lowestUnsettled is the number of the oldest item not settled, or one
+// past the last appended. Call it with mu held.
+func (w *Writer) lowestUnsettled() uint64 {
+	low := w.appended + 1
+	for _, b := range w.sent {
+		if b.state != batchSettled && b.items[0].n < low {
+			low = b.items[0].n
+		}
+	}
+	if len(w.queue) > 0 && w.queue[0].n < low {
+		low = w.queue[0].n
+	}
+	return low
+}
+
+// Close stops the writer; what was not stored stays unstored.
+func (w *Writer) Close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	w.notifyLocked()
+	w.mu.Unlock()
+	close(w.done)
+}
+
+func (w *Writer) notifyLocked() {
+	close(w.progress)
+	w.progress = make(chan struct{})
+}
+
+// run sends what is appended, batch by batch, and holds while the stream
+// does not answer.
+func (w *Writer) run() {
+	var batches []*batch
+	for {
+		select {
+		case <-w.wake:
+		case <-w.done:
+			return
+		}
+		w.mu.Lock()
+		if w.holding {
+			w.mu.Unlock()
+			w.recover()
+			continue
+		}
+		items := w.queue
+		w.queue, w.spare = w.spare[:0], nil
+		batches = w.pack(items, batches[:0])
+		w.sent = append(w.sent, batches...)
+		w.mu.Unlock()
+		for _, b := range batches {
+			w.b.Append(b.subject, b.data, b.id, b.complete)
+		}
+		clear(items)
+		w.mu.Lock()
+		if w.spare == nil && cap(items) <= 4096 {
+			w.spare = items[:0]
+		}
+		w.mu.Unlock()
+		clear(batches)
+	}
+}
+
+// pack makes batches of items: the frames of one subject, in their
+// order, up to maxBatchFrames and MaxBytes; an item with an id alone.
+// Call it with mu held.
+func (w *Writer) pack(items []item, out []*batch) []*batch {
+	open := map[string]*batch{}
+	for _, it := range items {
+		b := open[it.subject]
+		if it.msgID != "" || b == nil || len(b.items) == maxBatchFrames || int(b.size)+len(it.frame)+16 > w.opts.MaxBytes {
+			b = &batch{subject: it.subject, w: w}
+			out = append(out, b)
+			if it.msgID == "" {
+				open[it.subject] = b
+			} else {
+				delete(open, it.subject)
+			}
+		}
+		b.items = append(b.items, it)
+		b.size += int64(len(it.frame))
+	}
+	for _, b := range out {
+		frames := make([][]byte, len(b.items))
+		for i := range b.items {
+			frames[i] = b.items[i].frame
+		}
+		b.data = appendBatch(make([]byte, 0, batchSize(frames)), frames)
+		w.batches++
+		b.ord = w.batches
+		if id := b.items[0].msgID; id != "" {
+			b.id = id
+		} else if w.opts.IDs {
+			b.id = w.prefix + strconv.FormatUint(w.batches, 36)
+		}
+	}
+	return out
+}
+
+// complete is the stream's answer about b.
+func (b *batch) complete(seq uint64, duplicate bool, err error) {
+	w := b.w
+	w.mu.Lock()
+	if b.state == batchSettled {
+		w.mu.Unlock()
+		return
+	}
+	var rejected *RejectedError
+	switch {
+	case err == nil:
+	case errors.As(err, &rejected):
+		// Sending it again would be refused again: its entries stay out
+		// of the history (they were delivered live).
+		w.log.Error("the history stream refused a message; its envelopes are not in the history", "subject", b.subject, "frames", len(b.items), "err", err)
+	default:
+		b.state = batchFailed
+		if !w.holding && !w.closed {
+			w.holding, w.holdStart = true, time.Now()
+			w.log.Warn("the history stream does not acknowledge; holding what comes until it does", "subject", b.subject, "err", err)
+			if w.opts.OnHold != nil {
+				w.opts.OnHold()
+			}
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+		w.mu.Unlock()
+		return
+	}
+	b.state = batchSettled
+	w.bytes -= b.size
+	late := false
+	if err != nil {
+		seq = 0 // refused: not in the history
+	} else {
+		// Sent again and stored only now, after a later one: out of its
+		// place (one stored the first time, and acknowledged too late,
+		// is a duplicate and in its place).
+		late = b.resent && !duplicate && b.ord < w.storedMax
+		w.storedMax = max(w.storedMax, b.ord)
+	}
+	n := 0
+	for n < len(w.sent) && w.sent[n].state == batchSettled {
+		w.sent[n] = nil
+		n++
+	}
+	w.sent = w.sent[n:]
+	if len(w.sent) == 0 {
+		w.sent = nil
+	}
+	// The index learns where its entries are before anyone waiting for
+	// the writer (Sync) hears that they are stored.
+	b.stored(seq)
+	w.notifyLocked()
+	w.mu.Unlock()
+	if late && w.opts.OnLate != nil {
+		w.opts.OnLate(1)
+	}
+}
+
+// stored tells the pods' indexes where b's entries are (seq 0: nowhere).
+func (b *batch) stored(seq uint64) {
+	var x *Index
+	var entries []*Entry
+	offs := make([]int, 0, len(b.items))
+	for i, it := range b.items {
+		if it.entry == nil {
+			continue
+		}
+		x = it.index
+		entries = append(entries, it.entry)
+		offs = append(offs, i)
+	}
+	if x != nil {
+		x.Stored(entries, offs, seq)
+	}
+}
+
+// recover waits until the stream answers, then sends again, in order,
+// every message that failed, and stops holding.
+func (w *Writer) recover() {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := w.b.Ready(ctx)
+		cancel()
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
+			return
+		}
+		if err == nil {
+			var again []*batch
+			for _, b := range w.sent {
+				if b.state == batchFailed {
+					b.state, b.resent = batchSending, true
+					again = append(again, b)
+				}
+			}
+			w.holding = false
+			held := time.Since(w.holdStart)
+			w.mu.Unlock()
+			w.log.Warn("the history stream answers again; sending again what it did not acknowledge", "messages", len(again), "held", held.Round(time.Millisecond).String())
+			for _, b := range again {
+				w.b.Append(b.subject, b.data, b.id, b.complete)
+			}
+			select {
+			case w.wake <- struct{}{}: // what was appended meanwhile
+			default:
+			}
+			return
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.done:
+			return
+		case <-time.After(wait):
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package pod
+
+import (
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/mcpp/gateway/contexts"
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/history"
+	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
+)
+
+// What a frame does to the pod, wherever it comes from: one this node
+// accepted (commit), one the log hands over (fromLog), one of the pod's
+// past (applyPast). All of it happens with the order lock held.
+
+// commit takes a frame this node accepted (an envelope, presence, a
+// context event) into the pod's order. When the node orders the pod, the
+// frame is recorded in the index, written behind into the history, and
+// queued for the members at once; otherwise it goes into the stream and
+// is all of that when it comes back (fromLog). frame is the frame of m
+// and body, which commit keeps. Call it with mu held.
+func (p *Pod) commit(m *envelope.Meta, body, frame []byte, at time.Time) {
+	if !p.log.here() {
+		p.flow.sent(m, len(body))
+		p.log.publish(m, frame, nil)
+		return
+	}
+	var entry *history.Entry
+	if p.index != nil {
+		entry = p.index.Apply(p.nextPos(), at.UnixNano(), m, len(body), history.Loc{}, frame)
+	}
+	p.log.publish(m, frame, entry)
+	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
+}
+
+// commitEvent is commit for a context's conclusion event.
+func (p *Pod) commitEvent(m *envelope.Meta, body, frame []byte, id string, at time.Time) {
+	if !p.log.here() {
+		p.log.publishEvent(frame, nil, id)
+		return
+	}
+	var entry *history.Entry
+	if p.index != nil {
+		entry = p.index.Apply(p.nextPos(), at.UnixNano(), m, len(body), history.Loc{}, frame)
+	}
+	p.log.publishEvent(frame, entry, id)
+	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
+}
+
+// fromLog takes a frame the log handed over, at loc in the history
+// stream (zero without history) stored at at (0: now).
+func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64) {
+	p.lock()
+	defer p.unlock()
+	if !p.caughtUp {
+		p.applyPast(frame, loc, at)
+		return
+	}
+	m := &p.meta
+	body, err := envelope.DecodeFrame(frame, m)
+	if err != nil {
+		p.node.Log.Error("dropping a malformed frame", "pod", p.Name, "err", err)
+		return
+	}
+	local := m.Origin == p.node.ID
+	if local && p.log.here() {
+		return // delivered when it was accepted
+	}
+	if local {
+		p.flow.back(m, len(body))
+		delete(p.sending, m.ID)
+	}
+	if p.index != nil {
+		p.index.Apply(p.nextPos(), at, m, len(body), loc, nil)
+	}
+	if m.Marker() {
+		return // a live frame whose body never came: only its place
+	}
+	if !local && p.node.Cluster != nil {
+		p.node.Cluster.Seen(m.Origin)
+	}
+	n := p.handleFrame(m, body, local)
+	if m.Kind == envelope.FrameEnvelope && !local && m.ContextID != "" {
+		c := contextOf(m)
+		concluded := p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, m.ID, len(body), stamp(at))
+		if p.index == nil && len(concluded) > 0 {
+			// Without history every node announces its own conclusions to
+			// its own members; with it the origin's events are delivered.
+			p.publishConclusions(concluded)
+		}
+	}
+	p.node.Metrics.Deliveries.Add(float64(n))
+}
+
+// handleFrame does what a frame does to the members: presence changes
+// the member lists, a context event of another node concludes the context
+// here too; then it is queued for the members that take it. It returns
+// how many did. Call it with mu held.
+func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
+	switch m.Kind {
+	case envelope.FrameJoin:
+		tell := local || p.remoteJoin(m, body)
+		if !tell || m.Flags&envelope.FlagReplace != 0 {
+			return 0 // a replacement: nobody is told
+		}
+	case envelope.FrameLeave:
+		if !local && !p.remoteLeave(m) {
+			return 0
+		}
+	case envelope.FrameContextEvent:
+		switch {
+		case p.index == nil && !local:
+			return 0 // without history each node announces its own conclusions
+		case !local:
+			// Another node concluded it first: this node's registry
+			// concludes it too, and this node's own event for it, if
+			// any, is the one the history dropped.
+			p.Registry.ApplyEvent(m.ContextID, m.Incarnation, eventReason(body), timeNow())
+		}
+	}
+	return p.deliver(m, body, local)
+}
+
+// applyPast rebuilds the index and the registry from a frame of the pod's
+// past, whoever sent it: its envelopes (a live frame's marker without
+// its size) and its conclusions. Nobody receives it. Call it with mu
+// held.
+func (p *Pod) applyPast(frame []byte, loc history.Loc, at int64) {
+	m := &p.meta
+	body, err := envelope.DecodeFrame(frame, m)
+	if err != nil {
+		p.node.Log.Error("dropping a malformed frame of the pod's past", "pod", p.Name, "err", err)
+		return
+	}
+	if p.index != nil {
+		p.index.Apply(p.nextPos(), at, m, len(body), loc, nil)
+	}
+	switch m.Kind {
+	case envelope.FrameEnvelope:
+		if m.ContextID != "" {
+			c := contextOf(m)
+			p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, m.ID, len(body), stamp(at))
+		}
+	case envelope.FrameContextEvent:
+		p.Registry.ApplyEvent(m.ContextID, "", eventReason(body), stamp(at))
+	}
+}
+
+// orderLost is told by the pod's tail that a gap in the stream could not
+// be read back: this node no longer knows the pod's order, so it must not
+// deliver it. Its members are closed with 4010 (they resume, here once
+// the pod is opened again, or on another node), and the pod is dead, so
+// that the next join opens it anew, reading the stream again, or is
+// refused while the stream does not answer.
+func (p *Pod) orderLost(err error) {
+	p.node.Log.Error("lost the order of a pod: a gap in the history stream could not be read back; closing its connections here",
+		"pod", p.Name, "err", err)
+	p.node.Metrics.OrderLost.Inc()
+	p.mu.Lock()
+	p.dead = true
+	members := p.Members()
+	p.mu.Unlock()
+	for _, r := range members {
+		r.Close(participant.StatusOrderLost, "this node lost the pod's order; resume")
+	}
+	if p.node.OnDead != nil {
+		p.node.OnDead(p)
+	}
+}
+
+// expireContexts concludes the contexts that are due (the registry's
+// timer), with the order lock held, so that their events take their
+// place in the pod's order.
+func (p *Pod) expireContexts() {
+	p.lock()
+	defer p.unlock()
+	p.Registry.Expire(timeNow())
+}
+
+// publishConclusions sends the system/context events of concluded
+// contexts. The registry calls it with its lock held (timeouts, under the
+// order lock: expireContexts) and ingress within Accept's commit, so
+// events follow the envelope that caused them in the pod's order.
+func (p *Pod) publishConclusions(concluded []contexts.Concluded) {
+	now := timeNow()
+	for i := range concluded {
+		c := &concluded[i]
+		body, id := contextEvent(c)
+		m := envelope.Meta{
+			Kind: envelope.FrameContextEvent, Flags: envelope.FlagConclusion,
+			Origin: p.node.ID, From: envelope.GatewayID, ID: id, Incarnation: c.Incarnation,
+			ContextID: c.ID, ContextType: c.Type, ContextParent: c.Parent, Ancestors: c.Ancestors,
+			Protocol: protocolSpan,
+		}
+		frame := envelope.AppendFrame(nil, &m, body)
+		// Every node that concludes this life of the context publishes
+		// its event under the same name; the history keeps the first.
+		p.commitEvent(&m, body, frame, p.Name+"/"+c.ID+"/"+c.Incarnation, now)
+		p.node.Metrics.Conclusions.WithLabelValues(c.Reason).Inc()
+	}
+}
+
+// contextOf is the context a frame's header names, as the registry takes it.
+func contextOf(m *envelope.Meta) envelope.Context {
+	c := envelope.Context{ID: m.ContextID, Type: m.ContextType, Parent: m.ContextParent, Path: m.Path()}
+	if c.Path {
+		c.Segments = strings.Count(c.ID, "/") + 1
+	}
+	return c
+}
+
+// eventReason reads a system/context event's reason.
+func eventReason(body []byte) string {
+	return gjson.GetBytes(body, "payload.reason").String()
+}
+
+// stamp is a frame's time in the history, or now without one.
+func stamp(at int64) time.Time {
+	if at == 0 {
+		return timeNow()
+	}
+	return time.Unix(0, at)
+}
+
+var timeNow = time.Now
+
+// identityOf is a connection's identity, as others see it.
+func identityOf(p *participant.Participant) wire.Identity {
+	return wire.Identity{ID: p.ID, Capabilities: p.Capabilities}
+}

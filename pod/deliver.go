@@ -1,0 +1,74 @@
+package pod
+
+import (
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/participant"
+)
+
+// deliver queues body for the local members that take it, as one text
+// frame built once and shared by all of them (MCPx participants share one
+// with the protocol rewritten), and returns how many took it. Their
+// writers are woken once, when the order lock is let go (unlock), so that
+// what a burst queued goes out in one write per connection. Call it with
+// mu held.
+func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
+	var frame, mcpx []byte
+	pick := func(r *participant.Participant) []byte {
+		if r.Protocol == envelope.ProtocolMCPX {
+			if mcpx == nil {
+				mcpx = participant.TextFrame(asMCPX(body, m.Protocol))
+			}
+			return mcpx
+		}
+		if frame == nil {
+			frame = participant.TextFrame(body)
+		}
+		return frame
+	}
+	take := func(r *participant.Participant) bool {
+		if !r.Enqueue(pick(r)) {
+			return false
+		}
+		if r.FlushMark != p.burst {
+			r.FlushMark = p.burst
+			p.touched = append(p.touched, r)
+		}
+		return true
+	}
+	n := 0
+	members := *p.snapshot.Load()
+	switch m.Kind {
+	case envelope.FrameJoin, envelope.FrameLeave:
+		for _, r := range members {
+			// A joiner's welcome lists who was there: it is not told of
+			// the joins of this node that came before it.
+			if r.ID == m.From || (local && m.Seq <= r.JoinSeq) {
+				continue
+			}
+			if take(r) {
+				n++
+			}
+		}
+	default:
+		for _, r := range members {
+			if r.Filter().Admits(m, r.ID) && take(r) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// asMCPX returns body with its protocol token replaced by MCPx's, in a new
+// slice; the fan-out calls it at most once per envelope.
+func asMCPX(body []byte, span envelope.Span) []byte {
+	if !span.Valid() || span.End > len(body) {
+		return body
+	}
+	out := make([]byte, 0, len(body)-(span.End-span.Start)+len(envelope.ProtocolMCPX)+2)
+	out = append(out, body[:span.Start]...)
+	out = append(out, '"')
+	out = append(out, envelope.ProtocolMCPX...)
+	out = append(out, '"')
+	return append(out, body[span.End:]...)
+}

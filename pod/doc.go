@@ -1,0 +1,61 @@
+// Package pod is the core of the MCPP gateway: a pod's members, its
+// order, and the path of one envelope from the participant that sends it
+// to the queues of those that receive it (docs/protocol.md).
+//
+// # The path of an envelope
+//
+//	reader goroutine of the sender (WebSocket; a POST and an MCP tool call take the same path: Sender, Handle)
+//	  parse once (envelope.Parse) → from, kind, capability, size      refusal: system/error, to the sender alone
+//	  ── the pod's order lock ─────────────────────────────────────────────────────────────────────────────
+//	  duplicate_id, the context registry (depth, conflicts, caps, rates)
+//	  → frame = header + envelope bytes (envelope.AppendFrame)
+//	  → the pod's log decides where the order comes from (log.go):
+//	     one node      the order is the node's: record it in the history index, queue it for every
+//	                   member whose filter admits it (one text frame shared by all), hand it to the
+//	                   history writer (history.Writer), which stores it behind, in the same order
+//	     several nodes the order is the history stream's: send it into the stream; it comes back,
+//	     with history  republished, to every node (Tails), and is recorded and queued then
+//	     several nodes each node queues its own at once and the others' as the pod's core NATS
+//	     no history    subject brings them
+//	  ── the lock is let go: each member's writer is woken once for all it was queued (unlock) ─────────
+//	writer goroutine of each member (participant): everything queued in one system call
+//
+// So on one node an envelope is in its members' queues before its sender
+// reads its next one, with nothing but the node's own memory on the way,
+// and the history stream is written behind, in the same order, from one
+// goroutine: replay, resume, folding and duplicate_id read the pod's
+// index (history.Index), which has every accepted envelope at once, and
+// the stream's bodies, waiting for the writer (Writer.Sync) for the ones
+// it has not stored yet, so that a resume right after a burst is exact
+// while the stream is still behind. Across several nodes the stream's
+// order is the one every node delivers in, so a resume is exact on any
+// node; the stream republishes each message as it stores it, and a node
+// follows the pods it serves there with a core subscription per pod, not
+// a JetStream consumer, so pods are bounded by memory and --max-pods.
+//
+// # What a pod holds
+//
+// Pod: its members (connections, and guests: MCP sessions with no
+// connection), the members of other nodes (remote.go), its context
+// registry (contexts.Registry), its history index, its log, and its flow
+// control (flow.go: how far a sender may run ahead of the history and of
+// the stream). An idle pod holds no goroutine: what other nodes send for
+// it is handed to a few dispatcher goroutines shared by every pod
+// (dispatch.go).
+//
+// # Locks
+//
+// Every decision about what comes next in a pod is made under its order
+// lock (Pod.mu): an accepted envelope, a join or a leave, a context's
+// conclusion (the registry's timer takes it first: Registry's OnDue), a
+// frame from the log. The locks are taken in this order, never the other
+// way round:
+//
+//	the gateway's pod table (a shard's lock)
+//	  → Pod.mu, the order lock                 (Tail.order and streamLog.deliver come before it)
+//	    → contexts.Registry's lock
+//	      → participant.Queue's, streamLog.mu, flow.mu: leaves
+//	      → history.Writer's → history.Index's (the writer tells the index where a batch was stored)
+//
+// A participant's writer is woken after the order lock is let go.
+package pod

@@ -1,0 +1,166 @@
+package pod
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpp/gateway/envelope"
+)
+
+// flow is a pod's flow control, all of it: how far a sender may run
+// ahead of what the history and the pod's order take.
+//
+//   - The history writer holds what the node accepted and the stream has
+//     not stored yet, all pods together: past Config.FlightBytes, a
+//     sender waits (Throttle) before its next envelope is read, and TCP
+//     slows it down. Memory stays bounded however slow the stream is.
+//   - Where the stream orders the pod (OrderStream), what this node sent
+//     into it comes back before it is delivered: past maxBacklog bytes or
+//     maxBacklogFrames frames not back yet, a sender waits too. A join
+//     first waits (Settle) until what this node sent is back and queued,
+//     so that a joiner receives nothing live that was accepted before it
+//     joined. Where the node orders the pod itself, both are at once.
+type flow struct {
+	p *Pod
+	// sentN and backN count this node's frames sent into the stream and
+	// back out of it; backlog is their bytes not back yet.
+	sentN, backN atomic.Uint64
+	backlog      atomic.Int64
+	lastBack     atomic.Int64 // when one came back last (unix ns)
+	waiters      atomic.Int32
+	mu           sync.Mutex
+	changed      chan struct{} // closed and replaced when something came back
+}
+
+// maxBacklog and maxBacklogFrames bound what a node has sent into a pod's
+// stream and not seen back (OrderStream).
+const maxBacklogFrames = 512
+
+func (f *flow) maxBacklog() int64 { return max(8<<20, 4*int64(f.p.node.Config.MaxMessageBytes)) }
+
+// settleWait bounds how long a join (or a gateway/contexts answer) waits
+// for this node's frames to come back.
+const settleWait = time.Second
+
+func (f *flow) init(p *Pod) {
+	f.p = p
+	f.changed = make(chan struct{})
+}
+
+// sent counts a frame this node sent into the stream. Context events are
+// not counted: several nodes may send one, and the stream keeps one.
+func (f *flow) sent(m *envelope.Meta, size int) {
+	if m.Kind == envelope.FrameContextEvent {
+		return
+	}
+	if m.Live() {
+		size = 0 // its body does not go into the stream
+	}
+	if f.sentN.Add(1)-f.backN.Load() == 1 {
+		f.lastBack.Store(time.Now().UnixNano()) // the wait for it starts now
+	}
+	f.backlog.Add(int64(size))
+}
+
+// back counts one of them back out of the stream, queued for the members.
+func (f *flow) back(m *envelope.Meta, size int) {
+	if m.Kind == envelope.FrameContextEvent {
+		return
+	}
+	if m.Live() || m.Marker() {
+		size = 0
+	}
+	f.backN.Add(1)
+	f.backlog.Add(-int64(size))
+	f.lastBack.Store(time.Now().UnixNano())
+	if f.waiters.Load() > 0 {
+		f.wake()
+	}
+}
+
+// wake lets whoever waits look again.
+func (f *flow) wake() {
+	f.mu.Lock()
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *flow) unseen() uint64 {
+	sent, back := f.sentN.Load(), f.backN.Load()
+	if sent > back {
+		return sent - back
+	}
+	return 0
+}
+
+// over reports whether a sender must wait.
+func (f *flow) over() bool {
+	n := f.p.node
+	if w := n.Writer; w != nil && w.Pending() > n.Config.FlightBytes {
+		return true
+	}
+	return !f.p.log.here() && (f.backlog.Load() > f.maxBacklog() || f.unseen() > maxBacklogFrames)
+}
+
+// Throttle waits while the sender is ahead of its bounds, or until the
+// pod is closed.
+func (p *Pod) Throttle() {
+	f := &p.flow
+	if !f.over() {
+		return
+	}
+	f.wait(func() bool { return !f.over() }, nil)
+}
+
+// Settle waits, at most settleWait, until the frames this node sent into
+// the pod's stream so far are back and in the members' queues (at once
+// where the node orders the pod).
+func (p *Pod) Settle() {
+	f := &p.flow
+	if p.log.here() {
+		return
+	}
+	target := f.sentN.Load()
+	back := func() bool { return f.backN.Load() >= target }
+	if back() {
+		return
+	}
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	f.wait(back, t.C)
+}
+
+// Drained reports whether everything this node sent into the pod's
+// stream is back (always, where the node orders the pod): a drain waits
+// for it.
+func (p *Pod) Drained() bool { return p.log.here() || p.flow.unseen() == 0 }
+
+// wait waits until done holds, the pod is closed, or stop fires (nil:
+// never), and reports whether done held.
+func (f *flow) wait(done func() bool, stop <-chan time.Time) bool {
+	f.waiters.Add(1)
+	defer f.waiters.Add(-1)
+	for {
+		f.mu.Lock()
+		ch := f.changed
+		f.mu.Unlock()
+		var progress <-chan struct{}
+		if w := f.p.node.Writer; w != nil {
+			progress = w.Progress()
+		}
+		if done() {
+			return true
+		}
+		if f.p.Dead() {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-progress:
+		case <-stop:
+			return false
+		}
+	}
+}

@@ -1,0 +1,276 @@
+package pod
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mcpp/gateway/contexts"
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
+)
+
+// Sender is who envelopes come from, the one way into a pod for every
+// sender: a participant's WebSocket connection, or one with no
+// connection (a tool publishing over HTTP, an MCP participant), whose
+// answers are collected in Results instead of being sent.
+type Sender struct {
+	ID       string
+	Caps     participant.Capabilities
+	Protocol string
+	Conn     *participant.Participant // nil over HTTP and MCP
+	Buckets  *limits.Buckets
+	// Results are the answers to a sender with no connection, one per
+	// message handled.
+	Results []wire.PublishResult
+}
+
+// filter is the sender's filter: its connection's, or the default one.
+func (s *Sender) filter() *filter.Filter {
+	if s.Conn != nil {
+		return s.Conn.Filter()
+	}
+	return filter.Default()
+}
+
+// Outcome is what the registry recorded of an accepted envelope in a
+// context: what the MCP endpoint's context tools report.
+type Outcome struct {
+	// Depth is the context's depth (0 in the main context).
+	Depth int
+	// Concluded are the contexts the envelope concluded, in event order.
+	Concluded []contexts.Concluded
+}
+
+// SetDraining makes every pod of the node refuse envelopes with a
+// retryable shutting_down (the gateway is shutting down), or take them
+// again.
+func (n *Node) SetDraining(on bool) { n.draining.Store(on) }
+
+// ingress is the state of handling one message. It is pooled rather than
+// kept per connection, so that an idle connection holds none of it.
+type ingress struct {
+	pod  *Pod
+	from *Sender
+	env  envelope.Envelope
+	meta envelope.Meta
+	req  contexts.Request
+	acc  contexts.Accepted
+	now  time.Time
+}
+
+var ingresses = sync.Pool{New: func() any { return new(ingress) }}
+
+// release returns in to the pool, dropping what it points to.
+func (in *ingress) release() {
+	in.pod, in.from = nil, nil
+	in.env.Reset()
+	in.meta.Reset()
+	in.req = contexts.Request{}
+	clear(in.acc.Ancestors)
+	clear(in.acc.Concluded)
+	in.acc = contexts.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
+	ingresses.Put(in)
+}
+
+// Handle checks one message of s and, when it passes, takes it into the
+// pod's order; otherwise it answers system/error (over HTTP and MCP, in
+// Results). binary is a WebSocket binary message, which is never an
+// envelope. data is not kept: the caller may reuse it. docs/protocol.md
+// section 5: the first rule broken in the table's order is reported.
+func (p *Pod) Handle(s *Sender, data []byte, binary bool) Outcome {
+	in := ingresses.Get().(*ingress)
+	in.pod, in.from = p, s
+	in.handle(data, binary)
+	var out Outcome
+	if in.acc.Context != nil {
+		out.Depth = in.acc.Context.Depth
+		out.Concluded = append(out.Concluded, in.acc.Concluded...)
+	}
+	in.release()
+	return out
+}
+
+func (in *ingress) handle(data []byte, binary bool) {
+	p, s := in.pod, in.from
+	n := p.node
+	if n.draining.Load() {
+		// Shutting down: nothing more is accepted, and the sender is told
+		// so while its connection can still carry it.
+		var e envelope.Envelope
+		_ = e.Parse(data)
+		in.refuse(envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down; the envelope was not accepted: send it again to another gateway or later"), e.ID)
+		return
+	}
+	in.now = timeNow()
+	// Every message takes a token, refused ones too, so that a flood of
+	// bad input is limited like any other; the refusal reported is still
+	// the first rule broken.
+	var rateErr *envelope.Error
+	if ok, d := limits.Take(s.Buckets.Send, in.now); !ok {
+		rateErr = limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", n.Config.Rate.Per, n.Config.Rate.Burst)
+	}
+	if binary {
+		in.refuse(envelope.Errorf(wire.CodeInvalidJSON, "binary messages are not envelopes; send JSON as text"), "")
+		return
+	}
+	env := &in.env
+	if e := env.Parse(data); e != nil {
+		in.refuse(e, env.ID)
+		return
+	}
+	switch {
+	case env.HasFrom && env.From != s.ID:
+		in.refuse(envelope.Errorf(wire.CodeAuthViolation, "from must be your participant id %q", s.ID), env.ID)
+		return
+	case env.IsSystem():
+		in.refuse(envelope.Errorf(wire.CodeReservedKind, "system/* kinds are the gateway's"), env.ID)
+		return
+	case env.IsGatewayRequest():
+		if len(data) > n.Config.MaxMessageBytes {
+			in.refuse(tooLarge(len(data), n.Config.MaxMessageBytes), env.ID)
+		} else {
+			// A payload that does not fit the request comes before
+			// rate_limited in the table; request orders the rest.
+			in.request(rateErr)
+		}
+		return
+	case !s.Caps.Allows(env.Kind):
+		e := envelope.Errorf(wire.CodeCapabilityViolation, "no capability of yours matches kind %q", env.Kind)
+		e.AttemptedKind, e.YourCapabilities = env.Kind, s.Caps
+		in.refuse(e, env.ID)
+		return
+	case len(data) > n.Config.MaxMessageBytes:
+		in.refuse(tooLarge(len(data), n.Config.MaxMessageBytes), env.ID)
+		return
+	}
+
+	m := &in.meta
+	m.Reset()
+	m.Kind, m.Origin, m.From, m.To = envelope.FrameEnvelope, n.ID, s.ID, append(m.To, env.To...)
+	if n.Config.ConclusionKinds[env.Kind] {
+		m.Flags |= envelope.FlagConclusion
+	}
+	switch env.Mode {
+	case envelope.ModeTransient:
+		m.Flags |= envelope.FlagTransient
+	case envelope.ModeEphemeral:
+		m.Flags |= envelope.FlagLive
+	}
+	m.Consumes = append(m.Consumes, env.Consumes...)
+	var c envelope.Context
+	if env.Context != nil {
+		var e *envelope.Error
+		if c, e = envelope.ParseContext(env.Context, n.Config.MaxContextBytes); e != nil {
+			in.refuse(e, env.ID)
+			return
+		}
+	}
+	sentID := env.ID // Fill may generate one the sender never saw
+	out, proto := env.Fill(s.ID, in.now)
+	m.Protocol, m.ID = proto, env.ID
+
+	p.lock()
+	defer p.unlock()
+	dupErr := p.duplicate(sentID, env.Mode)
+	if env.Context == nil {
+		e := dupErr
+		if e == nil {
+			e = rateErr
+		}
+		if e != nil {
+			in.refuse(e, sentID)
+			return
+		}
+		in.commit(out)
+		return
+	}
+	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: s.ID, EnvelopeID: env.ID, Size: len(out), Now: in.now,
+		Duplicate: dupErr, SenderRate: rateErr, Create: s.Buckets.Create}
+	if e := p.Registry.Accept(&in.req, &in.acc, func(acc *contexts.Accepted) {
+		m.ContextID, m.ContextType, m.ContextParent = acc.Context.ID, acc.Context.Type, acc.Context.Parent
+		if acc.Context.Path {
+			m.Flags |= envelope.FlagPath
+		}
+		m.Ancestors = append(m.Ancestors, acc.Ancestors...)
+		in.commit(out)
+		if len(acc.Concluded) > 0 {
+			p.publishConclusions(acc.Concluded)
+		}
+	}); e != nil {
+		in.refuse(e, sentID)
+	}
+}
+
+// duplicate is the duplicate_id verdict on an envelope's id
+// (docs/protocol.md section 8): an id the pod's history holds, or one
+// this node sent into the stream and has not seen back (OrderStream), is
+// a duplicate. Ephemeral envelopes are not checked, and ids the gateway
+// fills are new. Call it with mu held.
+func (p *Pod) duplicate(id string, mode envelope.Mode) *envelope.Error {
+	if p.index == nil || id == "" || mode == envelope.ModeEphemeral {
+		return nil
+	}
+	_, sending := p.sending[id]
+	if sending || p.index.Holds(id) {
+		return envelope.Errorf(wire.CodeDuplicateID, "the pod's history already holds an envelope with id %q; the first one stands", id)
+	}
+	return nil
+}
+
+func tooLarge(n, limit int) *envelope.Error {
+	return envelope.Errorf(wire.CodeMessageTooLarge, "the message is %d bytes, over the limit of %d", n, limit)
+}
+
+// commit takes the accepted envelope, body, into the pod's order. Call it
+// with mu held.
+func (in *ingress) commit(body []byte) {
+	p := in.pod
+	m := &in.meta
+	m.Seq = p.node.frameSeq.Add(1)
+	// Kept by the history writer until stored: a frame of its own.
+	frame := envelope.AppendFrame(nil, m, body)
+	if !p.log.here() && p.index != nil && !m.Live() {
+		p.sending[strings.Clone(m.ID)] = struct{}{} // until it comes back (fromLog); not the read buffer's memory
+	}
+	p.commit(m, frame[len(frame)-len(body):], frame, in.now)
+	p.node.Metrics.EnvelopesIn.Inc()
+	if in.from.Conn == nil {
+		in.from.Results = append(in.from.Results, wire.PublishResult{ID: in.env.ID})
+	}
+}
+
+// refuse answers the sender with system/error, through its send queue
+// (over HTTP and MCP, in its Results).
+func (in *ingress) refuse(e *envelope.Error, correlationID string) {
+	in.pod.node.Metrics.Errors.WithLabelValues(string(e.Code)).Inc()
+	pl := e.Payload()
+	if c := in.from.Conn; c != nil {
+		c.Answer(direct(c.ID, c.Protocol, wire.KindError, correlationID, pl))
+		return
+	}
+	in.from.Results = append(in.from.Results, wire.PublishResult{ID: correlationID, Error: &pl})
+}
+
+// reply answers a gateway request.
+func (in *ingress) reply(kind string, payload any) {
+	if c := in.from.Conn; c != nil {
+		c.Answer(direct(c.ID, c.Protocol, kind, in.env.ID, payload))
+		return
+	}
+	id := in.env.ID
+	if id == "" {
+		id = uuid.NewString() // as for any envelope without one (docs/protocol.md section 2)
+	}
+	answer, err := json.Marshal(payload)
+	if err != nil {
+		panic("pod: an answer does not marshal: " + err.Error()) // a bug, never input
+	}
+	in.from.Results = append(in.from.Results, wire.PublishResult{ID: id, Answer: answer})
+}

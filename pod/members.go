@@ -1,0 +1,162 @@
+package pod
+
+import (
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
+)
+
+// Join makes r a member: its welcome comes first, then what it asked of
+// the pod's past (want), then every envelope of the pod after it joined;
+// then the others hear of it (unless it replaces a connection of the same
+// participant, which is closed with 4000 and announced to no one). It
+// all happens under the order lock, so that the replay ends exactly where
+// the live envelopes begin. Call Settle first, where the stream orders
+// the pod. A join consumes a Reserve.
+func (p *Pod) Join(r *participant.Participant, want HistoryWant) {
+	p.lock()
+	defer p.unlock()
+	p.pending--
+	old := p.members[r.ID]
+	oldGuest := p.dropGuestLocked(r.ID)
+	_, elsewhere := p.remote[r.ID]
+	delete(p.remote, r.ID)
+	others := p.identitiesLocked(r.ID)
+	info, rep := p.replayFor(r, want)
+	welcome := p.welcome(r, others, info)
+	// This node's presence frames up to here are reflected in the
+	// welcome: the member skips them (deliver).
+	r.JoinSeq = p.node.frameSeq.Load()
+	p.members[r.ID] = r
+	p.rebuildSnapshot()
+	if rep != nil {
+		rep.first = welcome
+		r.Start(rep)
+	} else {
+		r.Answer(welcome)
+		r.Start(nil)
+	}
+	switch {
+	case old != nil:
+		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")
+	case oldGuest != nil:
+		// Replaced, as a connection would be: nobody is told.
+	case elsewhere:
+		// The other node closes its connection when it sees this join.
+		p.publishPresence(envelope.FrameJoin, identityOf(r), envelope.FlagReplace)
+	default:
+		p.publishPresence(envelope.FrameJoin, identityOf(r), 0)
+	}
+}
+
+// Leave removes r unless a newer connection has replaced it; the caller
+// then lets the node forget the pod if it is idle.
+func (p *Pod) Leave(r *participant.Participant) {
+	p.lock()
+	defer p.unlock()
+	if p.members[r.ID] != r {
+		return
+	}
+	delete(p.members, r.ID)
+	p.rebuildSnapshot()
+	p.publishPresence(envelope.FrameLeave, identityOf(r), 0)
+}
+
+// publishPresence sends a presence event about who, a connection or a
+// guest; history never keeps it. Call it with mu held.
+func (p *Pod) publishPresence(kind envelope.FrameKind, who wire.Identity, flags uint8) {
+	event := wire.PresenceJoin
+	if kind == envelope.FrameLeave {
+		event = wire.PresenceLeave
+	}
+	body, id := presenceMessage(event, who)
+	m := envelope.Meta{Kind: kind, Flags: flags | envelope.FlagLive, Origin: p.node.ID, From: who.ID, ID: id,
+		Protocol: protocolSpan}
+	m.Seq = p.node.frameSeq.Add(1)
+	frame := envelope.AppendFrame(nil, &m, body)
+	p.commit(&m, body, frame, timeNow())
+}
+
+// guest is a member with no connection: an MCP session (docs/protocol.md
+// section 9). It is present like any member (welcomes, presence, member
+// lists, the pod's participant cap), but the fan-out hands it nothing: it
+// reads the pod's history through a cursor of its own, so nothing is
+// queued for it.
+type guest struct {
+	wire.Identity
+	// replaced is called when a newer member of the same id (a connection
+	// or a guest, on any node) takes its place; as for a connection,
+	// nobody is told. It is called with the pod's lock held: it must
+	// return at once and not call the pod.
+	replaced func()
+}
+
+// Guest is a member with no connection (an MCP session), as the MCP
+// endpoint holds it.
+type Guest = *guest
+
+// NewGuest makes a guest; replaced is called (with the pod's lock held:
+// it must return at once and not call the pod) when a newer member of the
+// same id takes its place.
+func NewGuest(id wire.Identity, replaced func()) Guest {
+	return &guest{Identity: id, replaced: replaced}
+}
+
+// JoinGuest makes g a member under Join's rules: it replaces a member of
+// the same id here (a connection is closed with 4000) or on another node,
+// and only a new id is announced. It fails when the pod is full or was
+// removed (dead: look it up again). cursor is where the guest's reads
+// begin: the pod's history up to its join is not for it.
+func (p *Pod) JoinGuest(g Guest) (ok, dead bool, cursor uint64) {
+	p.lock()
+	defer p.unlock()
+	if p.dead {
+		return false, true, 0
+	}
+	if !p.hasRoomLocked(g.ID) {
+		return false, false, 0
+	}
+	old := p.members[g.ID]
+	if old != nil {
+		delete(p.members, g.ID)
+		p.rebuildSnapshot()
+		old.Close(participant.StatusReplaced, "replaced by an MCP session of the same participant")
+	}
+	oldGuest := p.dropGuestLocked(g.ID)
+	_, elsewhere := p.remote[g.ID]
+	delete(p.remote, g.ID)
+	p.guests[g.ID] = g
+	if p.index != nil {
+		cursor = p.index.Last()
+	}
+	switch {
+	case old != nil || oldGuest != nil:
+	case elsewhere:
+		p.publishPresence(envelope.FrameJoin, g.Identity, envelope.FlagReplace)
+	default:
+		p.publishPresence(envelope.FrameJoin, g.Identity, 0)
+	}
+	return true, false, cursor
+}
+
+// LeaveGuest removes g unless something newer has replaced it; the
+// caller then lets the node forget the pod if it is idle.
+func (p *Pod) LeaveGuest(g Guest) {
+	p.lock()
+	defer p.unlock()
+	if p.guests[g.ID] == g {
+		delete(p.guests, g.ID)
+		p.publishPresence(envelope.FrameLeave, g.Identity, 0)
+	}
+}
+
+// dropGuestLocked removes the guest of id, if any, telling it it was
+// replaced, and returns it.
+func (p *Pod) dropGuestLocked(id string) *guest {
+	g := p.guests[id]
+	if g != nil {
+		delete(p.guests, id)
+		g.replaced()
+	}
+	return g
+}

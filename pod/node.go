@@ -1,0 +1,204 @@
+package pod
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcpp/gateway/history"
+	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/wire"
+)
+
+// Order says where the order of a node's pods comes from (doc.go).
+type Order int
+
+const (
+	// OrderLocal: one node. A pod's order is the order in which the node
+	// accepts its envelopes; they are delivered at once and written
+	// behind into the history stream.
+	OrderLocal Order = iota
+	// OrderStream: several nodes (a cluster, or an external NATS) with
+	// history. A pod's order is the history stream's, which every node
+	// follows (RePublish), so that every node delivers in one order and a
+	// resume is exact on any node.
+	OrderStream
+	// OrderCore: several nodes without history. Each node delivers what it
+	// accepts at once and what others accepted as NATS brings it, on the
+	// pod's core subject.
+	OrderCore
+)
+
+func (o Order) String() string {
+	return [...]string{"local", "stream", "core"}[o]
+}
+
+// Config is what the pods enforce: the gateway's flags that concern one
+// pod (docs/protocol.md sections 3, 5 and 8).
+type Config struct {
+	MaxMessageBytes           int
+	MaxContextBytes           int
+	MaxDepth                  int
+	ContextTimeout            time.Duration
+	ContextRetention          time.Duration
+	ConclusionKinds           map[string]bool
+	MaxContextsPerParticipant int
+	MaxContextsPerPod         int
+	Rate                      limits.Rate
+	ContextRate               limits.Rate
+	MaxParticipantsPerPod     int
+	// History is the entries kept per pod (0: history off), HistoryAge
+	// their age.
+	History    int
+	HistoryAge time.Duration
+	// FlightBytes bounds the bytes the history writer may hold unstored,
+	// all pods together: senders wait past it (flow.go).
+	FlightBytes int64
+}
+
+// Metrics are the counters the pods move; the gateway registers them.
+type Metrics struct {
+	EnvelopesIn prometheus.Counter
+	Deliveries  prometheus.Counter
+	Errors      *prometheus.CounterVec // by code
+	Conclusions *prometheus.CounterVec // by reason
+	// OrderLost counts pods whose order a node lost and could not get
+	// back (OrderStream): their local connections were closed with 4010.
+	OrderLost prometheus.Counter
+}
+
+// NewMetrics makes the metrics, unregistered.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		EnvelopesIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_envelopes_in_total", Help: "Envelopes accepted and published to their pod."}),
+		Deliveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_envelopes_out_total", Help: "Envelopes queued for delivery to a participant (one per recipient)."}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpp_errors_total", Help: "system/error answers, by code."}, []string{"code"}),
+		Conclusions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpp_context_conclusions_total", Help: "Contexts concluded, by reason."}, []string{"reason"}),
+		OrderLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_pod_order_lost_total", Help: "Pods whose delivery order this node lost (a gap in the history stream it could not read back within 5s); their connections here were closed with 4010, to resume elsewhere or again."}),
+	}
+}
+
+// Collectors lists the metrics, for a registry.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.EnvelopesIn, m.Deliveries, m.Errors, m.Conclusions, m.OrderLost}
+}
+
+// Cluster is what a pod asks of the other gateway nodes (nil: the node is
+// alone).
+type Cluster interface {
+	// Members asks the other nodes for their members of pod, waiting a
+	// moment for their answers.
+	Members(pod string) []NodeMembers
+	// Seen records that node sent a frame (it is alive).
+	Seen(node string)
+}
+
+// NodeMembers are one node's members of a pod.
+type NodeMembers struct {
+	Node    string
+	Members []wire.Identity
+}
+
+// Node is what the pods of one gateway node share: its identity, its
+// limits, its history and its connection to the other nodes. Fill it,
+// then call Start.
+type Node struct {
+	ID      string
+	Config  Config
+	Limits  wire.Limits // the welcome's
+	Log     *slog.Logger
+	Metrics *Metrics
+	Order   Order
+	// History keeps the pods' history, and Writer writes into it; both
+	// nil when history is off.
+	History history.Backend
+	Writer  *history.Writer
+	// NATS carries what travels between nodes (OrderStream, OrderCore).
+	NATS *nats.Conn
+	// Republish is where the history stream republishes a pod's messages
+	// (OrderStream): a subject ending in ">", as history.Config's.
+	Republish string
+	Cluster   Cluster
+	// Buckets are the participants' rate buckets, by pod and id.
+	Buckets *limits.BucketSet
+	// OnDead is told of a pod that died by itself (its order was lost),
+	// so that the node forgets it.
+	OnDead func(*Pod)
+
+	dispatch *dispatch
+	tails    *Tails
+	// frameSeq numbers the frames this node accepts (envelope.Meta.Seq).
+	frameSeq atomic.Uint64
+	draining atomic.Bool
+
+	// closedMarks are, for pods closed on this node whose frames the
+	// history writer may not have stored yet, the writer's mark at their
+	// close: a pod opened again reads its past once they are stored.
+	marksMu     sync.Mutex
+	closedMarks map[string]uint64
+}
+
+// closed records that pod name closed (OrderLocal with history).
+func (n *Node) closed(name string) {
+	w := n.Writer
+	if n.Order != OrderLocal || w == nil {
+		return
+	}
+	mark := w.Mark()
+	n.marksMu.Lock()
+	defer n.marksMu.Unlock()
+	if n.closedMarks == nil {
+		n.closedMarks = map[string]uint64{}
+	}
+	for pod, m := range n.closedMarks {
+		if w.Settled(m) {
+			delete(n.closedMarks, pod) // stored: nothing to wait for
+		}
+	}
+	n.closedMarks[name] = mark
+}
+
+// closedMark is the writer's mark when pod name last closed, if its
+// frames may still be on their way.
+func (n *Node) closedMark(name string) (uint64, bool) {
+	n.marksMu.Lock()
+	defer n.marksMu.Unlock()
+	m, ok := n.closedMarks[name]
+	return m, ok
+}
+
+// Start starts what the node's pods share: the dispatchers of what other
+// nodes send (OrderStream, OrderCore).
+func (n *Node) Start() {
+	if n.Log == nil {
+		n.Log = slog.Default()
+	}
+	if n.Metrics == nil {
+		n.Metrics = NewMetrics()
+	}
+	if n.Order != OrderLocal {
+		n.dispatch = newDispatch(n.NATS)
+	}
+	if n.Order == OrderStream {
+		n.tails = &Tails{n: n, source: subjectPrefix, prefix: republishPrefix(n.Republish), log: n.Log}
+	}
+}
+
+// Stop stops them.
+func (n *Node) Stop() {
+	if n.dispatch != nil {
+		n.dispatch.close()
+	}
+}
+
+// historyOn reports whether pods keep a history.
+func (n *Node) historyOn() bool { return n.History != nil }

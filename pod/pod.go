@@ -1,0 +1,331 @@
+package pod
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpp/gateway/contexts"
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/history"
+	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
+)
+
+// Pod is one named room on this node: its local members, its context
+// registry, the index of its history, and its log (where its order comes
+// from and how its frames reach the other nodes: log.go).
+type Pod struct {
+	Name     string
+	node     *Node
+	subject  string
+	log      podLog
+	Registry *contexts.Registry
+	// index is what this node knows of the pod's history; nil when
+	// history is off.
+	index *history.Index
+	flow  flow
+
+	// mu is the pod's order lock: whoever holds it decides what comes
+	// next in the pod (an accepted envelope, a join, a leave, a context's
+	// conclusion, a frame from the log), records it and queues it for the
+	// members. See doc.go for the order of the locks.
+	mu sync.Mutex
+	// pos is the position (history.Entry.Pos) of the last frame applied.
+	pos     uint64
+	members map[string]*participant.Participant
+	// snapshot is the members as a slice: the fan-out's, and the
+	// janitor's and the shutdown's, who read it without the lock.
+	snapshot atomic.Pointer[[]*participant.Participant]
+	// guests are the members with no connection (MCP sessions), by id.
+	// An id is a member here once, as a connection or as a guest.
+	guests map[string]*guest
+	// remote are the members connected to other gateway nodes, by id
+	// (remote.go).
+	remote  map[string]remoteMember
+	synced  sync.Once
+	pending int  // upgrades admitted but not yet joined
+	busy    int  // publishers with no connection at work (Acquire)
+	dead    bool // removed from the gateway (or closed): joiners must look again
+	// touched are the members queued something since the order lock was
+	// taken, flushed once when it is let go (unlock); burst numbers those
+	// lock holdings, so that a member is touched once in each.
+	touched []*participant.Participant
+	burst   uint64
+	// sending are the ids of envelopes this node sent into the stream and
+	// has not seen back (OrderStream): duplicates already.
+	sending map[string]struct{}
+	// meta is a scratch header for frames from the log.
+	meta envelope.Meta
+	// eventBuf is reused for the frames of context events.
+	eventBuf []byte
+
+	ready    chan struct{} // closed once the pod has read its past
+	openErr  error         // why it could not (set before ready closes)
+	caughtUp bool          // set once the pod delivers (its past is read)
+	live     atomic.Bool   // caughtUp, for who may not take the order lock
+}
+
+// New opens a pod on node. It reads the pod's past (its history: the
+// registry and the index are rebuilt from it) in the background: wait for
+// it with WaitReady before the pod is used.
+func New(node *Node, name string) *Pod {
+	cfg := &node.Config
+	p := &Pod{
+		Name: name, node: node, subject: Subject(name),
+		members: map[string]*participant.Participant{},
+		guests:  map[string]*guest{},
+		remote:  map[string]remoteMember{},
+		sending: map[string]struct{}{},
+		ready:   make(chan struct{}),
+		burst:   1,
+	}
+	empty := []*participant.Participant{}
+	p.snapshot.Store(&empty)
+	p.Registry = contexts.NewRegistry(contexts.Config{
+		MaxDepth:          cfg.MaxDepth,
+		Timeout:           cfg.ContextTimeout,
+		Retention:         cfg.ContextRetention,
+		MaxPerParticipant: cfg.MaxContextsPerParticipant,
+		MaxPerPod:         cfg.MaxContextsPerPod,
+		ContextRate:       cfg.ContextRate,
+		ConclusionKinds:   cfg.ConclusionKinds,
+		OnDue:             p.expireContexts,
+	}, p.publishConclusions)
+	if node.historyOn() {
+		p.index = history.NewIndex(cfg.History, cfg.HistoryAge)
+	}
+	p.flow.init(p)
+	p.log = newLog(p)
+	// Nothing may conclude before the past is in the registry.
+	p.Registry.Pause(true)
+	go p.open()
+	return p
+}
+
+// openTimeout bounds reading a pod's past.
+const openTimeout = 30 * time.Second
+
+// open reads the pod's past and starts following the other nodes.
+func (p *Pod) open() {
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	err := p.log.open(ctx)
+	p.mu.Lock()
+	if err != nil {
+		p.openErr = err
+		p.dead = true
+	} else {
+		p.caughtUp = true
+		p.live.Store(true)
+		p.Registry.Pause(false)
+	}
+	p.mu.Unlock()
+	close(p.ready)
+}
+
+// WaitReady waits until the pod has read its past; an error says it could
+// not (the history stream did not answer), and the pod is dead.
+func (p *Pod) WaitReady(ctx context.Context) error {
+	select {
+	case <-p.ready:
+		return p.openErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close ends the pod: its log, its registry's timers, and whoever waits
+// on it (a throttled sender, a drain).
+func (p *Pod) Close() {
+	p.mu.Lock()
+	p.dead = true
+	p.mu.Unlock()
+	p.Registry.Close()
+	p.log.close()
+	p.flow.wake()
+	p.node.closed(p.Name)
+}
+
+// Dead reports whether the pod was removed (or failed to open): a joiner
+// must look it up again.
+func (p *Pod) Dead() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dead
+}
+
+// lock takes the order lock and starts a burst.
+func (p *Pod) lock() { p.mu.Lock() }
+
+// unlock lets the order lock go and wakes, once, the writer of every
+// member something was queued for while it was held: a burst goes out
+// in one write per connection.
+func (p *Pod) unlock() {
+	if len(p.touched) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	var small [32]*participant.Participant
+	touched := append(small[:0], p.touched...)
+	clear(p.touched)
+	p.touched = p.touched[:0]
+	if cap(p.touched) > 4096 {
+		p.touched = nil // give a large pod's slice back
+	}
+	p.burst++
+	p.mu.Unlock()
+	for _, r := range touched {
+		r.Flush()
+	}
+}
+
+// nextPos gives the next frame its position. Call it with mu held.
+func (p *Pod) nextPos() uint64 {
+	p.pos++
+	return p.pos
+}
+
+// Members returns the local members with a connection.
+func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
+
+func (p *Pod) rebuildSnapshot() {
+	s := make([]*participant.Participant, 0, len(p.members))
+	for _, m := range p.members {
+		s = append(s, m)
+	}
+	p.snapshot.Store(&s)
+}
+
+// Idle reports whether the pod holds nothing worth keeping: a pod exists
+// while it has participants or contexts (its history outlives it, and its
+// participants' rate buckets are the node's). Call it with the pod's
+// lock held (LockForRemoval).
+func (p *Pod) idle() bool {
+	return len(p.members) == 0 && len(p.guests) == 0 && p.pending == 0 && p.busy == 0 && p.Registry.Empty()
+}
+
+// RemoveIfIdle marks the pod dead when it is idle, and reports whether
+// it did: the caller (the gateway's pod table, whose lock it holds) then
+// forgets it and closes it.
+func (p *Pod) RemoveIfIdle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead || !p.idle() {
+		return false
+	}
+	p.dead = true
+	return true
+}
+
+// Reserve admits one upgrade for id before it happens, so that caps are
+// decided while an HTTP answer can still be given.
+func (p *Pod) Reserve(id string) (ok, dead bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return false, true
+	}
+	if !p.hasRoomLocked(id) {
+		return false, false
+	}
+	p.pending++
+	return true, false
+}
+
+// Unreserve gives back a Reserve that did not join; the caller then lets
+// the node forget the pod if it is idle.
+func (p *Pod) Unreserve() {
+	p.mu.Lock()
+	p.pending--
+	p.mu.Unlock()
+}
+
+// hasRoomLocked reports whether id may join: it is a member here already
+// (and would be replaced), or the pod is under --max-participants-per-pod.
+func (p *Pod) hasRoomLocked(id string) bool {
+	_, conn := p.members[id]
+	_, guest := p.guests[id]
+	return conn || guest || len(p.members)+len(p.guests)+p.pending < p.node.Config.MaxParticipantsPerPod
+}
+
+// Index is the pod's history index (nil without history), for readers
+// (the MCP endpoint's cursors).
+func (p *Pod) Index() *history.Index { return p.index }
+
+// Participants lists the pod's members on every node.
+func (p *Pod) Participants() []wire.Identity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.identitiesLocked("")
+}
+
+// LocalIdentities lists the members on this node, connections and
+// guests: what this node answers when another asks for its members.
+func (p *Pod) LocalIdentities() []wire.Identity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]wire.Identity, 0, len(p.members)+len(p.guests))
+	for _, m := range p.members {
+		out = append(out, identityOf(m))
+	}
+	for _, g := range p.guests {
+		out = append(out, g.Identity)
+	}
+	return out
+}
+
+// identitiesLocked lists the pod's members on every node but except.
+func (p *Pod) identitiesLocked(except string) []wire.Identity {
+	out := make([]wire.Identity, 0, len(p.members)+len(p.guests)+len(p.remote))
+	for id, m := range p.members {
+		if id != except {
+			out = append(out, identityOf(m))
+		}
+	}
+	for id, g := range p.guests {
+		if id != except {
+			out = append(out, g.Identity)
+		}
+	}
+	for id, m := range p.remote {
+		if id != except {
+			out = append(out, m.Identity)
+		}
+	}
+	return out
+}
+
+// Acquire holds the pod for a sender with no connection (a publish over
+// HTTP), so that it is not removed while the sender's envelopes go in;
+// Release lets it go. It reports false when the pod was removed: look it
+// up again.
+func (p *Pod) Acquire() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return false
+	}
+	p.busy++
+	return true
+}
+
+// Release ends an Acquire; the caller then lets the node forget the pod
+// if it is idle.
+func (p *Pod) Release() {
+	p.mu.Lock()
+	p.busy--
+	p.mu.Unlock()
+}
+
+// Tick is the janitor's, every second: the history index follows what
+// the stream discarded (first is the stream's oldest sequence, 0 when it
+// is not known), and every ten seconds (sweep) what waits for what will
+// not come is forgotten.
+func (p *Pod) Tick(now time.Time, first uint64, sweep bool) {
+	if first > 0 && p.index != nil {
+		p.index.Discard(first)
+	}
+	p.log.tick(now, sweep)
+}

@@ -1,0 +1,37 @@
+package pod
+
+import "strings"
+
+// The NATS subjects of a pod (docs/protocol.md section 7). The history
+// stream captures every pod's subjects (StreamSubjects); live frames'
+// bodies travel outside it.
+const (
+	subjectPrefix = "mcpp.pod."
+	livePrefix    = "mcpp.live."
+	// StreamSubjects are the subjects the history stream captures.
+	StreamSubjects = "mcpp.pod.>"
+	// RepublishSubjects is where the stream republishes them for the
+	// nodes that follow its order (OrderStream).
+	RepublishSubjects = "mcpp.deliver.>"
+)
+
+// Subject is the NATS subject of a pod: its envelopes and context events,
+// in the history stream, or on core NATS without history. Pod names may
+// hold dots, which separate NATS tokens, so they become "~", which pod
+// names cannot hold.
+func Subject(pod string) string { return subjectPrefix + token(pod) }
+
+// markerSubject holds, in the history stream, the places of a pod's live
+// frames (presence, ephemeral envelopes): its own subject, so that their
+// markers count against --history apart from the pod's entries.
+func markerSubject(pod string) string { return subjectPrefix + token(pod) + ".live" }
+
+// liveSubject carries the bodies of a pod's live frames between nodes,
+// outside the stream: history never holds them.
+func liveSubject(pod string) string { return livePrefix + token(pod) }
+
+func token(pod string) string { return strings.ReplaceAll(pod, ".", "~") }
+
+// republishPrefix is the republished subjects' prefix: "mcpp.deliver."
+// for "mcpp.deliver.>".
+func republishPrefix(republish string) string { return strings.TrimSuffix(republish, ">") }
