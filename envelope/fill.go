@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,7 +41,7 @@ func (e *Envelope) Fill(sender string, now time.Time) ([]byte, Span) {
 	}
 	if needTS {
 		out = append(out, `"ts":"`...)
-		out = now.UTC().AppendFormat(out, TimeFormat)
+		out = appendTS(out, now)
 		out = append(out, `",`...)
 	}
 	if needFrom {
@@ -54,4 +55,26 @@ func (e *Envelope) Fill(sender string, now time.Time) ([]byte, Span) {
 		proto = Span{e.ProtocolSpan.Start + shift, e.ProtocolSpan.End + shift}
 	}
 	return out, proto
+}
+
+// stamp is the last time a ts was written for, to the millisecond, and
+// its text: a busy gateway fills thousands of envelopes within one
+// millisecond, and formatting the time is a good part of the cost of
+// filling one.
+type stamp struct {
+	ms   int64
+	text []byte
+}
+
+var lastStamp atomic.Pointer[stamp]
+
+// appendTS appends now as TimeFormat (UTC, milliseconds).
+func appendTS(dst []byte, now time.Time) []byte {
+	ms := now.UnixMilli()
+	if s := lastStamp.Load(); s != nil && s.ms == ms {
+		return append(dst, s.text...)
+	}
+	s := &stamp{ms: ms, text: time.UnixMilli(ms).UTC().AppendFormat(make([]byte, 0, len(TimeFormat)), TimeFormat)}
+	lastStamp.Store(s)
+	return append(dst, s.text...)
 }

@@ -109,6 +109,40 @@ func (m *Meta) Path() bool { return m.Flags&FlagPath != 0 }
 // Conclusion reports whether FlagConclusion is set.
 func (m *Meta) Conclusion() bool { return m.Flags&FlagConclusion != 0 }
 
+// Frame returns the frame of meta and body, in a slice of its own of
+// exactly its size.
+func Frame(m *Meta, body []byte) []byte {
+	return AppendFrame(make([]byte, 0, frameSize(m, body)), m, body)
+}
+
+// frameSize is the size of the frame of m and body.
+func frameSize(m *Meta, body []byte) int {
+	n := 3 + strSize(m.Origin) + strSize(m.From) + uvarintSize(uint64(len(m.To)))
+	for _, t := range m.To {
+		n += strSize(t)
+	}
+	n += strSize(m.ContextID) + strSize(m.ContextType) + strSize(m.ContextParent) + uvarintSize(uint64(len(m.Ancestors)))
+	for _, a := range m.Ancestors {
+		n += strSize(a)
+	}
+	n += uvarintSize(m.Seq) + strSize(m.ID) + strSize(m.Incarnation) + uvarintSize(uint64(len(m.Consumes)))
+	for _, c := range m.Consumes {
+		n += strSize(c)
+	}
+	return n + uvarintSize(uint64(m.Protocol.Start)) + uvarintSize(uint64(m.Protocol.End)) + len(body)
+}
+
+func strSize(s string) int { return uvarintSize(uint64(len(s))) + len(s) }
+
+func uvarintSize(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
 // AppendFrame appends the frame of meta and body to dst.
 func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
 	dst = append(dst, frameVersion, byte(m.Kind), m.Flags)

@@ -217,7 +217,10 @@ var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (g *Gateway) readLoop(p *pod.Pod, r *participant.Participant, buckets *limits.Buckets) {
 	ctx := context.Background()
 	conn := r.Conn()
-	from := &pod.Sender{ID: r.ID, Caps: r.Capabilities, Protocol: r.Protocol, Conn: r, Buckets: buckets}
+	// The writers of the members its envelopes go to are woken once the
+	// messages it has sent are handled, not after each.
+	from := &pod.Sender{ID: r.ID, Caps: r.Capabilities, Protocol: r.Protocol, Conn: r, Buckets: buckets, Hold: true}
+	defer from.Flush()
 	for {
 		typ, rd, err := conn.Reader(ctx)
 		if err != nil {
@@ -228,7 +231,10 @@ func (g *Gateway) readLoop(p *pod.Pod, r *participant.Participant, buckets *limi
 		_, err = buf.ReadFrom(rd)
 		if err == nil {
 			p.Handle(from, buf.Bytes(), typ != websocket.MessageText)
-			p.Throttle()
+			if !r.NetConn().MessageBuffered() {
+				from.Flush()
+			}
+			p.Throttle(from)
 		}
 		if buf.Cap() <= 64<<10 {
 			readBuffers.Put(buf)

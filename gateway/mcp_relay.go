@@ -52,7 +52,7 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 	}
 	from := &pod.Sender{ID: m.id, Caps: m.caps, Protocol: envelope.ProtocolMCPP, Buckets: m.buckets}
 	outcome := m.pod.Handle(from, data, false)
-	m.pod.Throttle()
+	m.pod.Throttle(from)
 	if len(from.Results) != 1 {
 		return relayed{}, fmt.Errorf("ingress answered %d results for one envelope", len(from.Results))
 	}

@@ -98,11 +98,12 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		}
 		// Removed as we looked it up; a new one will be made.
 	}
-	from := &pod.Sender{ID: id, Caps: caps, Protocol: envelope.ProtocolMCPP, Buckets: g.node.Buckets.Acquire(bucketKey(name, id))}
+	from := &pod.Sender{ID: id, Caps: caps, Protocol: envelope.ProtocolMCPP, Buckets: g.node.Buckets.Acquire(bucketKey(name, id)), Hold: true}
 	for _, line := range envs {
 		p.Handle(from, line, false)
-		p.Throttle()
+		p.Throttle(from)
 	}
+	from.Flush()
 	g.node.Buckets.Release(bucketKey(name, id), time.Now())
 	p.Release()
 	g.maybeRemovePod(p)

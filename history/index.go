@@ -82,6 +82,7 @@ type Index struct {
 	liveHead   int
 	liveIDs    map[string]uint64
 	open       map[string]*incarnation // the current incarnation of each context id
+	names      map[string]string       // senders' and contexts' names, kept once (intern)
 	last       uint64
 	maxEntries int
 	maxAge     int64
@@ -94,7 +95,6 @@ func NewIndex(maxEntries int, maxAge time.Duration) *Index {
 	return &Index{
 		ids: map[string]*Entry{}, liveIDs: map[string]uint64{},
 		open: map[string]*incarnation{}, maxEntries: maxEntries, maxAge: int64(maxAge),
-		changed: make(chan struct{}),
 	}
 }
 
@@ -116,7 +116,7 @@ func (x *Index) Apply(pos uint64, at int64, m *envelope.Meta, size int, loc Loc,
 		x.consume(m.Consumes, m.ID)
 		return nil
 	}
-	e := &Entry{Pos: pos, Time: at, Size: size, Meta: cloneMeta(m), loc: loc}
+	e := &Entry{Pos: pos, Time: at, Size: size, Meta: x.cloneMeta(m), loc: loc}
 	if loc.Seq == 0 {
 		e.frame = frame
 	}
@@ -286,31 +286,60 @@ func (x *Index) Len() int {
 
 // Changed returns a channel that is closed when the next frame is applied.
 func (x *Index) Changed() <-chan struct{} {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.changed == nil {
+		x.changed = make(chan struct{})
+	}
 	return x.changed
 }
 
+// notify closes the channel of Changed, when someone took one: most
+// frames are applied with nobody waiting.
 func (x *Index) notify() {
-	close(x.changed)
-	x.changed = make(chan struct{})
+	if x.changed != nil {
+		close(x.changed)
+		x.changed = nil
+	}
 }
 
 // cloneMeta copies m's strings and slices, which point into a frame, so
-// that the index does not keep the frame (and its body) alive.
-func cloneMeta(m *envelope.Meta) envelope.Meta {
+// that the index does not keep the frame (and its body) alive. The names
+// that recur (senders, contexts) are kept once.
+func (x *Index) cloneMeta(m *envelope.Meta) envelope.Meta {
 	c := *m
 	c.Origin = ""
-	c.From = strings.Clone(m.From)
+	c.From = x.intern(m.From)
 	c.To = cloneStrings(m.To)
-	c.ContextID = strings.Clone(m.ContextID)
-	c.ContextType = strings.Clone(m.ContextType)
-	c.ContextParent = strings.Clone(m.ContextParent)
+	c.ContextID = x.intern(m.ContextID)
+	c.ContextType = x.intern(m.ContextType)
+	c.ContextParent = x.intern(m.ContextParent)
 	c.Ancestors = cloneStrings(m.Ancestors)
 	c.ID = strings.Clone(m.ID)
 	c.Incarnation = ""
 	c.Consumes = nil // applied at once; not needed later
 	return c
+}
+
+// maxNames bounds the names an index keeps once (intern): past it they
+// are forgotten and kept anew, so that a pod whose contexts come and go
+// does not keep them all.
+const maxNames = 4096
+
+// intern returns s, kept once per index.
+func (x *Index) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	if k, ok := x.names[s]; ok {
+		return k
+	}
+	if len(x.names) >= maxNames || x.names == nil {
+		x.names = make(map[string]string)
+	}
+	k := strings.Clone(s)
+	x.names[k] = k
+	return k
 }
 
 func cloneStrings(s []string) []string {

@@ -66,12 +66,14 @@ func (h *HijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// reader has no bytes buffered, so the connection itself must read
 	// from r too.
 	h.conn = &Conn{Conn: nc, r: r}
+	lib := bufio.NewReaderSize(r, smallBuffer)
+	h.conn.lib = lib
 	if sc, ok := nc.(syscall.Conn); ok && r == io.Reader(nc) {
 		if raw, err := sc.SyscallConn(); err == nil {
 			h.conn.raw = raw
 		}
 	}
-	return h.conn, bufio.NewReadWriter(bufio.NewReaderSize(r, smallBuffer), bufio.NewWriterSize(h.conn, controlBuffer)), nil
+	return h.conn, bufio.NewReadWriter(lib, bufio.NewWriterSize(h.conn, controlBuffer)), nil
 }
 
 // Conn is the hijacked connection, or nil before the upgrade.
@@ -94,6 +96,62 @@ type Conn struct {
 
 	ahead *[]byte // read ahead, not yet served; nil when drained
 	off   int     // what of it was served
+	// lib is the library's reader on top of the connection, whose few
+	// bytes come before ahead's.
+	lib *bufio.Reader
+}
+
+// MessageBuffered reports whether the next WebSocket message is already
+// read from the socket whole: a data frame with its final bit, every
+// byte of it in the library's reader or read ahead. The gateway's reader
+// then handles it before it lets the writers of whom its envelopes were
+// queued for go (as nats-server flushes its clients at the end of each
+// read), and never waits on a message that has not come whole with
+// their writes held. Call it from the reading goroutine, between
+// messages.
+func (c *Conn) MessageBuffered() bool {
+	var head [14]byte
+	n, total := 0, 0
+	if c.lib != nil {
+		if k := c.lib.Buffered(); k > 0 {
+			b, _ := c.lib.Peek(k)
+			n = copy(head[:], b)
+			total = k
+		}
+	}
+	if c.ahead != nil {
+		rest := (*c.ahead)[c.off:]
+		n += copy(head[n:], rest)
+		total += len(rest)
+	}
+	if n < 2 {
+		return false
+	}
+	fin, op := head[0]&0x80 != 0, head[0]&0x0f
+	if !fin || (op != 1 && op != 2) {
+		return false // a fragment, or a control frame: the library may wait after it
+	}
+	size, hl := uint64(head[1]&0x7f), 2
+	switch size {
+	case 126:
+		if n < 4 {
+			return false
+		}
+		size, hl = uint64(head[2])<<8|uint64(head[3]), 4
+	case 127:
+		if n < 10 {
+			return false
+		}
+		size = 0
+		for _, b := range head[2:10] {
+			size = size<<8 | uint64(b)
+		}
+		hl = 10
+	}
+	if head[1]&0x80 != 0 {
+		hl += 4 // the mask
+	}
+	return uint64(total) >= uint64(hl)+size
 }
 
 // readAhead is the most a Conn reads at once.

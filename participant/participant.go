@@ -125,6 +125,10 @@ func (p *Participant) SetFilter(f *filter.Filter) { p.filter.Store(f) }
 // Conn is the underlying WebSocket connection, for the gateway's reader.
 func (p *Participant) Conn() *websocket.Conn { return p.conn }
 
+// NetConn is the connection under it, which tells the gateway's reader
+// whether another message has come whole (Conn.MessageBuffered).
+func (p *Participant) NetConn() *Conn { return p.nc }
+
 // Done is closed when the participant's connection has ended.
 func (p *Participant) Done() <-chan struct{} { return p.done }
 

@@ -196,7 +196,7 @@ func (p *Pod) publishConclusions(concluded []contexts.Concluded) {
 			ContextID: c.ID, ContextType: c.Type, ContextParent: c.Parent, Ancestors: c.Ancestors,
 			Protocol: protocolSpan,
 		}
-		frame := envelope.AppendFrame(nil, &m, body)
+		frame := envelope.Frame(&m, body)
 		// Every node that concludes this life of the context publishes
 		// its event under the same name; the history keeps the first.
 		p.commitEvent(&m, body, frame, p.Name+"/"+c.ID+"/"+c.Incarnation, now)

@@ -8,7 +8,8 @@ import (
 // deliver queues body for the local members that take it, as one text
 // frame built once and shared by all of them (MCPx participants share one
 // with the protocol rewritten), and returns how many took it. Their
-// writers are woken once, when the order lock is let go (unlock), so that
+// writers are woken once, when the order lock is let go (unlock), or
+// when a sender that holds its flushes flushes (Sender.Hold), so that
 // what a burst queued goes out in one write per connection. Call it with
 // mu held.
 func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
@@ -29,8 +30,8 @@ func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
 		if !r.Enqueue(pick(r)) {
 			return false
 		}
-		if r.FlushMark != p.burst {
-			r.FlushMark = p.burst
+		if r.FlushMark != p.scope {
+			r.FlushMark = p.scope
 			p.touched = append(p.touched, r)
 		}
 		return true

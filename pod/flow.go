@@ -105,12 +105,13 @@ func (f *flow) over() bool {
 }
 
 // Throttle waits while the sender is ahead of its bounds, or until the
-// pod is closed.
-func (p *Pod) Throttle() {
+// pod is closed; what s holds is flushed first.
+func (p *Pod) Throttle(s *Sender) {
 	f := &p.flow
 	if !f.over() {
 		return
 	}
+	s.Flush()
 	f.wait(func() bool { return !f.over() }, nil)
 }
 

@@ -29,6 +29,29 @@ type Sender struct {
 	// Results are the answers to a sender with no connection, one per
 	// message handled.
 	Results []wire.PublishResult
+	// Hold keeps the writers of the members that its envelopes were
+	// queued for waiting until Flush, so that what it sends in a burst
+	// goes out in one write per member (a reader that has more messages
+	// buffered sets it, and flushes before it waits for more).
+	Hold bool
+	// touched are the members its envelopes were queued for since its
+	// last Flush; scope numbers that span (FlushMark).
+	touched []*participant.Participant
+	scope   uint64
+}
+
+// Flush wakes the writer of every member the sender's envelopes were
+// queued for since its last Flush (Hold).
+func (s *Sender) Flush() {
+	for i, r := range s.touched {
+		r.Flush()
+		s.touched[i] = nil
+	}
+	s.touched = s.touched[:0]
+	if cap(s.touched) > 4096 {
+		s.touched = nil
+	}
+	s.scope = 0
 }
 
 // filter is the sender's filter: its connection's, or the default one.
@@ -176,8 +199,8 @@ func (in *ingress) handle(data []byte, binary bool) {
 	out, proto := env.Fill(s.ID, in.now)
 	m.Protocol, m.ID = proto, env.ID
 
-	p.lock()
-	defer p.unlock()
+	p.lockFor(s)
+	defer p.unlockFor(s)
 	dupErr := p.duplicate(sentID, env.Mode)
 	if env.Context == nil {
 		e := dupErr
@@ -234,12 +257,17 @@ func (in *ingress) commit(body []byte) {
 	p := in.pod
 	m := &in.meta
 	m.Seq = p.node.frameSeq.Add(1)
-	// Kept by the history writer until stored: a frame of its own.
-	frame := envelope.AppendFrame(nil, m, body)
+	var frame []byte
+	if p.framed {
+		// Kept by the history writer until stored, or sent to the other
+		// nodes: a frame of its own, the body in it.
+		frame = envelope.Frame(m, body)
+		body = frame[len(frame)-len(body):]
+	}
 	if !p.log.here() && p.index != nil && !m.Live() {
 		p.sending[strings.Clone(m.ID)] = struct{}{} // until it comes back (fromLog); not the read buffer's memory
 	}
-	p.commit(m, frame[len(frame)-len(body):], frame, in.now)
+	p.commit(m, body, frame, in.now)
 	p.node.Metrics.EnvelopesIn.Inc()
 	if in.from.Conn == nil {
 		in.from.Results = append(in.from.Results, wire.PublishResult{ID: in.env.ID})

@@ -121,7 +121,7 @@ func markerOf(m *envelope.Meta) []byte {
 	marker := *m
 	marker.Flags |= envelope.FlagMarker
 	marker.Protocol = envelope.Span{}
-	return envelope.AppendFrame(nil, &marker, nil)
+	return envelope.Frame(&marker, nil)
 }
 
 // coreLog: no history; the pod's core subject carries each node's frames

@@ -73,7 +73,7 @@ func (p *Pod) publishPresence(kind envelope.FrameKind, who wire.Identity, flags 
 	m := envelope.Meta{Kind: kind, Flags: flags | envelope.FlagLive, Origin: p.node.ID, From: who.ID, ID: id,
 		Protocol: protocolSpan}
 	m.Seq = p.node.frameSeq.Add(1)
-	frame := envelope.AppendFrame(nil, &m, body)
+	frame := envelope.Frame(&m, body)
 	p.commit(&m, body, frame, timeNow())
 }
 

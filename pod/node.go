@@ -138,6 +138,8 @@ type Node struct {
 	tails    *Tails
 	// frameSeq numbers the frames this node accepts (envelope.Meta.Seq).
 	frameSeq atomic.Uint64
+	// scopes numbers the pods' flush scopes (participant.FlushMark).
+	scopes   atomic.Uint64
 	draining atomic.Bool
 
 	// closedMarks are, for pods closed on this node whose frames the

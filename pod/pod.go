@@ -26,6 +26,10 @@ type Pod struct {
 	// history is off.
 	index *history.Index
 	flow  flow
+	// framed is set when an accepted envelope needs its frame: history
+	// keeps it, or other nodes are sent it. A node alone without history
+	// only queues the envelope's bytes for its members.
+	framed bool
 
 	// mu is the pod's order lock: whoever holds it decides what comes
 	// next in the pod (an accepted envelope, a join, a leave, a context's
@@ -49,10 +53,11 @@ type Pod struct {
 	busy    int  // publishers with no connection at work (Acquire)
 	dead    bool // removed from the gateway (or closed): joiners must look again
 	// touched are the members queued something since the order lock was
-	// taken, flushed once when it is let go (unlock); burst numbers those
-	// lock holdings, so that a member is touched once in each.
+	// taken, flushed once when it is let go (unlock), or handed to a
+	// sender that holds its flushes (unlockFor); scope numbers what one
+	// flush covers, so that a member is in touched once in each.
 	touched []*participant.Participant
-	burst   uint64
+	scope   uint64
 	// sending are the ids of envelopes this node sent into the stream and
 	// has not seen back (OrderStream): duplicates already.
 	sending map[string]struct{}
@@ -79,7 +84,6 @@ func New(node *Node, name string) *Pod {
 		remote:  map[string]remoteMember{},
 		sending: map[string]struct{}{},
 		ready:   make(chan struct{}),
-		burst:   1,
 	}
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)
@@ -98,6 +102,7 @@ func New(node *Node, name string) *Pod {
 	}
 	p.flow.init(p)
 	p.log = newLog(p)
+	p.framed = node.historyOn() || node.Order != OrderLocal
 	// Nothing may conclude before the past is in the registry.
 	p.Registry.Pause(true)
 	go p.open()
@@ -156,8 +161,38 @@ func (p *Pod) Dead() bool {
 	return p.dead
 }
 
-// lock takes the order lock and starts a burst.
-func (p *Pod) lock() { p.mu.Lock() }
+// lock takes the order lock and starts a flush scope of its own.
+func (p *Pod) lock() {
+	p.mu.Lock()
+	p.scope = p.node.scopes.Add(1)
+}
+
+// lockFor takes the order lock for a sender's envelope: a sender that
+// holds its flushes goes on with its scope.
+func (p *Pod) lockFor(s *Sender) {
+	if !s.Hold {
+		p.lock()
+		return
+	}
+	if s.scope == 0 {
+		s.scope = p.node.scopes.Add(1)
+	}
+	p.mu.Lock()
+	p.scope = s.scope
+}
+
+// unlockFor lets the order lock go, handing a sender that holds its
+// flushes the members to wake when it flushes.
+func (p *Pod) unlockFor(s *Sender) {
+	if !s.Hold {
+		p.unlock()
+		return
+	}
+	s.touched = append(s.touched, p.touched...)
+	clear(p.touched)
+	p.touched = p.touched[:0]
+	p.mu.Unlock()
+}
 
 // unlock lets the order lock go and wakes, once, the writer of every
 // member something was queued for while it was held: a burst goes out
@@ -174,7 +209,6 @@ func (p *Pod) unlock() {
 	if cap(p.touched) > 4096 {
 		p.touched = nil // give a large pod's slice back
 	}
-	p.burst++
 	p.mu.Unlock()
 	for _, r := range touched {
 		r.Flush()

@@ -128,7 +128,7 @@ func TestThrottle(t *testing.T) {
 	}
 	waited := make(chan struct{})
 	go func() {
-		p.Throttle()
+		p.Throttle(alice.from)
 		close(waited)
 	}()
 	select {
