@@ -165,9 +165,12 @@ func (l *coreLog) close() {
 }
 
 // liveWait bounds how long the pod waits, at a live frame's marker, for
-// its body, which travels outside the stream and normally arrives first;
-// a body lost with its node is given up on.
-const liveWait = 2 * time.Second
+// its body, which travels outside the stream and normally arrives well
+// before it (the marker goes through the stream's leader and its
+// replicas); a body lost with its node, or published before this node
+// listened to the pod, is given up on, and the pod goes on. The frames
+// behind the marker wait meanwhile, so it is short.
+const liveWait = 250 * time.Millisecond
 
 // liveKeep is how long a live frame's body waits for its marker before it
 // is dropped (a marker lost because the stream did not take it).

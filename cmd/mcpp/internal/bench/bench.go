@@ -36,6 +36,7 @@ servers itself (no --gateway), each server's CPU time per delivery.
   mcpp bench --idle 10000 --baseline                 # RSS per idle connection
   mcpp bench --stalled 100 --size 1000000 --stalled-envelopes 64  # RSS with readers that stop reading
   mcpp bench --soak 30m                              # mixed traffic; resources per minute, start against end
+  mcpp bench --pods 6000 --members 3 --duration 60s   # many small pods: joins admitted, RSS a pod, latency, losses
   mcpp bench --gateway ws://HOST:PORT --subscribers 10   # a gateway that runs elsewhere
   mcpp bench --gateway ws://A:8081,ws://B:8082           # a cluster: subscribers spread over the nodes
 
@@ -74,6 +75,10 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		soak       = fs.Duration("soak", 0, "instead of fan-out: this long of mixed traffic against one gateway (churn, contexts, filters, floods, stalls, history, POST); its resources every --sample-every, and at the start against the end")
 		sampleFor  = fs.Duration("sample-every", time.Minute, "--soak: how often the gateway's resources are sampled")
 		soakWarmup = fs.Duration("soak-warmup", 2*time.Minute, "--soak: traffic (and a settle period) before the start is taken")
+		pods       = fs.Int("pods", 0, "instead of fan-out: this many pods of --members participants, one of whom sends --pod-rate envelopes a second for --duration; report joins admitted, the gateway's RSS a pod, latency and losses (with --gateway, several nodes: members spread over them)")
+		members    = fs.Int("members", 3, "--pods: participants a pod")
+		podRate    = fs.Float64("pod-rate", 1, "--pods: envelopes a second each pod's sender sends")
+		dialers    = fs.Int("dialers", 64, "--pods: joins under way at once")
 	)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
@@ -132,6 +137,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		Warmup: *warmup, Duration: *duration, Window: *window, Rate: *rate, Filters: *filters, Batch: *batch}
 	var err error
 	switch {
+	case *pods > 0:
+		err = b.pods(ctx, podsLoad{Pods: *pods, Members: max(2, *members), Rate: *podRate, Duration: *duration, Size: *size,
+			Dialers: max(1, *dialers), Token: *token}, *gw)
 	case *stalled > 0:
 		err = b.stalled(ctx, stalledLoad{Pods: *stalled, Envelopes: *stalledN, Size: *size, Settle: *settle})
 	case *soak > 0:
@@ -484,4 +492,33 @@ func idleRSS(ctx context.Context, s *server, n int) (float64, error) {
 		return 0, err
 	}
 	return float64(after-before) / float64(n), nil
+}
+
+// pods runs --pods against the gateway bench starts (its --max-pods and
+// --max-connections made room for the load, unless --gateway-args says
+// otherwise), or the nodes of --gateway.
+func (b *bencher) pods(ctx context.Context, l podsLoad, gw string) error {
+	if gw != "" {
+		for _, u := range strings.Split(gw, ",") {
+			l.URLs = append(l.URLs, wsURL(strings.TrimSpace(u)))
+		}
+	} else {
+		bin, err := gatewayBinary(b.gwBin)
+		if err != nil {
+			return err
+		}
+		args := append([]string{"--max-pods", strconv.Itoa(l.Pods), "--max-connections", strconv.Itoa(l.Pods*l.Members + 100)}, b.gwArgs...)
+		s, err := startGatewayProcess(bin, args)
+		if err != nil {
+			return err
+		}
+		defer s.stop()
+		l.URLs, l.PIDs = []string{s.ws}, []int{s.pid()}
+	}
+	r, err := l.run(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(b.out, podsReport(l, r))
+	return nil
 }
