@@ -171,9 +171,6 @@ func (g *Gateway) openHistory() error {
 		MaxBytes: int64(g.cfg.HistoryBytes), MaxMsgSize: int32(maxFrameBytes(&g.cfg)),
 		Replicas: historyReplicas(&g.cfg), File: g.cfg.HistoryDir != "",
 	}
-	if g.node.Order == pod.OrderStream {
-		cfg.Republish = g.node.Republish
-	}
 	if g.cfg.clustered() {
 		// Across a network a leader may die with what it was sent: the
 		// writer notices, and names its messages so that it can send them
@@ -619,10 +616,9 @@ func (g *Gateway) newNode() *pod.Node {
 			// Half the history, shared by the nodes that write into it.
 			FlightBytes: int64(c.HistoryBytes) / int64(2*clusterSize(c)),
 		},
-		Limits:    g.limitsPayload(),
-		Log:       g.log,
-		Metrics:   pod.NewMetrics(),
-		Republish: pod.RepublishSubjects,
+		Limits:  g.limitsPayload(),
+		Log:     g.log,
+		Metrics: pod.NewMetrics(),
 		Buckets: limits.NewBucketSet(
 			limits.Rate{Per: c.Rate, Burst: c.Burst},
 			limits.Rate{Per: c.ContextCreateRate, Burst: c.ContextCreateBurst}),

@@ -35,6 +35,10 @@ type Backend interface {
 	// Scan calls fn, in the stream's order, with every message stored on
 	// any of subjects from sequence from on.
 	Scan(ctx context.Context, subjects []string, from uint64, fn func(subject string, m Msg) error) error
+	// Follow calls fn, on one goroutine and in the stream's order, with
+	// every message stored on subjects (a wildcard: "mcpp.pod.>") after
+	// the call, until stop is called (follow.go).
+	Follow(ctx context.Context, subjects []string, fn func(subject string, m Msg), onErr func(error)) (stop func(), err error)
 	// FirstSeq is the oldest sequence the stream still holds: what is
 	// below it was discarded by --history-bytes or --history-age.
 	FirstSeq(ctx context.Context) (uint64, error)

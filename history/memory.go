@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 )
@@ -23,6 +24,14 @@ type Memory struct {
 	ids     map[string]uint64
 	held    bool
 	waiting []memAppend
+	// followers are told of each message stored, in order.
+	followers map[int]memFollower
+	nextID    int
+}
+
+type memFollower struct {
+	prefix string // of the subjects followed ("" all)
+	fn     func(string, Msg)
 }
 
 type memMsg struct {
@@ -87,8 +96,40 @@ func (s *Memory) Append(subject string, msg []byte, msgID string, done func(uint
 	for s.count[subject] > s.limit {
 		s.dropOldest(subject)
 	}
+	var tell []memFollower
+	for _, f := range s.followers {
+		if strings.HasPrefix(subject, f.prefix) {
+			tell = append(tell, f)
+		}
+	}
+	stored := Msg{Seq: seq, Time: at, Data: s.msgs[len(s.msgs)-1].Data}
 	s.mu.Unlock()
 	done(seq, false, nil)
+	for _, f := range tell {
+		f.fn(subject, stored)
+	}
+}
+
+// Follow implements Backend: fn is called from Append, after it stored;
+// subjects are one prefix pattern ("mcpp.pod.>").
+func (s *Memory) Follow(_ context.Context, subjects []string, fn func(string, Msg), _ func(error)) (func(), error) {
+	prefix := ""
+	if len(subjects) > 0 {
+		prefix = strings.TrimSuffix(subjects[0], ">")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.followers == nil {
+		s.followers = map[int]memFollower{}
+	}
+	s.nextID++
+	id := s.nextID
+	s.followers[id] = memFollower{prefix: prefix, fn: fn}
+	return func() {
+		s.mu.Lock()
+		delete(s.followers, id)
+		s.mu.Unlock()
+	}, nil
 }
 
 // dropOldest drops the oldest message of subject.

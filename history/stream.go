@@ -44,16 +44,11 @@ type Config struct {
 	// the gateway's own process, which always answers, waits as long as
 	// it takes.
 	AckWait time.Duration
-	// Republish, when set, is where the stream republishes each message
-	// once stored (a subject with a trailing ">" that takes the rest of
-	// the message's subject): nodes that deliver in the stream's order
-	// follow it there with core subscriptions, and no consumer per pod.
-	Republish string
 }
 
 // Slack is how many messages per pod the stream keeps beyond --history,
-// so that a node that reads a pod's messages back (to fill a gap in what
-// was republished to it) still finds them after a burst.
+// so that a node whose follower is behind (a burst of many pods) still
+// finds a pod's messages when it opens it and reads its past.
 const Slack = 1024
 
 // dedupWindow is how long the stream remembers the Nats-Msg-Id of the
@@ -122,12 +117,6 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		Replicas:          max(1, cfg.Replicas),
 		Duplicates:        min(dedupWindow, cfg.MaxAge),
 		AllowDirect:       true,
-	}
-	if cfg.Republish != "" {
-		sc.RePublish = &jetstream.RePublish{Source: ">", Destination: cfg.Republish}
-		if len(cfg.Subjects) == 1 {
-			sc.RePublish.Source = cfg.Subjects[0]
-		}
 	}
 	var stream jetstream.Stream
 	// A cluster elects its JetStream meta leader a moment after the

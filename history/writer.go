@@ -41,6 +41,7 @@ type Writer struct {
 	appended  uint64   // items appended, numbered from 1
 	batches   uint64   // batches made: their ordinals, and their ids
 	storedMax uint64   // the ordinal of the last batch stored
+	storedSeq uint64   // the highest stream sequence stored
 	holding   bool
 	closed    bool
 	wake      chan struct{}
@@ -145,6 +146,14 @@ func (w *Writer) Pending() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.bytes
+}
+
+// StoredSeq is the highest sequence the stream gave a message of this
+// writer's.
+func (w *Writer) StoredSeq() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.storedSeq
 }
 
 // Progress returns a channel that is closed when the next message
@@ -336,6 +345,7 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		// is a duplicate and in its place).
 		late = b.resent && !duplicate && b.ord < w.storedMax
 		w.storedMax = max(w.storedMax, b.ord)
+		w.storedSeq = max(w.storedSeq, seq)
 	}
 	n := 0
 	for n < len(w.sent) && w.sent[n].state == batchSettled {

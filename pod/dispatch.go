@@ -9,13 +9,16 @@ import (
 )
 
 // dispatchQueue is the capacity of one dispatcher's queue. A burst waits
-// there; past it NATS drops messages (a slow consumer), which a pod that
-// follows the stream reads back (a gap), and which one on core NATS loses,
-// as core NATS would.
+// there; past it NATS drops the messages of core subscriptions (a slow
+// consumer: a live body is then given up on, and without history an
+// envelope of another node is lost, as core NATS would lose it), while
+// the follower of the stream waits (the stream keeps what it has not
+// delivered).
 const dispatchQueue = 1 << 16
 
-// dispatch feeds what NATS brings for the node's pods (republished
-// history, live bodies, core subjects) to a few goroutines, one per CPU,
+// dispatch feeds what NATS brings for the node's pods (the stream, through
+// the node's follower; live bodies; core subjects) to a few goroutines,
+// one per CPU,
 // instead of one goroutine per subscription as nats.go's callbacks have:
 // an idle pod costs its subscriptions and no goroutine. Every subscription
 // of one pod goes to the same goroutine, so a pod handles its messages one
@@ -23,6 +26,7 @@ const dispatchQueue = 1 << 16
 type dispatch struct {
 	nc     *nats.Conn
 	queues []chan *nats.Msg
+	tasks  []chan task // what the node's follower hands over, by the same goroutines
 	mu     sync.RWMutex
 	subs   map[*nats.Subscription]func(*nats.Msg)
 	done   chan struct{}
@@ -32,14 +36,17 @@ type dispatch struct {
 func newDispatch(nc *nats.Conn) *dispatch {
 	d := &dispatch{nc: nc, subs: map[*nats.Subscription]func(*nats.Msg){}, done: make(chan struct{})}
 	for range max(2, runtime.GOMAXPROCS(0)) {
-		q := make(chan *nats.Msg, dispatchQueue)
-		d.queues = append(d.queues, q)
-		go d.run(q)
+		q, t := make(chan *nats.Msg, dispatchQueue), make(chan task, dispatchQueue)
+		d.queues, d.tasks = append(d.queues, q), append(d.tasks, t)
+		go d.loop(q, t)
 	}
 	return d
 }
 
-func (d *dispatch) run(q chan *nats.Msg) {
+// task is work handed to a pod's dispatcher goroutine (run).
+type task interface{ run() }
+
+func (d *dispatch) loop(q chan *nats.Msg, tasks chan task) {
 	for {
 		select {
 		case m := <-q:
@@ -49,20 +56,37 @@ func (d *dispatch) run(q chan *nats.Msg) {
 			if fn != nil {
 				fn(m)
 			}
+		case t := <-tasks:
+			t.run()
 		case <-d.done:
 			return
 		}
 	}
 }
 
+// shard is the goroutine of key (the pod's name).
+func (d *dispatch) shard(key string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(d.queues)))
+}
+
+// run hands t to the goroutine of key. It waits while that goroutine is
+// behind by a whole queue: the follower then slows down, and the stream
+// holds what it has not delivered (it never drops).
+func (d *dispatch) run(key string, t task) {
+	select {
+	case d.tasks[d.shard(key)] <- t:
+	case <-d.done:
+	}
+}
+
 // subscribe hands fn what is published on subject, on the goroutine of
 // key (the pod's name).
 func (d *dispatch) subscribe(key, subject string, fn func(*nats.Msg)) (*nats.Subscription, error) {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	sub, err := d.nc.ChanSubscribe(subject, d.queues[h.Sum32()%uint32(len(d.queues))])
+	sub, err := d.nc.ChanSubscribe(subject, d.queues[d.shard(key)])
 	if err != nil {
 		return nil, err
 	}

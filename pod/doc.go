@@ -13,8 +13,9 @@
 //	     one node      the order is the node's: record it in the history index, queue it for every
 //	                   member whose filter admits it (one text frame shared by all), hand it to the
 //	                   history writer (history.Writer), which stores it behind, in the same order
-//	     several nodes the order is the history stream's: send it into the stream; it comes back,
-//	     with history  republished, to every node (Tails), and is recorded and queued then
+//	     several nodes the order is the history stream's: send it into the stream; it comes back to
+//	     with history  every node, through the node's one ordered consumer of the stream (Follower),
+//	                   and is recorded and queued then
 //	     several nodes each node queues its own at once and the others' as the pod's core NATS
 //	     no history    subject brings them
 //	  ── the lock is let go: each member's writer is woken once for all it was queued (unlock) ─────────

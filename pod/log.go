@@ -20,8 +20,8 @@ import (
 //   - localLog (OrderLocal): the node orders the pod itself. What it
 //     accepts is delivered at once and written behind into the history.
 //   - streamLog (OrderStream): the history stream orders the pod. What the
-//     node accepts goes into the stream, and is delivered when the stream
-//     republishes it, as every node's is.
+//     node accepts goes into the stream, and is delivered when the node's
+//     follower of the stream brings it back, as every node's is.
 //   - coreLog (OrderCore): no history; each node delivers what it accepts
 //     at once, and what the others accept as NATS brings it.
 type podLog interface {
@@ -177,16 +177,18 @@ const liveWait = 250 * time.Millisecond
 const liveKeep = 10 * time.Second
 
 // streamLog: the history stream orders the pod. A stored frame goes into
-// the stream and comes back (republished) to every node. A live frame
+// the stream and comes back to every node, through its follower
+// (tail.go). A live frame
 // (presence, an ephemeral envelope) never goes into the stream: its body
 // is published on the pod's live subject, and a marker with its header
 // and no body takes its place in the stream, so that every node delivers
 // it in the pod's order and history holds nothing of it but its place.
 type streamLog struct {
 	p        *Pod
+	follower *Follower
 	tail     *Tail
 	sub      *nats.Subscription
-	catching atomic.Bool // a CatchUp is under way
+	lost     atomic.Bool // its order was found lost
 
 	// deliver makes the frames reach the pod one at a time, in order,
 	// whoever hands them (the dispatcher, or the timer that gives up on a
@@ -229,12 +231,15 @@ func (l *streamLog) open(ctx context.Context) error {
 		return err
 	}
 	l.sub = sub
-	tail, err := p.node.tails.Follow(ctx, p.Name, p.subjects(), l.onMsg, p.orderLost)
+	f, err := p.node.follower(ctx)
+	if err == nil {
+		l.tail, err = f.Follow(ctx, p.Name, p.subjects(), l.onMsg)
+	}
 	if err != nil {
 		p.node.dispatch.unsubscribe(sub)
 		return err
 	}
-	l.tail = tail
+	l.follower = f
 	return nil
 }
 
@@ -273,8 +278,8 @@ func (l *streamLog) close() {
 	l.mu.Unlock()
 }
 
-// onMsg takes a message of the stream (the past, then what is
-// republished), in the stream's order.
+// onMsg takes a message of the stream (the past, then what the follower
+// brings), in the stream's order.
 func (l *streamLog) onMsg(_ string, m history.Msg) {
 	err := history.Frames(m.Data, func(off int, frame []byte) error {
 		l.take(parkedFrame{frame: frame, loc: history.Loc{Seq: m.Seq, Off: off}, at: m.Time})
@@ -397,20 +402,12 @@ func (l *streamLog) release(skip bool) {
 	}
 }
 
-// catchUpAfter is how long this node's frames may stay unseen before the
-// pod reads the stream back for them: NATS may have dropped the last
-// messages of a burst, which leaves no later message to show the gap.
-const catchUpAfter = time.Second
-
-// tick drops bodies whose markers never came (sweep), and reads the
-// stream back when this node's frames stay unseen.
+// tick drops bodies whose markers never came (sweep), and finds out when
+// the node's follower was given up on (checkFollower): the pod's order
+// is lost then.
 func (l *streamLog) tick(now time.Time, sweep bool) {
-	if f := &l.p.flow; f.unseen() > 0 && now.Sub(time.Unix(0, f.lastBack.Load())) > catchUpAfter && l.tail != nil &&
-		l.catching.CompareAndSwap(false, true) {
-		go func() {
-			defer l.catching.Store(false)
-			l.tail.CatchUp()
-		}()
+	if l.follower != nil && l.p.node.checkFollower(now) != l.follower && l.lost.CompareAndSwap(false, true) {
+		go l.p.orderLost(fmt.Errorf("the node's follower of the history stream stayed behind for %v", lostAfter))
 	}
 	if !sweep {
 		return

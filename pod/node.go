@@ -123,11 +123,8 @@ type Node struct {
 	History history.Backend
 	Writer  *history.Writer
 	// NATS carries what travels between nodes (OrderStream, OrderCore).
-	NATS *nats.Conn
-	// Republish is where the history stream republishes a pod's messages
-	// (OrderStream): a subject ending in ">", as history.Config's.
-	Republish string
-	Cluster   Cluster
+	NATS    *nats.Conn
+	Cluster Cluster
 	// Buckets are the participants' rate buckets, by pod and id.
 	Buckets *limits.BucketSet
 	// OnDead is told of a pod that died by itself (its order was lost),
@@ -135,7 +132,10 @@ type Node struct {
 	OnDead func(*Pod)
 
 	dispatch *dispatch
-	tails    *Tails
+	// follow is the node's reader of the stream (OrderStream), started
+	// when the first pod opens, and made anew when it was lost.
+	followMu sync.Mutex
+	follow   *Follower
 	// frameSeq numbers the frames this node accepts (envelope.Meta.Seq).
 	frameSeq atomic.Uint64
 	// scopes numbers the pods' flush scopes (participant.FlushMark).
@@ -190,16 +190,43 @@ func (n *Node) Start() {
 	if n.Order != OrderLocal {
 		n.dispatch = newDispatch(n.NATS)
 	}
-	if n.Order == OrderStream {
-		n.tails = &Tails{n: n, source: subjectPrefix, prefix: republishPrefix(n.Republish), log: n.Log}
-	}
 }
 
 // Stop stops them.
 func (n *Node) Stop() {
+	n.followMu.Lock()
+	if n.follow != nil {
+		n.follow.close()
+		n.follow = nil
+	}
+	n.followMu.Unlock()
 	if n.dispatch != nil {
 		n.dispatch.close()
 	}
+}
+
+// checkFollower gives up on the node's follower when it has stayed behind
+// what the stream stored of this node's for lostAfter (the stream took
+// the frames, and nothing brought them back): the pods it served lost
+// their order (Pod.Tick), and the next pod to open starts a new one.
+func (n *Node) checkFollower(now time.Time) *Follower {
+	n.followMu.Lock()
+	defer n.followMu.Unlock()
+	f := n.follow
+	if f == nil || n.Writer == nil {
+		return f
+	}
+	if behind := f.behind(now, n.Writer.StoredSeq()); behind > lostAfter {
+		last := ""
+		if e := f.lastError.Load(); e != nil {
+			last = *e
+		}
+		n.Log.Error("the node's follower of the history stream brings nothing back of what the stream stored; its pods lost their order here",
+			"behind", behind.Round(time.Millisecond).String(), "errors", f.errors.Load(), "last_error", last)
+		f.close()
+		n.follow = nil
+	}
+	return n.follow
 }
 
 // historyOn reports whether pods keep a history.

@@ -10,9 +10,6 @@ const (
 	livePrefix    = "mcpp.live."
 	// StreamSubjects are the subjects the history stream captures.
 	StreamSubjects = "mcpp.pod.>"
-	// RepublishSubjects is where the stream republishes them for the
-	// nodes that follow its order (OrderStream).
-	RepublishSubjects = "mcpp.deliver.>"
 )
 
 // Subject is the NATS subject of a pod: its envelopes and context events,
@@ -31,7 +28,3 @@ func markerSubject(pod string) string { return subjectPrefix + token(pod) + ".li
 func liveSubject(pod string) string { return livePrefix + token(pod) }
 
 func token(pod string) string { return strings.ReplaceAll(pod, ".", "~") }
-
-// republishPrefix is the republished subjects' prefix: "mcpp.deliver."
-// for "mcpp.deliver.>".
-func republishPrefix(republish string) string { return strings.TrimSuffix(republish, ">") }

@@ -2,107 +2,162 @@ package pod
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpp/gateway/history"
 )
 
-// Where several gateway nodes share the pods (a cluster, or an external
-// NATS) with history, every node delivers a pod's frames in the stream's
-// order. The stream republishes each message once stored (RePublish), and
-// each node follows the pods it serves there with one core subscription
-// per pod subject: no JetStream consumer per pod, so the number of pods
-// is bound by memory, not by the stream's consumer limit, and adding a
-// node adds capacity. A message that did not arrive (dropped, or
-// republished by a leader that died) shows as a gap in the per-subject
-// sequence that each republished message carries (Nats-Last-Sequence):
-// the tail reads the missing messages back from the stream before it goes
-// on.
+// Where the stream orders the pods (OrderStream), a node reads it with
+// one ordered consumer for every pod's subjects (history.Follow): the
+// Follower. Each message goes to the pod it is for, if that pod is open
+// here (its Tail), on the dispatcher goroutine of that pod, so that pods
+// are handled side by side and each in order; the others are dropped. The
+// ordered consumer never skips a message: a pod's tail sees its messages
+// once, in the stream's order, from the moment it opened.
 
-// lostAfter is how long a tail keeps trying to read a gap back from the
-// stream before it reports its pod's order lost.
+// lostAfter is how long the follower may stay behind what this node
+// stored (the stream acknowledged it, and the follower did not bring it
+// back) before the node counts the order of its pods lost.
 const lostAfter = 5 * time.Second
 
-// Tails follows pods' republished messages for one node.
-type Tails struct {
-	n      *Node  // its History, once the stream is open
-	source string // the stream's subjects' prefix ("mcpp.pod.")
-	prefix string // where they are republished ("mcpp.deliver.")
-	log    *slog.Logger
+// Follower is the node's reader of the history stream.
+type Follower struct {
+	n    *Node
+	log  *slog.Logger
+	stop func()
+
+	mu    sync.RWMutex
+	tails map[string]*Tail // by subject
+
+	handled   atomic.Uint64 // the last stream sequence the consumer handed
+	lastMove  atomic.Int64  // when it moved last (unix ns)
+	errors    atomic.Int64
+	lastError atomic.Pointer[string]
 }
 
-// Tail is one pod's follower: it hands its pod every message stored on
-// the pod's subjects, once, in the stream's order.
+// follower starts the node's follower, once, when the first pod opens.
+func (n *Node) follower(ctx context.Context) (*Follower, error) {
+	n.followMu.Lock()
+	defer n.followMu.Unlock()
+	if n.follow != nil {
+		return n.follow, nil
+	}
+	f := &Follower{n: n, log: n.Log, tails: map[string]*Tail{}}
+	f.lastMove.Store(time.Now().UnixNano())
+	stop, err := n.History.Follow(ctx, []string{StreamSubjects}, f.take, f.trouble)
+	if err != nil {
+		return nil, err
+	}
+	f.stop = stop
+	n.follow = f
+	return f, nil
+}
+
+// take hands a message of the stream to its pod's tail, if the pod is
+// open here.
+func (f *Follower) take(subject string, m history.Msg) {
+	f.handled.Store(m.Seq)
+	f.lastMove.Store(time.Now().UnixNano())
+	f.mu.RLock()
+	tl := f.tails[subject]
+	f.mu.RUnlock()
+	if tl != nil {
+		f.n.dispatch.run(tl.key, tailMsg{tl, subject, m})
+	}
+}
+
+// trouble hears of the consumer's errors; it recovers from them by
+// itself, and they are counted so that a watcher sees them.
+func (f *Follower) trouble(err error) {
+	n := f.errors.Add(1)
+	msg := err.Error()
+	f.lastError.Store(&msg)
+	if n == 1 || n%100 == 0 {
+		f.log.Warn("the node's follower of the history stream", "errors", n, "last", msg)
+	}
+}
+
+// behind reports how long the follower has not brought back what the
+// stream stored of this node's (0: it is not behind).
+func (f *Follower) behind(now time.Time, stored uint64) time.Duration {
+	if f.handled.Load() >= stored {
+		return 0
+	}
+	return now.Sub(time.Unix(0, f.lastMove.Load()))
+}
+
+func (f *Follower) close() {
+	if f.stop != nil {
+		f.stop()
+	}
+}
+
+// Tail is one pod's share of the follower: it hands its pod every message
+// stored on the pod's subjects, once, in the stream's order.
 type Tail struct {
-	t        *Tails
+	f        *Follower
+	key      string
 	subjects []string
 	fn       func(subject string, m history.Msg)
-	onLost   func(error)
-	subs     []*nats.Subscription
 
 	// order makes the calls of fn one at a time, in the stream's order,
-	// whoever hands them (the dispatcher, Follow, CatchUp).
+	// whoever hands them (the dispatcher, Follow).
 	order    sync.Mutex
 	mu       sync.Mutex
 	ready    bool
-	buffered []*nats.Msg
+	buffered []tailMsg
 	last     map[string]uint64 // the last sequence handled of each subject
 	stopped  bool
 }
 
-// Follow hands fn every message stored on subjects, from the oldest the
-// stream holds, in the stream's order, one at a time; the messages stored
-// before Follow returns (the pod's past) are handed before it returns.
-// onLost hears, once, that a gap could not be read back for lostAfter:
-// the tail has stopped, and the pod must deliver nothing more (its order
-// is lost). key names the pod for the dispatcher.
-func (t *Tails) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.Msg), onLost func(error)) (*Tail, error) {
-	tail := &Tail{t: t, subjects: subjects, fn: fn, onLost: onLost, last: map[string]uint64{}}
-	// Subscribe first: what is stored while the past is read arrives
-	// here and is handed after it.
+// tailMsg is a message of the stream on its way to a tail.
+type tailMsg struct {
+	t       *Tail
+	subject string
+	m       history.Msg
+}
+
+func (tm tailMsg) run() { tm.t.handle(tm) }
+
+// Follow hands fn every message stored on the pod's subjects, from the
+// oldest the stream holds, in the stream's order, one at a time; the
+// messages stored before Follow returns (the pod's past) are handed
+// before it returns. key names the pod for the dispatcher.
+func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.Msg)) (*Tail, error) {
+	tl := &Tail{f: f, key: key, subjects: subjects, fn: fn, last: map[string]uint64{}}
+	// Listen first: what is stored while the past is read arrives here
+	// and is handed after it.
+	f.mu.Lock()
 	for _, s := range subjects {
-		sub, err := t.n.dispatch.subscribe(key, t.prefix+strings.TrimPrefix(s, t.source), tail.handle)
-		if err != nil {
-			tail.Stop()
-			return nil, err
-		}
-		tail.subs = append(tail.subs, sub)
+		f.tails[s] = tl
 	}
-	if err := t.n.NATS.FlushWithContext(ctx); err != nil {
-		tail.Stop()
-		return nil, err
-	}
-	tail.order.Lock()
-	defer tail.order.Unlock()
-	err := t.n.History.Scan(ctx, subjects, 1, func(subject string, m history.Msg) error {
-		tail.deliver(subject, m)
+	f.mu.Unlock()
+	tl.order.Lock()
+	defer tl.order.Unlock()
+	err := f.n.History.Scan(ctx, subjects, 1, func(subject string, m history.Msg) error {
+		tl.deliver(subject, m)
 		return nil
 	})
 	if err != nil {
-		tail.Stop()
-		return nil, err
+		tl.Stop()
+		return nil, fmt.Errorf("reading the pod's past: %w", err)
 	}
 	for {
-		tail.mu.Lock()
-		buffered := tail.buffered
-		tail.buffered = nil
+		tl.mu.Lock()
+		buffered := tl.buffered
+		tl.buffered = nil
 		if len(buffered) == 0 {
-			tail.ready = true
-			tail.mu.Unlock()
-			return tail, nil
+			tl.ready = true
+			tl.mu.Unlock()
+			return tl, nil
 		}
-		tail.mu.Unlock()
-		for _, m := range buffered {
-			tail.take(m)
+		tl.mu.Unlock()
+		for _, tm := range buffered {
+			tl.deliver(tm.subject, tm.m)
 		}
 	}
 }
@@ -112,118 +167,32 @@ func (tl *Tail) Stop() {
 	tl.mu.Lock()
 	tl.stopped = true
 	tl.mu.Unlock()
-	for _, s := range tl.subs {
-		tl.t.n.dispatch.unsubscribe(s)
+	tl.f.mu.Lock()
+	for _, s := range tl.subjects {
+		if tl.f.tails[s] == tl {
+			delete(tl.f.tails, s)
+		}
 	}
+	tl.f.mu.Unlock()
 }
 
-// handle takes one republished message from the dispatcher.
-func (tl *Tail) handle(m *nats.Msg) {
+// handle takes one message from the follower, on the pod's dispatcher.
+func (tl *Tail) handle(tm tailMsg) {
 	tl.mu.Lock()
 	if tl.stopped {
 		tl.mu.Unlock()
 		return
 	}
 	if !tl.ready {
-		tl.buffered = append(tl.buffered, m)
+		tl.buffered = append(tl.buffered, tm)
 		tl.mu.Unlock()
 		return
 	}
 	tl.mu.Unlock()
 	tl.order.Lock()
 	defer tl.order.Unlock()
-	tl.take(m)
+	tl.deliver(tm.subject, tm.m)
 }
-
-// take hands a republished message, after what is missing before it.
-// Call it with order held.
-func (tl *Tail) take(m *nats.Msg) {
-	subject := m.Header.Get(jetstream.SubjectHeader)
-	seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-	prev, _ := strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
-	ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-	if seq == 0 || subject == "" {
-		return
-	}
-	msg := history.Msg{Seq: seq, Time: ts.UnixNano(), Data: m.Data}
-	tl.mu.Lock()
-	last := tl.last[subject]
-	tl.mu.Unlock()
-	if prev > last {
-		// A gap: what was stored between is read back first, up to prev
-		// (the message stored on the subject before this one).
-		if !tl.catchUp(subject, prev, seq) {
-			return
-		}
-	}
-	tl.deliver(subject, msg)
-}
-
-// CatchUp reads back whatever the stream holds of the pod beyond what was
-// handed (a burst whose last messages NATS dropped leaves no later
-// message to show the gap).
-func (tl *Tail) CatchUp() {
-	tl.order.Lock()
-	defer tl.order.Unlock()
-	for _, s := range tl.subjects {
-		tl.catchUp(s, 0, 0)
-	}
-}
-
-// catchUp reads back subject's messages after the last handled, up to
-// need at least (0: whatever is there) and before until (0: no bound),
-// and hands them, retrying for lostAfter: a replica that answers a read
-// may not have caught up with the leader yet. Call it with order held.
-func (tl *Tail) catchUp(subject string, need, until uint64) bool {
-	deadline := time.Now().Add(lostAfter)
-	tries := 0
-	for {
-		tries++
-		tl.mu.Lock()
-		last := tl.last[subject]
-		tl.mu.Unlock()
-		if need != 0 && last >= need {
-			return true
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := tl.t.n.History.Scan(ctx, []string{subject}, last+1, func(s string, m history.Msg) error {
-			if until != 0 && m.Seq >= until {
-				return errStop
-			}
-			tl.deliver(s, m)
-			return nil
-		})
-		cancel()
-		if errors.Is(err, errStop) {
-			err = nil
-		}
-		tl.mu.Lock()
-		last = tl.last[subject]
-		tl.mu.Unlock()
-		if err == nil && (need == 0 || last >= need) {
-			return true
-		}
-		if err == nil {
-			err = fmt.Errorf("the stream's answer ended at %d, before %d", last, need)
-		}
-		if time.Now().After(deadline) {
-			tl.mu.Lock()
-			stopped := tl.stopped
-			tl.stopped = true
-			tl.mu.Unlock()
-			if !stopped && tl.onLost != nil {
-				tl.onLost(fmt.Errorf("%d reads of the gap after %d failed; the last: %w", tries, last, err))
-			}
-			return false
-		}
-		if tries == 1 {
-			tl.t.log.Warn("reading a gap of a pod back from the history stream; retrying", "subject", subject, "after", last, "err", err)
-		}
-		time.Sleep(min(time.Duration(tries)*10*time.Millisecond, 200*time.Millisecond))
-	}
-}
-
-var errStop = errors.New("stop")
 
 // deliver hands m unless it was handed already. Call it with order held.
 func (tl *Tail) deliver(subject string, m history.Msg) {
