@@ -177,6 +177,48 @@ var ErrBadFrame = errors.New("envelope: malformed frame")
 // DecodeFrame reads the header of data into m and returns the body. The
 // strings in m share data's memory, so data must not change afterwards.
 func DecodeFrame(data []byte, m *Meta) ([]byte, error) {
+	body, err := decodeHeader(data, m)
+	if err != nil || m.Protocol.End > len(body) {
+		return nil, ErrBadFrame
+	}
+	return body, nil
+}
+
+// DecodeHeader reads a frame's header alone (the frame without its body,
+// as the history index keeps it) into m. The strings in m share data's
+// memory.
+func DecodeHeader(head []byte, m *Meta) error {
+	_, err := decodeHeader(head, m)
+	return err
+}
+
+// HeaderID is the envelope id in a frame's header (its memory), or "":
+// what the history index keys its entries by, without decoding the rest.
+func HeaderID(head []byte) string {
+	if len(head) < 3 || head[0] != frameVersion {
+		return ""
+	}
+	d := frameDecoder{b: head[3:]}
+	d.skip() // origin
+	d.skip() // from
+	for n := d.uvarint(); n > 0 && d.err == nil; n-- {
+		d.skip()
+	}
+	d.skip() // context id
+	d.skip() // type
+	d.skip() // parent
+	for n := d.uvarint(); n > 0 && d.err == nil; n-- {
+		d.skip()
+	}
+	d.uvarint() // seq
+	id := d.string()
+	if d.err != nil {
+		return ""
+	}
+	return id
+}
+
+func decodeHeader(data []byte, m *Meta) ([]byte, error) {
 	m.Reset()
 	d := frameDecoder{b: data}
 	if len(data) < 3 || data[0] != frameVersion {
@@ -203,7 +245,7 @@ func DecodeFrame(data []byte, m *Meta) ([]byte, error) {
 	}
 	m.Protocol.Start = int(d.uvarint())
 	m.Protocol.End = int(d.uvarint())
-	if d.err != nil || m.Protocol.End > len(d.b) || m.Protocol.Start > m.Protocol.End {
+	if d.err != nil || m.Protocol.Start > m.Protocol.End {
 		return nil, ErrBadFrame
 	}
 	return d.b, nil
@@ -230,6 +272,15 @@ func (d *frameDecoder) uvarint() uint64 {
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+func (d *frameDecoder) skip() {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = ErrBadFrame
+		return
+	}
+	d.b = d.b[n:]
 }
 
 func (d *frameDecoder) string() string {

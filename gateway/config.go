@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -94,7 +95,7 @@ func DefaultConfig() Config {
 		SendQueueBytes:            8 << 20,
 		MaxConnections:            10000,
 		MaxParticipantsPerPod:     1000,
-		MaxPods:                   1000,
+		MaxPods:                   0, // what the node's memory holds (PodsMemoryHolds)
 		PingInterval:              30 * time.Second,
 		WriteTimeout:              10 * time.Second,
 		HandshakeTimeout:          10 * time.Second,
@@ -133,7 +134,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.MaxMemory, "max-memory", "soft limit of the process's memory, for Go's garbage collector (debug.SetMemoryLimit), e.g. 2GiB (0: none)")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "WebSocket connections in all")
 	fs.IntVar(&c.MaxParticipantsPerPod, "max-participants-per-pod", c.MaxParticipantsPerPod, "participants in one pod")
-	fs.IntVar(&c.MaxPods, "max-pods", c.MaxPods, "pods at once")
+	fs.IntVar(&c.MaxPods, "max-pods", c.MaxPods, "pods at once (0: what a quarter of the node's memory, or of --max-memory, holds at 64 KiB a pod with its connections)")
 	fs.DurationVar(&c.PingInterval, "ping-interval", c.PingInterval, "WebSocket ping interval (0 disables)")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a write or ping to a participant may take this long before it is cut")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "time to send the HTTP upgrade request")
@@ -210,8 +211,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--allowed-origins: a pattern is malformed (path.Match syntax)")
 	case c.ClusterHeartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--cluster-heartbeat must be at least 10ms")
-	case c.MaxConnections < 1 || c.MaxParticipantsPerPod < 1 || c.MaxPods < 1 || c.MaxContextsPerParticipant < 1 || c.MaxContextsPerPod < 1:
+	case c.MaxConnections < 1 || c.MaxParticipantsPerPod < 1 || c.MaxContextsPerParticipant < 1 || c.MaxContextsPerPod < 1:
 		return fmt.Errorf("caps must be at least 1")
+	case c.MaxPods < 0:
+		return fmt.Errorf("--max-pods must be 0 (what the node's memory holds) or more")
 	case c.History < 0:
 		return fmt.Errorf("--history must be 0 (off) or more")
 	case c.History > 0 && (c.HistoryAge < time.Second || c.HistoryBytes < 1<<20):
@@ -274,4 +277,46 @@ func (c *Config) logger() *slog.Logger {
 		return c.Logger
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
+
+// podBytes is what a pod costs the node, with its connections (three
+// participants, a few contexts and envelopes of history), as mcpp bench
+// --pods measures it: what --max-pods 0 counts with.
+const podBytes = 64 << 10
+
+// PodsMemoryHolds is --max-pods when it is 0: the pods a quarter of the
+// node's memory holds at podBytes a pod (the rest is for the queues, the
+// history and the garbage collector's headroom), counting --max-memory
+// when it is set, or the machine's (or its cgroup's) memory otherwise; at
+// least 1,000, the limit of earlier versions.
+func (c *Config) PodsMemoryHolds() int {
+	if c.MaxPods > 0 {
+		return c.MaxPods
+	}
+	mem := int64(c.MaxMemory)
+	if mem == 0 {
+		mem = machineMemory()
+	}
+	return max(1000, int(mem/4/podBytes))
+}
+
+// machineMemory is the memory the process may use: its cgroup's limit,
+// or the machine's total, or 4 GiB when neither can be read.
+func machineMemory() int64 {
+	total := int64(4 << 30)
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
+					total = kb << 10
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if limit, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && limit < total {
+			total = limit
+		}
+	}
+	return total
 }

@@ -36,7 +36,7 @@ func TestConfigEnvironment(t *testing.T) {
 		cfg.MaxParticipantsPerPod != 4 || cfg.ConclusionKinds != "done" {
 		t.Fatalf("the environment was not applied: %+v", cfg)
 	}
-	if cfg.MaxConnections != 10000 || cfg.MaxPods != 1000 || cfg.ContextRate != 50 {
+	if cfg.MaxConnections != 10000 || cfg.MaxPods != 0 || cfg.ContextRate != 50 {
 		t.Fatalf("settings absent from the environment changed: %+v", cfg)
 	}
 	// Every flag has its variable.
@@ -69,7 +69,7 @@ func TestConfigValidateRejectsUnusableLimits(t *testing.T) {
 		"burst 0":              func(c *Config) { c.Burst = 0 },
 		"context burst 0":      func(c *Config) { c.ContextBurst = 0 },
 		"max depth 0":          func(c *Config) { c.MaxDepth = 0 },
-		"max pods 0":           func(c *Config) { c.MaxPods = 0 },
+		"max pods -1":          func(c *Config) { c.MaxPods = -1 },
 		"max connections 0":    func(c *Config) { c.MaxConnections = 0 },
 		"contexts per pod 0":   func(c *Config) { c.MaxContextsPerPod = 0 },
 		"timeout overflows":    func(c *Config) { c.ContextTimeout = 2_500_000 * time.Hour },
@@ -89,5 +89,28 @@ func TestConfigValidateRejectsUnusableLimits(t *testing.T) {
 	c.Rate = 1e-3
 	if err := c.Validate(); err != nil {
 		t.Fatalf("a year's timeout, no retention and a slow rate are usable: %v", err)
+	}
+}
+
+// TestMaxPodsHoldsWhatMemoryHolds: --max-pods 0 is what a quarter of the
+// memory holds at 64 KiB a pod (--max-memory when set), never below the
+// 1,000 of earlier versions; a number given stands.
+func TestMaxPodsHoldsWhatMemoryHolds(t *testing.T) {
+	c := DefaultConfig()
+	c.MaxMemory = 8 << 30
+	if got := c.PodsMemoryHolds(); got != 8<<30/4/(64<<10) {
+		t.Fatalf("8 GiB holds %d pods, want %d", got, 8<<30/4/(64<<10))
+	}
+	c.MaxMemory = 64 << 20
+	if got := c.PodsMemoryHolds(); got != 1000 {
+		t.Fatalf("64 MiB holds %d pods, want the floor of 1000", got)
+	}
+	c.MaxPods = 7
+	if got := c.PodsMemoryHolds(); got != 7 {
+		t.Fatalf("--max-pods 7 gives %d", got)
+	}
+	c = DefaultConfig()
+	if got := c.PodsMemoryHolds(); got < 1000 {
+		t.Fatalf("this machine's memory holds %d pods", got)
 	}
 }

@@ -80,6 +80,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.MaxPods = cfg.PodsMemoryHolds()
 	g := &Gateway{
 		cfg: cfg, log: cfg.logger(), nodeID: uuid.NewString()[:8],
 		defaultCaps:    splitComma(cfg.DefaultCapabilities),
@@ -326,8 +327,8 @@ func (g *Gateway) pod(name string) (*pod.Pod, *envelope.Error) {
 	if p := s.pods[name]; p != nil {
 		return p, nil
 	}
-	if g.podCount.Load() >= int64(g.cfg.MaxPods) {
-		return nil, envelope.Errorf(wire.CodeOverCapacity, "the gateway serves %d pods, the limit", g.cfg.MaxPods)
+	if limit := g.cfg.MaxPods; g.podCount.Load() >= int64(limit) {
+		return nil, envelope.Errorf(wire.CodeOverCapacity, "the gateway serves %d pods, the limit", limit)
 	}
 	p := pod.New(g.node, name)
 	s.pods[name] = p

@@ -16,12 +16,17 @@ func BenchmarkIndexApply(b *testing.B) {
 	for i := range ids {
 		ids[i] = "e-" + strconv.Itoa(i) + "-0f3a9c2e-5d4b-4c1e-9a7f-1b2c3d4e5f60"
 	}
-	frame := make([]byte, 330)
+	frames := make([][]byte, len(ids))
+	metas := make([]envelope.Meta, len(ids))
+	for i, id := range ids {
+		metas[i] = envelope.Meta{Kind: envelope.FrameEnvelope, Origin: "n", From: "alice", ID: id}
+		frames[i] = envelope.Frame(&metas[i], make([]byte, 256))
+	}
 	now := time.Now().UnixNano()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		m := envelope.Meta{Kind: envelope.FrameEnvelope, Origin: "n", From: "alice", ID: ids[i%len(ids)]}
-		x.Apply(uint64(i+1), now, &m, 256, Loc{}, frame)
+		k := i % len(ids)
+		x.Apply(uint64(i+1), now, frames[k], &metas[k], 256, Loc{})
 	}
 }

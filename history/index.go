@@ -10,14 +10,20 @@ import (
 
 // Entry is one stored frame of a pod's history, an accepted envelope or a
 // system/context event, as filters and folding see it: its header, never
-// its body, which stays in the stream.
+// its body, which stays in the stream. The header is kept as the frame has
+// it (bytes, decoded when a reader asks: Meta), so that an entry holds few
+// pointers for the garbage collector to follow, however many a pod keeps.
 type Entry struct {
 	// Pos is the entry's place in the pod's order on this node: what
 	// selections, resumes and cursors count in.
 	Pos  uint64
 	Time int64 // unix nanoseconds
 	Size int   // of the envelope
-	Meta envelope.Meta
+	head []byte
+	// id is the envelope's id, in head; kind and flags are the header's.
+	id    string
+	kind  envelope.FrameKind
+	flags uint8
 	// loc is where the stream holds the entry's frame; zero until the
 	// writer's message is stored (Stored). Until then frame is the frame
 	// itself, which the writer holds anyway: a reader takes it from here,
@@ -41,8 +47,16 @@ type incarnation struct{ concluded bool }
 // (docs/protocol.md section 8): its context has concluded, and it is neither one of the
 // context's conclusion-kind envelopes nor its event.
 func (e *Entry) Folded() bool {
-	return e.inc != nil && e.inc.concluded && !e.Meta.Conclusion()
+	return e.inc != nil && e.inc.concluded && e.flags&envelope.FlagConclusion == 0
 }
+
+// Meta decodes the entry's header into m, whose strings then point into
+// the entry: use them under the index's lock, or copy them.
+func (e *Entry) Meta(m *envelope.Meta) {
+	_ = envelope.DecodeHeader(e.head, m) // the index's own copy of a header it decoded
+}
+
+func (e *Entry) transient() bool { return e.flags&envelope.FlagTransient != 0 }
 
 // Loc is where the stream holds an entry's frame: the sequence of its
 // message and the frame's place in that message (a batch, batch.go).
@@ -75,14 +89,14 @@ type liveRef struct {
 // discarding of the stream's oldest messages Discard reports.
 type Index struct {
 	mu         sync.RWMutex
-	entries    []*Entry // oldest first, from head on
+	scratch    envelope.Meta // decoded headers, under mu (write)
+	entries    []*Entry      // oldest first, from head on
 	head       int
 	ids        map[string]*Entry
 	live       []liveRef // oldest first, from liveHead on
 	liveHead   int
 	liveIDs    map[string]uint64
 	open       map[string]*incarnation // the current incarnation of each context id
-	names      map[string]string       // senders' and contexts' names, kept once (intern)
 	last       uint64
 	maxEntries int
 	maxAge     int64
@@ -98,13 +112,14 @@ func NewIndex(maxEntries int, maxAge time.Duration) *Index {
 	}
 }
 
-// Apply records the frame at pos in the pod's order: an entry, which it
+// Apply records frame, at pos in the pod's order: an entry, which it
 // returns, or the place of a live frame (its marker, or the frame its
 // marker stands for), which history does not keep but a client may
-// resume from (nil). loc is where the stream holds it, or zero when it is
-// not stored yet: frame is then the whole frame, kept until Stored. m's
-// strings may point into the frame: the index keeps copies.
-func (x *Index) Apply(pos uint64, at int64, m *envelope.Meta, size int, loc Loc, frame []byte) *Entry {
+// resume from (nil). m is the frame's header, decoded, and size its
+// body's. loc is where the stream holds it, or zero when it is not stored
+// yet: the index keeps the whole frame until Stored, and otherwise a copy
+// of its header.
+func (x *Index) Apply(pos uint64, at int64, frame []byte, m *envelope.Meta, size int, loc Loc) *Entry {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.last = pos
@@ -116,17 +131,20 @@ func (x *Index) Apply(pos uint64, at int64, m *envelope.Meta, size int, loc Loc,
 		x.consume(m.Consumes, m.ID)
 		return nil
 	}
-	e := &Entry{Pos: pos, Time: at, Size: size, Meta: x.cloneMeta(m), loc: loc}
+	e := &Entry{Pos: pos, Time: at, Size: size, kind: m.Kind, flags: m.Flags, loc: loc}
+	head := frame[:len(frame)-size]
+	e.head = append(make([]byte, 0, len(head)), head...) // not the frame's memory, which goes once stored
 	if loc.Seq == 0 {
 		e.frame = frame
 	}
+	e.id = envelope.HeaderID(e.head) // in the entry's memory, not the caller's
 	if id := m.ContextID; id != "" {
 		inc := x.open[id]
 		switch m.Kind {
 		case envelope.FrameEnvelope:
 			if inc == nil {
 				inc = &incarnation{}
-				x.open[e.Meta.ContextID] = inc
+				x.open[strings.Clone(id)] = inc
 			}
 		case envelope.FrameContextEvent:
 			// The event ends the incarnation: the envelopes of it fold,
@@ -140,9 +158,9 @@ func (x *Index) Apply(pos uint64, at int64, m *envelope.Meta, size int, loc Loc,
 		e.inc = inc
 	}
 	x.entries = append(x.entries, e)
-	if e.Meta.ID != "" {
-		if _, taken := x.ids[e.Meta.ID]; !taken {
-			x.ids[e.Meta.ID] = e // the first one stands
+	if e.id != "" {
+		if _, taken := x.ids[e.id]; !taken {
+			x.ids[e.id] = e // the first one stands
 		}
 	}
 	x.consume(m.Consumes, m.ID)
@@ -190,7 +208,7 @@ func (x *Index) Locations(sel []Selected) []Located {
 // Ids that are unknown, durable or already consumed are ignored.
 func (x *Index) consume(ids []string, by string) {
 	for _, id := range ids {
-		if e := x.ids[id]; e != nil && e.Meta.Transient() && e.consumedBy == "" {
+		if e := x.ids[id]; e != nil && e.transient() && e.consumedBy == "" {
 			e.consumedBy = strings.Clone(by)
 		}
 	}
@@ -210,8 +228,8 @@ func (x *Index) dropOldest() {
 	e := x.entries[x.head]
 	x.entries[x.head] = nil
 	x.head++
-	if x.ids[e.Meta.ID] == e {
-		delete(x.ids, e.Meta.ID)
+	if x.ids[e.id] == e {
+		delete(x.ids, e.id)
 	}
 	// Slicing off the front never frees the array's start: copy once
 	// half of it is dead, so that each copy costs O(1) per entry gone.
@@ -303,52 +321,3 @@ func (x *Index) notify() {
 	}
 }
 
-// cloneMeta copies m's strings and slices, which point into a frame, so
-// that the index does not keep the frame (and its body) alive. The names
-// that recur (senders, contexts) are kept once.
-func (x *Index) cloneMeta(m *envelope.Meta) envelope.Meta {
-	c := *m
-	c.Origin = ""
-	c.From = x.intern(m.From)
-	c.To = cloneStrings(m.To)
-	c.ContextID = x.intern(m.ContextID)
-	c.ContextType = x.intern(m.ContextType)
-	c.ContextParent = x.intern(m.ContextParent)
-	c.Ancestors = cloneStrings(m.Ancestors)
-	c.ID = strings.Clone(m.ID)
-	c.Incarnation = ""
-	c.Consumes = nil // applied at once; not needed later
-	return c
-}
-
-// maxNames bounds the names an index keeps once (intern): past it they
-// are forgotten and kept anew, so that a pod whose contexts come and go
-// does not keep them all.
-const maxNames = 4096
-
-// intern returns s, kept once per index.
-func (x *Index) intern(s string) string {
-	if s == "" {
-		return ""
-	}
-	if k, ok := x.names[s]; ok {
-		return k
-	}
-	if len(x.names) >= maxNames || x.names == nil {
-		x.names = make(map[string]string)
-	}
-	k := strings.Clone(s)
-	x.names[k] = k
-	return k
-}
-
-func cloneStrings(s []string) []string {
-	if len(s) == 0 {
-		return nil
-	}
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = strings.Clone(v)
-	}
-	return out
-}

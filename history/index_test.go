@@ -27,7 +27,7 @@ func newPod(t *testing.T, max int) *pod {
 func (p *pod) apply(m envelope.Meta) uint64 {
 	p.seq++
 	p.ids[p.seq] = m.ID
-	p.x.Apply(p.seq, p.at.UnixNano(), &m, 100, Loc{Seq: p.seq}, nil) // stored at once, at its position
+	p.x.Apply(p.seq, p.at.UnixNano(), envelope.Frame(&m, make([]byte, 100)), &m, 100, Loc{Seq: p.seq}) // stored at once, at its position
 	return p.seq
 }
 
@@ -195,7 +195,7 @@ func TestIndexHolds(t *testing.T) {
 	}
 	// Not yet stored (no location): it is held all the same.
 	m := envelope.Meta{Kind: envelope.FrameEnvelope, From: "a", ID: "y"}
-	p.x.Apply(99, p.at.UnixNano(), &m, 10, Loc{}, []byte("frame"))
+	p.x.Apply(99, p.at.UnixNano(), envelope.Frame(&m, make([]byte, 10)), &m, 10, Loc{})
 	if !p.x.Holds("y") {
 		t.Fatal("an entry the stream has not stored yet is not a duplicate")
 	}

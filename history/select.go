@@ -47,7 +47,7 @@ func (x *Index) Newest(n int, fold bool, admit Admit) Selection {
 	s := Selection{Last: x.last}
 	for i := len(x.entries) - 1; i >= x.head; i-- {
 		e := x.entries[i]
-		if !admit(&e.Meta) {
+		if !x.admits(e, admit) {
 			continue
 		}
 		if n > 0 && len(s.Entries) == n {
@@ -69,7 +69,7 @@ func (x *Index) Newest(n int, fold bool, admit Admit) Selection {
 		s.Folded = 0
 		oldest := s.Entries[len(s.Entries)-1].Pos
 		for i := len(x.entries) - 1; i >= x.head && x.entries[i].Pos > oldest; i-- {
-			if e := x.entries[i]; fold && e.Folded() && admit(&e.Meta) {
+			if e := x.entries[i]; fold && e.Folded() && x.admits(e, admit) {
 				s.Folded++
 			}
 		}
@@ -91,7 +91,7 @@ func (x *Index) After(id string, admit Admit) (s Selection, found bool) {
 	}
 	s = Selection{Last: x.last}
 	for _, e := range x.entries[x.firstAfter(from):] {
-		if admit(&e.Meta) {
+		if x.admits(e, admit) {
 			s.Entries = append(s.Entries, Selected{Pos: e.Pos, Size: e.Size, entry: e})
 		}
 	}
@@ -108,7 +108,7 @@ func (x *Index) Since(after uint64, limit int, fold bool, admit Admit) Selection
 	x.expire(time.Now().UnixNano())
 	s := Selection{Last: x.last}
 	for _, e := range x.entries[x.firstAfter(after):] {
-		if !admit(&e.Meta) {
+		if !x.admits(e, admit) {
 			continue
 		}
 		if fold && e.Folded() {
@@ -141,10 +141,12 @@ func (x *Index) Page(q PageQuery, admit Admit) (s Selection, ok bool) {
 	x.expire(time.Now().UnixNano())
 	s = Selection{Last: x.last}
 	match := func(e *Entry) bool {
-		if q.Context != "" && e.Meta.ContextID != q.Context && !contains(e.Meta.Ancestors, q.Context) {
+		m := &x.scratch
+		e.Meta(m)
+		if q.Context != "" && m.ContextID != q.Context && !contains(m.Ancestors, q.Context) {
 			return false
 		}
-		return admit(&e.Meta)
+		return admit(m)
 	}
 	lo, hi := x.head, len(x.entries) // the range looked at: [lo, hi)
 	switch {
@@ -195,11 +197,17 @@ func (x *Index) Page(q PageQuery, admit Admit) (s Selection, ok bool) {
 // selected is e as a replay sends it, counting a collapse in s.
 func (x *Index) selected(e *Entry, collapse bool, s *Selection) Selected {
 	sel := Selected{Pos: e.Pos, Size: e.Size, entry: e}
-	if collapse && e.Meta.Transient() && e.consumedBy != "" {
+	if collapse && e.transient() && e.consumedBy != "" {
 		sel.ConsumedBy = e.consumedBy
 		s.Collapsed++
 	}
 	return sel
+}
+
+// admits decodes e's header and asks admit. Call it with mu held (write).
+func (x *Index) admits(e *Entry, admit Admit) bool {
+	e.Meta(&x.scratch)
+	return admit(&x.scratch)
 }
 
 // seqOf finds the place of an entry or a live frame by id.

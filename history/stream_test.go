@@ -79,10 +79,12 @@ func TestWriterStoresInOrder(t *testing.T) {
 			for n := 0; n < each; n++ {
 				for i := range pods {
 					id := fmt.Sprintf("p%d-%d", i, n)
-					m := envelope.Meta{Kind: envelope.FrameEnvelope, From: "alice", ID: id}
-					e := idx[i].Apply(uint64(n+1), time.Now().UnixNano(), &m, 10, Loc{}, nil)
+					f := frameOf(id)
+					var m envelope.Meta
+					body, _ := envelope.DecodeFrame(f, &m)
+					e := idx[i].Apply(uint64(n+1), time.Now().UnixNano(), f, &m, len(body), Loc{})
 					entries[i] = append(entries[i], e)
-					w.Append(fmt.Sprintf("mcpp.pod.p%d", i), frameOf(id), idx[i], e, "")
+					w.Append(fmt.Sprintf("mcpp.pod.p%d", i), f, idx[i], e, "")
 				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

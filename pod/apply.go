@@ -31,7 +31,7 @@ func (p *Pod) commit(m *envelope.Meta, body, frame []byte, at time.Time) {
 	}
 	var entry *history.Entry
 	if p.index != nil {
-		entry = p.index.Apply(p.nextPos(), at.UnixNano(), m, len(body), history.Loc{}, frame)
+		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), history.Loc{})
 	}
 	p.log.publish(m, frame, entry)
 	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
@@ -45,7 +45,7 @@ func (p *Pod) commitEvent(m *envelope.Meta, body, frame []byte, id string, at ti
 	}
 	var entry *history.Entry
 	if p.index != nil {
-		entry = p.index.Apply(p.nextPos(), at.UnixNano(), m, len(body), history.Loc{}, frame)
+		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), history.Loc{})
 	}
 	p.log.publishEvent(frame, entry, id)
 	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
@@ -75,7 +75,7 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64) {
 		delete(p.sending, m.ID)
 	}
 	if p.index != nil {
-		p.index.Apply(p.nextPos(), at, m, len(body), loc, nil)
+		p.index.Apply(p.nextPos(), at, frame, m, len(body), loc)
 	}
 	if m.Marker() {
 		return // a live frame whose body never came: only its place
@@ -137,7 +137,7 @@ func (p *Pod) applyPast(frame []byte, loc history.Loc, at int64) {
 		return
 	}
 	if p.index != nil {
-		p.index.Apply(p.nextPos(), at, m, len(body), loc, nil)
+		p.index.Apply(p.nextPos(), at, frame, m, len(body), loc)
 	}
 	switch m.Kind {
 	case envelope.FrameEnvelope:
