@@ -320,4 +320,3 @@ func (x *Index) notify() {
 		x.changed = nil
 	}
 }
-
