@@ -34,14 +34,15 @@ type Writer struct {
 	prefix string // of the messages' ids
 
 	mu        sync.Mutex
-	queue     []item   // appended, not sent yet
-	spare     []item   // the queue's previous array, reused
-	sent      []*batch // sent, not settled yet, oldest first
-	bytes     int64    // of the frames queued and sent, not settled
-	appended  uint64   // items appended, numbered from 1
-	batches   uint64   // batches made: their ordinals, and their ids
-	storedMax uint64   // the ordinal of the last batch stored
-	storedSeq uint64   // the highest stream sequence stored
+	queue     []item            // appended, not sent yet
+	spare     []item            // the queue's previous array, reused
+	sent      []*batch          // sent, not settled yet, oldest first
+	bytes     int64             // of the frames queued and sent, not settled
+	appended  uint64            // items appended, numbered from 1
+	batches   uint64            // batches made: their ordinals, and their ids
+	open      map[string]*batch // pack's, by subject, reused
+	storedMax uint64            // the ordinal of the last batch stored
+	storedSeq uint64            // the highest stream sequence stored
 	holding   bool
 	closed    bool
 	wake      chan struct{}
@@ -269,9 +270,15 @@ func (w *Writer) run() {
 
 // pack makes batches of items: the frames of one subject, in their
 // order, up to maxBatchFrames and MaxBytes; an item with an id alone.
-// Call it with mu held.
+// A batch of one frame is the frame itself, not a copy. Call it with mu
+// held.
 func (w *Writer) pack(items []item, out []*batch) []*batch {
-	open := map[string]*batch{}
+	open := w.open
+	if open == nil {
+		open = map[string]*batch{}
+		w.open = open
+	}
+	defer clear(open)
 	for _, it := range items {
 		b := open[it.subject]
 		if it.msgID != "" || b == nil || len(b.items) == maxBatchFrames || int(b.size)+len(it.frame)+16 > w.opts.MaxBytes {
@@ -287,11 +294,15 @@ func (w *Writer) pack(items []item, out []*batch) []*batch {
 		b.size += int64(len(it.frame))
 	}
 	for _, b := range out {
-		frames := make([][]byte, len(b.items))
-		for i := range b.items {
-			frames[i] = b.items[i].frame
+		if len(b.items) == 1 {
+			b.data = b.items[0].frame
+		} else {
+			frames := make([][]byte, len(b.items))
+			for i := range b.items {
+				frames[i] = b.items[i].frame
+			}
+			b.data = appendBatch(make([]byte, 0, batchSize(frames)), frames)
 		}
-		b.data = appendBatch(make([]byte, 0, batchSize(frames)), frames)
 		w.batches++
 		b.ord = w.batches
 		if id := b.items[0].msgID; id != "" {
