@@ -1,0 +1,81 @@
+// Package tokens decides who a participant is from the token it presents
+// (docs/protocol.md section 1): an entry of the gateway's token file, or
+// a JWT signed by a key the gateway trusts.
+//
+// # One verifier for every token
+//
+// A Verifier is made once, from a Config that mirrors the gateway's flags,
+// and asked about every upgrade:
+//
+//	v, err := tokens.New(ctx, tokens.Config{
+//		File:          "tokens.json",           // --tokens
+//		JWTSecretFile: "jwt.secret",            // --jwt-secret-file (HS256, HS384, HS512)
+//		JWKSURL:       "https://idp/jwks.json", // --jwt-jwks-url (RS*, PS*, ES*, EdDSA)
+//		Issuer:        "https://idp/",          // --jwt-issuer
+//		Audience:      "mcpp",                  // --jwt-audience
+//	})
+//	...
+//	id, refusal := v.Verify(r.Context(), token, pod)
+//	if refusal != nil {
+//		w.WriteHeader(refusal.Status)             // 401 or 403
+//		json.NewEncoder(w).Encode(refusal.Wire()) // {"error": "unauthorized", "message": "exp: the token expired at …"}
+//		return
+//	}
+//	// id.Participant, id.Capabilities, id.Expires …
+//
+// Verify looks the token up in the token file first, comparing its SHA-256
+// with every entry's in constant time. Any other token is verified as a
+// JWT, when a JWT key is configured, in this order, and the first failure
+// is the refusal:
+//
+//  1. The token is three base64url parts whose first two are JSON
+//     objects (else ClaimToken).
+//  2. Its alg is one that the configured keys verify ("alg"): HS256,
+//     HS384, HS512 with the secret; RS256…RS512 and PS256…PS512 with an
+//     RSA key; ES256, ES384, ES512 with an ECDSA key of the matching
+//     curve; EdDSA with an Ed25519 key. "none" never is, and a public key
+//     is never used as an HMAC secret.
+//  3. The key: with a kid and a JWKS, the JWKS's key of that kid, whose
+//     kind and own alg must fit ("kid", "alg"), else the key file's keys
+//     that fit; without a kid, every key of the file and of the JWKS
+//     that fits the alg.
+//  4. The signature (ClaimSignature).
+//  5. The claims: exp and nbf, with Leeway; iss and aud, when
+//     configured; sub, a valid participant id; pods, a list of pod
+//     patterns; caps, a list of capabilities (each "exp", "nbf", "iss",
+//     "aud", "sub", "pods", "caps").
+//  6. The pod: the token's pods must allow it (403, "pods").
+//
+// Every refusal is 401 (wire.CodeUnauthorized) but the last, which is 403
+// (wire.CodeForbidden). Refusal.Claim names what failed, and so does the
+// message, which starts with the claim for a JWT ("exp: the token expired
+// at …"); a token that is missing, unknown or not a JWT at all is
+// ClaimToken ("unknown token"). No message contains the token.
+//
+// # The claims of a JWT
+//
+//	{"sub": "alice",                        // the participant id (required)
+//	 "pods": ["lab", "lab-*"],              // the pods it may join (absent: every pod)
+//	 "caps": ["chat", {"kind": "mcp/request", "payload": {"method": "tools/call"}}],
+//	                                        // its capabilities (absent: Config.DefaultCapabilities)
+//	 "exp": 1795000000, "nbf": 1794990000,  // honoured, with Leeway
+//	 "iss": "https://idp/", "aud": "mcpp"}  // checked when configured (aud may be a list)
+//
+// Identity.Expires is exp plus Leeway: the gateway ends a connection then,
+// unless its client sent a fresh token first.
+//
+// # Keys that change
+//
+// The JWKS is fetched at New, at Reload, every Config.JWKSRefresh, and
+// when a token names a kid that it lacks (at most once per
+// UnknownKIDInterval, however many such tokens come). A key that leaves
+// the JWKS refuses new tokens from then on; the identities already
+// verified with it are not revoked, and end at their own exp.
+//
+// Reload (the gateway's SIGHUP) reads the token file and the key files
+// again and fetches the JWKS again, all or nothing: when one fails, the
+// verifier keeps what it had and the error names the flag. Revoked then
+// tells which identities of the token file are gone, so that the gateway
+// closes their connections. Watch does the same when one of the files
+// changes on disk.
+package tokens

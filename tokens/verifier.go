@@ -1,0 +1,531 @@
+package tokens
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/time/rate"
+
+	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
+)
+
+// The verifier's fixed durations, each with its reason.
+const (
+	// Leeway is how far exp and nbf may be missed: the clocks of the
+	// gateway and of whoever signs the tokens differ by a little. A token
+	// is valid from nbf - Leeway until exp + Leeway (Identity.Expires).
+	Leeway = 1 * time.Second
+
+	// UnknownKIDInterval is the least time between two fetches of the
+	// JWKS caused by tokens that name a kid the JWKS lacks: a new key is
+	// found within that time, and a flood of made-up kids costs the
+	// JWKS's server one request per interval, not one per token.
+	UnknownKIDInterval = 5 * time.Second
+
+	// DefaultJWKSRefresh is how often the JWKS is fetched again when
+	// Config.JWKSRefresh is zero, so that a key removed from it stops
+	// being accepted for new joins even without a SIGHUP.
+	DefaultJWKSRefresh = time.Hour
+
+	// JWKSTimeout bounds one fetch of the JWKS, at start, at Reload and
+	// later.
+	JWKSTimeout = 10 * time.Second
+
+	// MinSecretBytes is the shortest HMAC secret accepted: RFC 7518
+	// section 3.2 asks for a key at least as long as the hash (HS256: 32
+	// bytes). A shorter one can be found from any token by brute force.
+	MinSecretBytes = 32
+
+	// MinRSABits is the smallest RSA key accepted (RFC 7518 section 3.3
+	// asks for 2048 bits or more).
+	MinRSABits = 2048
+
+	// DefaultWatchInterval is a good interval for Watch: files are
+	// checked with one stat each, so a change is noticed within two
+	// seconds at no real cost.
+	DefaultWatchInterval = 2 * time.Second
+)
+
+// Config says where the verifier finds what it trusts. Each path or URL
+// is a command-line flag of the gateway, and errors name the flag.
+type Config struct {
+	// File is the token file (--tokens): static tokens, each naming one
+	// participant, its capabilities and its pods.
+	File string
+	// JWTSecretFile holds the raw HMAC secret (--jwt-secret-file) of
+	// HS256, HS384 and HS512 tokens. One trailing newline is ignored.
+	JWTSecretFile string
+	// JWTPublicKeyFile holds one or more PEM public keys
+	// (--jwt-public-key-file): RSA (RS*, PS*), ECDSA (ES256 on P-256,
+	// ES384 on P-384, ES512 on P-521) or Ed25519 (EdDSA), as PUBLIC KEY,
+	// RSA PUBLIC KEY or CERTIFICATE blocks.
+	JWTPublicKeyFile string
+	// JWKSURL is the address of a JSON Web Key Set (--jwt-jwks-url),
+	// fetched at New, at Reload, every JWKSRefresh, and when a token
+	// names a kid it lacks (at most once per UnknownKIDInterval).
+	JWKSURL string
+	// Issuer, when set, is the iss a JWT must have (--jwt-issuer).
+	Issuer string
+	// Audience, when set, must be one of a JWT's aud (--jwt-audience).
+	Audience string
+	// DefaultCapabilities are the capabilities of a JWT without a caps
+	// claim (--default-capabilities). Nil: none.
+	DefaultCapabilities []wire.Capability
+	// JWKSRefresh is how often the JWKS is fetched again; zero means
+	// DefaultJWKSRefresh, a negative value never.
+	JWKSRefresh time.Duration
+	// Logger receives warnings: a secret readable by others, a JWKS
+	// fetched over plain HTTP, a refresh that failed. Nil: slog.Default().
+	Logger *slog.Logger
+	// HTTPClient fetches the JWKS. Nil: a client with JWKSTimeout.
+	HTTPClient *http.Client
+}
+
+// Source says where an identity comes from.
+type Source string
+
+// The sources of an identity.
+const (
+	SourceFile Source = "file" // an entry of the token file
+	SourceJWT  Source = "jwt"  // a JWT
+)
+
+// Identity is who a verified token says its bearer is.
+type Identity struct {
+	// Participant is the participant id: the token file's participant,
+	// or the JWT's sub.
+	Participant string
+	// Capabilities are the capabilities the participant is given (the
+	// token file's capabilities; the JWT's caps, or
+	// Config.DefaultCapabilities without one). Never nil.
+	Capabilities []wire.Capability
+	// Pods are the patterns of the pods the token may join ("*" matches
+	// every pod, "lab-*" those that start with "lab-", "lab" that one): a
+	// JWT without a pods claim has ["*"].
+	Pods []string
+	// Pod is the pod the token was verified for ("" when none was named).
+	Pod string
+	// Expires is the instant from which Verify refuses the token: a JWT's
+	// exp plus Leeway. Zero: never (a token of the file, or a JWT without
+	// exp). A connection should end by then unless its client sent a
+	// fresh token.
+	Expires time.Time
+	// Source is where the identity comes from.
+	Source Source
+	// TokenSHA256 is the SHA-256 of the token: what Revoked looks up, and
+	// a key for the identity that is safe to log or keep.
+	TokenSHA256 [sha256.Size]byte
+}
+
+// Claims that a Refusal names besides the JWT's own claims (exp, nbf,
+// iss, aud, sub, pods, caps) and header parameters (alg, kid).
+const (
+	// ClaimToken: the token is missing, unknown, or not a JWT at all.
+	ClaimToken = "token"
+	// ClaimSignature: the JWT's signature does not verify.
+	ClaimSignature = "signature"
+)
+
+// Refusal says why a token was refused, in words that a client can act
+// on. Its message names the claim and never contains the token.
+type Refusal struct {
+	// Status is the HTTP status of the refused upgrade: 401, or 403 when
+	// the token is good but may not join the pod.
+	Status int
+	// Code is wire.CodeUnauthorized (401) or wire.CodeForbidden (403).
+	Code wire.Code
+	// Claim is what failed: "exp", "nbf", "iss", "aud", "sub", "pods",
+	// "caps", "alg", "kid", ClaimSignature or ClaimToken.
+	Claim string
+	// Message is the refusal in words, for the client.
+	Message string
+}
+
+// Wire is the JSON body of the refused upgrade.
+func (r *Refusal) Wire() wire.Refusal { return wire.Refusal{Code: r.Code, Message: r.Message} }
+
+func unauthorized(claim, format string, args ...any) *Refusal {
+	return &Refusal{Status: http.StatusUnauthorized, Code: wire.CodeUnauthorized, Claim: claim, Message: fmt.Sprintf(format, args...)}
+}
+
+func forbidden(claim, format string, args ...any) *Refusal {
+	return &Refusal{Status: http.StatusForbidden, Code: wire.CodeForbidden, Claim: claim, Message: fmt.Sprintf(format, args...)}
+}
+
+// Verifier verifies the tokens that participants present: entries of the
+// token file and JWTs. It is safe for concurrent use; Reload replaces what
+// it trusts at once, never half.
+type Verifier struct {
+	cfg    Config
+	log    *slog.Logger
+	client *http.Client
+	now    func() time.Time // time.Now; tests move it
+	// jwksURL is Config.JWKSURL for logs and errors, less any password.
+	jwksURL string
+
+	state    atomic.Pointer[state]
+	reloadMu sync.Mutex // one Reload, or one JWKS swap, at a time
+
+	// seen is what each file looked like when it was last read (Watch).
+	seenMu sync.Mutex
+	seen   map[string]fileStamp
+
+	// The fetch of the JWKS for an unknown kid: at most one at a time
+	// (kidFetch, which later callers wait for), and at most one per
+	// UnknownKIDInterval (kidLimiter).
+	kidMu      sync.Mutex
+	kidFetch   *jwksFetch
+	kidLimiter *rate.Limiter
+}
+
+// state is what the verifier trusts at one time. It is never changed once
+// stored: Reload stores a new one.
+type state struct {
+	file       *tokenFile // nil without --tokens
+	secret     []byte     // nil without --jwt-secret-file
+	publicKeys []any      // of --jwt-public-key-file
+	jwks       *jwksKeys  // nil without --jwt-jwks-url
+	// methods are the algorithms that the configured keys verify: the
+	// parser refuses any other alg before it looks for a key.
+	methods []string
+	parser  *jwt.Parser // nil when no JWT key is configured
+}
+
+// New reads the token file and the keys that cfg names, and fetches the
+// JWKS; an error names the flag at fault. ctx is the verifier's life: when
+// it ends, the JWKS is no longer refreshed in the background.
+func New(ctx context.Context, cfg Config) (*Verifier, error) {
+	v := &Verifier{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		client:     cfg.HTTPClient,
+		now:        time.Now,
+		seen:       make(map[string]fileStamp),
+		kidLimiter: rate.NewLimiter(rate.Every(UnknownKIDInterval), 1),
+	}
+	if v.log == nil {
+		v.log = slog.Default()
+	}
+	if v.client == nil {
+		v.client = &http.Client{Timeout: JWKSTimeout}
+	}
+	if err := v.checkConfig(); err != nil {
+		return nil, err
+	}
+	s, err := v.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.state.Store(s)
+	if cfg.JWKSURL != "" && cfg.JWKSRefresh >= 0 {
+		every := cfg.JWKSRefresh
+		if every == 0 {
+			every = DefaultJWKSRefresh
+		}
+		go v.refreshJWKS(ctx, every)
+	}
+	return v, nil
+}
+
+// checkConfig finds the mistakes of a Config that no file needs reading
+// to see.
+func (v *Verifier) checkConfig() error {
+	c := v.cfg
+	jwtKeys := c.JWTSecretFile != "" || c.JWTPublicKeyFile != "" || c.JWKSURL != ""
+	if c.Issuer != "" && !jwtKeys {
+		return errors.New("--jwt-issuer: no JWT can be verified without --jwt-secret-file, --jwt-public-key-file or --jwt-jwks-url")
+	}
+	if c.Audience != "" && !jwtKeys {
+		return errors.New("--jwt-audience: no JWT can be verified without --jwt-secret-file, --jwt-public-key-file or --jwt-jwks-url")
+	}
+	if c.JWKSURL != "" {
+		u, err := url.Parse(c.JWKSURL)
+		if err != nil {
+			return fmt.Errorf("--jwt-jwks-url: %w", err)
+		}
+		v.jwksURL = u.Redacted()
+		if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("--jwt-jwks-url: %q is not an http:// or https:// address", v.jwksURL)
+		}
+		if u.Scheme == "http" && !loopback(u.Hostname()) {
+			v.log.Warn("the JWKS is fetched over plain HTTP: whoever sits between the gateway and its server can make the gateway trust any key; use https://",
+				"url", v.jwksURL)
+		}
+	}
+	return nil
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Enabled reports whether anything is configured to verify tokens with:
+// without, the gateway runs open.
+func (v *Verifier) Enabled() bool {
+	c := v.cfg
+	return c.File != "" || c.JWTSecretFile != "" || c.JWTPublicKeyFile != "" || c.JWKSURL != ""
+}
+
+// Verify decides whether token may join pod, and as whom. A token of the
+// token file is looked up first; any other token is verified as a JWT,
+// when JWT keys are configured. The refusal is 401 unless the token is
+// good and only the pod is not allowed (403). An empty pod skips the pod
+// check (Identity.Pod is then "").
+func (v *Verifier) Verify(ctx context.Context, token, pod string) (*Identity, *Refusal) {
+	if token == "" {
+		return nil, unauthorized(ClaimToken, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
+	}
+	s := v.state.Load()
+	hash := sha256.Sum256([]byte(token))
+	if s.file != nil {
+		if e, ok := s.file.lookup(hash); ok {
+			if pod != "" && !participant.MatchAny(e.pods, pod) {
+				return nil, forbidden("pods", "pods: this token may not join pod %q", pod)
+			}
+			return &Identity{
+				Participant:  e.participant,
+				Capabilities: slices.Clone(e.capabilities),
+				Pods:         slices.Clone(e.pods),
+				Pod:          pod,
+				Source:       SourceFile,
+				TokenSHA256:  hash,
+			}, nil
+		}
+	}
+	if !s.jwtEnabled() {
+		return nil, unauthorized(ClaimToken, "unknown token")
+	}
+	if strings.Count(token, ".") != 2 {
+		if s.file != nil {
+			return nil, unauthorized(ClaimToken, "unknown token: neither in the token file nor a JWT (header.claims.signature)")
+		}
+		return nil, unauthorized(ClaimToken, "the token is not a JWT (header.claims.signature)")
+	}
+	id, r := v.verifyJWT(ctx, s, token)
+	if r != nil {
+		return nil, r
+	}
+	if pod != "" && !participant.MatchAny(id.Pods, pod) {
+		return nil, forbidden("pods", "pods: this token may not join pod %q", pod)
+	}
+	id.Pod, id.TokenSHA256 = pod, hash
+	return id, nil
+}
+
+func (s *state) jwtEnabled() bool { return len(s.methods) > 0 }
+
+// Reload reads the token file and the key files again and fetches the
+// JWKS again (SIGHUP). When any of them fails, the verifier keeps what it
+// had and the error names the flags at fault. Afterwards, Revoked says
+// which verified identities the new token file no longer has.
+func (v *Verifier) Reload(ctx context.Context) error {
+	v.reloadMu.Lock()
+	defer v.reloadMu.Unlock()
+	s, err := v.load(ctx)
+	if err != nil {
+		return err
+	}
+	v.state.Store(s)
+	return nil
+}
+
+// Revoked reports whether an identity that Verify gave is no longer good
+// since the last Reload: a token of the file that the file no longer has,
+// that now names another participant, or whose pods no longer allow
+// Identity.Pod. A JWT is never revoked by a reload, even when its key left
+// the JWKS: it ends at its own exp.
+func (v *Verifier) Revoked(id *Identity) bool {
+	if id == nil || id.Source != SourceFile {
+		return false
+	}
+	s := v.state.Load()
+	if s.file == nil {
+		return true
+	}
+	e, ok := s.file.byHash[id.TokenSHA256]
+	return !ok || e.participant != id.Participant || (id.Pod != "" && !participant.MatchAny(e.pods, id.Pod))
+}
+
+// load reads everything that the Config names into a new state. Each
+// failure is named by its flag, and all of them are reported together.
+func (v *Verifier) load(ctx context.Context) (*state, error) {
+	c := v.cfg
+	s := &state{}
+	var errs []error
+	if c.File != "" {
+		data, err := v.readFile(c.File)
+		if err == nil {
+			s.file, err = parseFile(data)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--tokens: %w", err))
+		}
+	}
+	if c.JWTSecretFile != "" {
+		data, err := v.readFile(c.JWTSecretFile)
+		if err == nil {
+			s.secret, err = parseSecret(data)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--jwt-secret-file: %w", err))
+		}
+	}
+	if c.JWTPublicKeyFile != "" {
+		data, err := v.readFile(c.JWTPublicKeyFile)
+		if err == nil {
+			s.publicKeys, err = parsePublicKeys(data)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--jwt-public-key-file: %w", err))
+		}
+	}
+	if c.JWKSURL != "" {
+		keys, err := v.fetchJWKS(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--jwt-jwks-url: %w", err))
+		}
+		s.jwks = keys
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	v.build(s)
+	return s, nil
+}
+
+// build works out, once the keys are known, which algorithms a JWT may
+// use and the parser that checks its registered claims.
+func (v *Verifier) build(s *state) {
+	var methods []string
+	if s.secret != nil {
+		methods = append(methods, hmacMethods...)
+	}
+	for _, k := range s.publicKeys {
+		methods = append(methods, methodsOf(k)...)
+	}
+	if s.jwks != nil {
+		// The JWKS's keys change without a Reload, so every asymmetric
+		// algorithm stays open to it; each key takes only its own.
+		methods = append(methods, asymmetricMethods...)
+	}
+	slices.Sort(methods)
+	s.methods = slices.Compact(methods)
+	if len(s.methods) == 0 {
+		return
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods(s.methods),
+		jwt.WithLeeway(Leeway),
+		jwt.WithTimeFunc(func() time.Time { return v.now() }),
+	}
+	if v.cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(v.cfg.Issuer))
+	}
+	if v.cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(v.cfg.Audience))
+	}
+	s.parser = jwt.NewParser(opts...)
+}
+
+// readFile reads one of the configured files, noting what it looked like
+// (for Watch) before reading it, so that a change made while it is read is
+// seen by the next check. A file that others than its owner may read is
+// reported, since it holds secrets.
+func (v *Verifier) readFile(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	v.seenMu.Lock()
+	v.seen[path] = stampOf(st, err)
+	v.seenMu.Unlock()
+	if err == nil && st.Mode().Perm()&0o077 != 0 && path != v.cfg.JWTPublicKeyFile {
+		v.log.Warn("a file of secrets is readable by others than its owner; chmod 600 it", "path", path, "mode", st.Mode().Perm().String())
+	}
+	return os.ReadFile(path)
+}
+
+// fileStamp is what a file looked like: a changed one differs in one of
+// these.
+type fileStamp struct {
+	info os.FileInfo // nil when the file could not be read
+	err  string
+}
+
+func stampOf(info os.FileInfo, err error) fileStamp {
+	if err != nil {
+		return fileStamp{err: err.Error()}
+	}
+	return fileStamp{info: info}
+}
+
+func (a fileStamp) same(b fileStamp) bool {
+	if a.info == nil || b.info == nil {
+		return a.info == nil && b.info == nil && a.err == b.err
+	}
+	return os.SameFile(a.info, b.info) && a.info.Size() == b.info.Size() && a.info.ModTime().Equal(b.info.ModTime())
+}
+
+// changed reports whether one of the configured files differs from what
+// the last read saw.
+func (v *Verifier) changed() bool {
+	v.seenMu.Lock()
+	defer v.seenMu.Unlock()
+	for path, was := range v.seen {
+		if !stampOf(os.Stat(path)).same(was) {
+			return true
+		}
+	}
+	return false
+}
+
+// Watch checks the configured files every interval (one stat each; see
+// DefaultWatchInterval) and, when one of them changed (its size, its
+// modification time, or which file the path names), reloads as Reload
+// does and calls reloaded with the result, so that the caller can close
+// what Revoked now says. It returns when ctx ends. A file that changes
+// into something broken is reported once, not at every check, and the
+// verifier keeps what it had until the file changes again. A file edited
+// in place may be seen half written: that is reported, and the next check
+// reloads the whole. An edit that keeps the size within one tick of the
+// file system's clock can be missed; replacing the file (rename) or
+// SIGHUP never is.
+func (v *Verifier) Watch(ctx context.Context, interval time.Duration, reloaded func(error)) {
+	if interval <= 0 {
+		interval = DefaultWatchInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !v.changed() {
+			continue
+		}
+		err := v.Reload(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if reloaded != nil {
+			reloaded(err)
+		}
+	}
+}
