@@ -1,0 +1,70 @@
+"""mcpp: the Python client of the MCPP pod gateway (asyncio, websockets).
+
+Join a pod, send, and read everything in order::
+
+    import asyncio, mcpp
+
+    async def main() -> None:
+        async with mcpp.connect("ws://127.0.0.1:8080", pod="lab", participant="alice") as client:
+            print("I am", client.id, "with", client.welcome["participants"])
+            await client.send({"kind": "chat", "payload": {"text": "hello"}})
+            async for item in client:
+                if isinstance(item, mcpp.Reconnected):
+                    continue  # item.resumed False: envelopes may be missing
+                print(item.from_, item.kind, item.payload)
+
+    asyncio.run(main())
+
+The client reconnects by itself and resumes after the last envelope it
+handed out, so its user sees every envelope once and in order
+(docs/protocol.md section 8). :func:`publish` sends without joining.
+Errors are :class:`RefusedError` (an HTTP refusal: ``status``, ``code``),
+:class:`GatewayError` (a ``system/error``: ``code``) and
+:class:`ClosedError` (a close code: ``code``), all :class:`MCPPError`.
+"""
+
+from .client import Client, Connecting, Reconnected, connect
+from .envelope import Context, Envelope, new_id
+from .errors import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_MESSAGE_TOO_BIG,
+    CLOSE_NORMAL,
+    CLOSE_REPLACED,
+    CLOSE_SLOW_CONSUMER,
+    ClientClosedError,
+    ClosedError,
+    DisconnectedError,
+    GatewayError,
+    MCPPError,
+    ProtocolError,
+    RefusedError,
+)
+from .publish import publish, result_error
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CLOSE_GOING_AWAY",
+    "CLOSE_INTERNAL_ERROR",
+    "CLOSE_MESSAGE_TOO_BIG",
+    "CLOSE_NORMAL",
+    "CLOSE_REPLACED",
+    "CLOSE_SLOW_CONSUMER",
+    "Client",
+    "ClientClosedError",
+    "ClosedError",
+    "Connecting",
+    "Context",
+    "DisconnectedError",
+    "Envelope",
+    "GatewayError",
+    "MCPPError",
+    "ProtocolError",
+    "Reconnected",
+    "RefusedError",
+    "connect",
+    "new_id",
+    "publish",
+    "result_error",
+]

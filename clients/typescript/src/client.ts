@@ -1,0 +1,730 @@
+// The client: one participant in one pod, over the connections that keep
+// it there. It hands out what it receives in order, matches answers to
+// requests, confirms what it sends, and when a connection is lost dials
+// again and resumes after the last envelope it handed out.
+
+import {
+  dial,
+  onNode,
+  upgradeURL,
+  type Connection,
+  type StandardWebSocketConstructor,
+  type UpgradeQuery,
+} from "./connection.js";
+import {
+  ClientClosedError,
+  ClosedError,
+  DisconnectedError,
+  GatewayError,
+  RefusedError,
+} from "./errors.js";
+import { newId } from "./id.js";
+import { Stream } from "./stream.js";
+import {
+  CloseCodes,
+  GATEWAY_ID,
+  Kinds,
+  type ContextObject,
+  type Envelope,
+  type ErrorPayload,
+  type Filter,
+  type Welcome,
+} from "./types.js";
+
+/** How long each dial may take, up to the welcome. */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+/**
+ * The wait before the first reconnection attempt; it doubles with each
+ * failed attempt up to DEFAULT_MAX_DELAY_MS. Each wait is drawn between
+ * half of it and all of it, so that the participants of a gateway that
+ * restarts do not all come back at once.
+ */
+export const DEFAULT_MIN_DELAY_MS = 100;
+export const DEFAULT_MAX_DELAY_MS = 10_000;
+/** How long close() waits for the gateway's closing handshake before dropping the connection. */
+const CLOSE_WAIT_MS = 1_000;
+/** Bounds the ids of system/context events kept to recognise their replay after a resume. */
+const MAX_SEEN = 4096;
+
+/** How the client reconnects after a lost connection. */
+export interface ReconnectOptions {
+  /** The wait before the first attempt (default 100 ms). */
+  minDelayMs?: number;
+  /** The longest wait between attempts (default 10 s). */
+  maxDelayMs?: number;
+  /** Ends the client after this many failed attempts in a row; 0 (the default) tries until close(). */
+  maxAttempts?: number;
+}
+
+/** Which pod to join, as whom, and how. */
+export interface ConnectOptions {
+  /** The pod to join (required). */
+  pod: string;
+  /** The participant id, in open mode (a gateway without tokens); a token names the participant otherwise. */
+  participant?: string;
+  /** Sent as `Authorization: Bearer TOKEN` (on Node), or as `?token=` where headers cannot be set (a browser). */
+  token?: string;
+  /** The filter to join with (docs/protocol.md section 4), by the query's names. */
+  filter?: Filter;
+  /** The pod's past to replay after the welcome: the last N envelopes the filter admits, or "all". First connection only. */
+  history?: number | "all";
+  /** false replays that history unfolded (fold=0). */
+  fold?: boolean;
+  /** The id of the last envelope a previous client received: what came after it is replayed. */
+  resume?: string;
+  /** false: a lost connection ends the client. Otherwise how to reconnect (default: with backoff, forever). */
+  reconnect?: boolean | ReconnectOptions;
+  /** Bounds each dial, up to the welcome (default 10 s). */
+  timeoutMs?: number;
+  /** Extra headers of the upgrade (Node only). */
+  headers?: Record<string, string>;
+  /**
+   * A standard WebSocket constructor to use instead of the ws package
+   * (Node) or the platform's own (a browser): another runtime's, or a
+   * polyfill. With it the token travels in the query.
+   */
+  WebSocket?: StandardWebSocketConstructor;
+  /** Aborts connect() (not the client once connected: use close()). */
+  signal?: AbortSignal;
+}
+
+/** Options of one call that waits on the gateway. */
+export interface CallOptions {
+  /** Stops waiting; the call rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** Options of send. */
+export interface SendOptions extends CallOptions {
+  /**
+   * true (the default): resolve once the gateway has accepted the
+   * envelope, reject with its refusal. false: resolve once the envelope
+   * is written, for a sender that must not spend a round trip (and a rate
+   * token) on each; a refusal then comes in the stream as a system/error
+   * whose correlation_id is the id, and an envelope whose connection is
+   * lost under the write rejects with a DisconnectedError.
+   */
+  confirm?: boolean;
+}
+
+/**
+ * In the stream, in place of the welcome of a new connection: the
+ * connection was lost and is back. `resumed` true means nothing was lost:
+ * what was sent meanwhile follows, none missing and none twice. `resumed`
+ * false means there may be a gap: the gateway no longer had the last
+ * envelope received (or keeps no history, or none had been received).
+ */
+export class Reconnected {
+  readonly type = "reconnected" as const;
+  constructor(
+    /** Whether the gateway resumed after `resumedAfter`. */
+    readonly resumed: boolean,
+    /** The id the client asked to resume after, if any. */
+    readonly resumedAfter: string | undefined,
+    /** The new connection's welcome payload (its participants are the ones to trust: presence missed meanwhile is not replayed). */
+    readonly welcome: Welcome,
+    /** The new connection's welcome envelope. */
+    readonly envelope: Envelope,
+    /** Why the connection was lost. */
+    readonly cause: Error,
+    /** How many dials it took. */
+    readonly attempts: number,
+  ) {}
+
+  /** Whether envelopes may have been missed while the connection was down. */
+  get gap(): boolean {
+    return !this.resumed;
+  }
+}
+
+/** What the stream yields: the envelopes received, and reconnections. */
+export type StreamItem = Envelope | Reconnected;
+
+/** The state of a client. */
+export type ClientState = "open" | "reconnecting" | "closed";
+
+interface PendingSend {
+  id: string;
+  text: string;
+  /** Whether it waits for the gateway's judgement, or only for its write. */
+  confirm: boolean;
+  /** Whether the gateway would refuse a second copy with duplicate_id, so that it may be written again. */
+  durable: boolean;
+  /** The connection it was last written on, and its place there. */
+  conn: Connection | undefined;
+  seq: number;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+interface PendingRequest {
+  text: string;
+  resolve: (env: Envelope) => void;
+  reject: (err: unknown) => void;
+}
+
+/** A sync: a request that changes nothing, whose answer says the gateway has judged what was written before it. */
+interface Sync {
+  id: string;
+  conn: Connection;
+  upTo: number;
+}
+
+/**
+ * Joins a pod: dials the gateway at url (`ws://HOST:PORT`, with or
+ * without `/ws`; `http://` works too) and resolves once it is welcomed.
+ * A refused upgrade rejects with a RefusedError (its HTTP `status` and
+ * `code`); connect itself does not retry.
+ */
+export async function connect(url: string, options: ConnectOptions): Promise<Client> {
+  if (options === null || typeof options !== "object") throw new TypeError("connect: options are required ({pod: …})");
+  if (typeof options.pod !== "string" || options.pod === "") throw new TypeError("connect: options.pod is required");
+  if (options.history !== undefined && options.history !== "all" && !(Number.isInteger(options.history) && options.history >= 0)) {
+    throw new TypeError(`connect: options.history must be a number of envelopes or "all", not ${JSON.stringify(options.history)}`);
+  }
+  return Client.open(url, options);
+}
+
+/**
+ * One participant in one pod. Iterate it (`for await`) for everything it
+ * receives, in order; send, request, branch and conclude from anywhere,
+ * also while iterating.
+ */
+export class Client implements AsyncIterable<StreamItem> {
+  private readonly url: string;
+  private readonly opts: ConnectOptions;
+  private readonly reconnectOpts: Required<ReconnectOptions> | undefined;
+  private readonly tokenInQuery: boolean;
+  private readonly stream = new Stream<StreamItem>();
+  /** Aborts dials and waits when the client is closed. */
+  private readonly stopping = new AbortController();
+
+  private conn: Connection | undefined;
+  private welcomeEnv!: Envelope;
+  private filter: Filter;
+  private status: ClientState = "open";
+  private closing: Promise<void> | undefined;
+
+  /** The id of the last pod envelope handed out: where a reconnection resumes. */
+  private resumeId: string | undefined;
+  /** Ids of the system/context events handed out since it, which a resume replays. */
+  private seen = new Set<string>();
+
+  private readonly sends = new Map<string, PendingSend>();
+  private readonly requests = new Map<string, PendingRequest>();
+  private seq = 0;
+  private sync: Sync | undefined;
+  private syncQueued = false;
+
+  /** Use connect(). */
+  private constructor(url: string, options: ConnectOptions) {
+    this.url = url;
+    this.opts = { ...options };
+    this.filter = { ...(options.filter ?? {}) };
+    this.resumeId = options.resume === "" ? undefined : options.resume;
+    this.tokenInQuery = options.WebSocket !== undefined || !onNode();
+    const r = options.reconnect;
+    if (r === false) this.reconnectOpts = undefined;
+    else {
+      const o = typeof r === "object" ? r : {};
+      const min = positive(o.minDelayMs, DEFAULT_MIN_DELAY_MS);
+      this.reconnectOpts = {
+        minDelayMs: min,
+        maxDelayMs: Math.max(positive(o.maxDelayMs, DEFAULT_MAX_DELAY_MS), min),
+        maxAttempts: Math.max(0, o.maxAttempts ?? 0),
+      };
+    }
+    // Checks the URL and the filter now, so that a mistake is a TypeError of connect().
+    upgradeURL(url, { pod: options.pod, filter: this.filter }, this.tokenInQuery, true);
+  }
+
+  /** @internal: connect() itself, which alone may construct a client. */
+  static async open(url: string, options: ConnectOptions): Promise<Client> {
+    const client = new Client(url, options);
+    const { conn, welcome } = await dial(client.upgrade(client.resumeId, true), client.dialOptions(options.signal));
+    client.stream.push(welcome);
+    client.adopt(conn, welcome);
+    return client;
+  }
+
+  /** The welcome's payload of the current connection (of the last one while reconnecting). */
+  get welcome(): Welcome {
+    return this.welcomeEnv.payload as Welcome;
+  }
+
+  /** "open", "reconnecting" (sends and requests wait), or "closed" (after close() or an end for good). */
+  get state(): ClientState {
+    return this.status;
+  }
+
+  /**
+   * Sends an envelope and resolves with its id once the gateway has
+   * accepted it; rejects with a GatewayError (its `code`) when the gateway
+   * refuses it. An envelope without `id` gets a new UUIDv4. While the
+   * client reconnects, it waits for the new connection; an envelope whose
+   * connection was lost before the gateway judged it is written again on
+   * the next one, and a `duplicate_id` answer then means the first copy
+   * got through (when the gateway keeps no history, or the envelope is
+   * ephemeral or a request, the gateway could not tell: it rejects with a
+   * DisconnectedError instead).
+   */
+  send(envelope: Envelope, options: SendOptions = {}): Promise<string> {
+    if (envelope === null || typeof envelope !== "object" || Array.isArray(envelope)) {
+      return Promise.reject(new TypeError("send: an envelope is an object ({kind, payload, …})"));
+    }
+    if (typeof envelope.kind !== "string" || envelope.kind === "") {
+      return Promise.reject(new TypeError("send: the envelope needs a kind"));
+    }
+    if (envelope.id !== undefined && (typeof envelope.id !== "string" || envelope.id === "")) {
+      return Promise.reject(new TypeError("send: an envelope's id is a non-empty string (leave it out to have one made)"));
+    }
+    const id = envelope.id ?? newId();
+    if (this.sends.has(id)) return Promise.reject(new TypeError(`send: envelope ${id} is already being sent`));
+    let text: string;
+    try {
+      text = JSON.stringify(envelope.id === undefined ? { ...envelope, id } : envelope);
+    } catch (err) {
+      return Promise.reject(new TypeError(`send: the envelope is not JSON: ${String(err)}`, { cause: err }));
+    }
+    const limit = this.welcome.limits?.max_message_bytes;
+    if (typeof limit === "number" && limit > 0 && text.length > limit / 3 && new TextEncoder().encode(text).length > limit) {
+      // The gateway would refuse it the same way, or, at twice the limit,
+      // close the connection (1009); refusing it here keeps the connection.
+      return Promise.reject(new GatewayError({
+        error: "message_too_large",
+        message: `the envelope is over the gateway's max_message_bytes (${limit}); refused by the client`,
+        retryable: false,
+      }));
+    }
+    if (this.closing || this.status === "closed") return Promise.reject(this.endError());
+    return this.waitFor(options.signal, (resolve, reject) => {
+      const p: PendingSend = {
+        id, text, confirm: options.confirm !== false,
+        durable: !envelope.kind.startsWith("gateway/") && envelope.lifecycle?.mode !== "ephemeral",
+        conn: undefined, seq: 0,
+        resolve: () => resolve(id), reject,
+      };
+      this.sends.set(id, p);
+      this.writeSend(p);
+      return () => this.sends.delete(id);
+    });
+  }
+
+  /**
+   * Sends a `gateway/*` request (docs/protocol.md section 6) and resolves
+   * with the gateway's answer, the envelope whose correlation_id is the
+   * request's id; rejects with a GatewayError when the answer is a
+   * system/error. Kinds the client does not know are sent as they are.
+   * When the connection is lost before the answer, the request is asked
+   * again on the next one.
+   */
+  request(kind: string, payload: unknown = {}, options: CallOptions = {}): Promise<Envelope> {
+    if (typeof kind !== "string" || !kind.startsWith("gateway/")) {
+      return Promise.reject(new TypeError(`request: ${JSON.stringify(kind)} is not a gateway/* kind; send other envelopes with send()`));
+    }
+    if (this.closing || this.status === "closed") return Promise.reject(this.endError());
+    const id = newId();
+    let text: string;
+    try {
+      text = JSON.stringify({ id, kind, payload });
+    } catch (err) {
+      return Promise.reject(new TypeError(`request: the payload is not JSON: ${String(err)}`, { cause: err }));
+    }
+    return this.waitFor(options.signal, (resolve, reject) => {
+      this.requests.set(id, { text, resolve, reject });
+      this.conn?.write(text).catch(ignore); // without a connection, the next one asks it
+      return () => this.requests.delete(id);
+    });
+  }
+
+  /**
+   * Opens a sub-context (docs/protocol.md sections 3 and 9): sends a
+   * `context/branch` envelope with `payload` in a new context of `type`
+   * (with `parent` as its parent, if given) and resolves with the context,
+   * to send more envelopes in it and to conclude it.
+   */
+  async branch(type = "reasoning", options: { parent?: string; payload?: unknown } & CallOptions = {}): Promise<ContextObject> {
+    const context: ContextObject = { id: newId(), type };
+    if (options.parent !== undefined) context.parent = options.parent;
+    await this.send({ kind: "context/branch", context, payload: options.payload ?? {} }, options);
+    return context;
+  }
+
+  /**
+   * Concludes a context: sends a `conclusion` envelope in it, whose
+   * payload is `summary` (a string becomes `{"summary": …}`). Everyone
+   * whose filter admits the context then receives it and a
+   * `system/context` event with the context's statistics. Resolves with
+   * the conclusion's id.
+   */
+  conclude(contextId: string, summary: unknown = {}, options: CallOptions = {}): Promise<string> {
+    const payload = typeof summary === "string" ? { summary } : summary;
+    return this.send({ kind: "conclusion", context: { id: contextId }, payload }, options);
+  }
+
+  /**
+   * Leaves the pod: closes the connection (1000) or stops reconnecting.
+   * The stream ends (done) once what was received is taken; calls still
+   * waiting reject with a ClientClosedError.
+   */
+  close(): Promise<void> {
+    if (this.closing) return this.closing;
+    this.closing = this.shutdown();
+    return this.closing;
+  }
+
+  /**
+   * Everything received, in order, as plain objects: the welcome first,
+   * then every envelope (system ones included: presence, context
+   * events, the refusals of envelopes sent with confirm false), and a
+   * Reconnected
+   * after each reconnection. Breaking out of the loop does not close the
+   * client. When the client ends for good (4000, a refused reconnection)
+   * the loop throws why, after what was received.
+   */
+  [Symbol.asyncIterator](): AsyncIterator<StreamItem> {
+    const stream = this.stream;
+    return {
+      next: () => stream.next(),
+      return: async () => ({ value: undefined, done: true }),
+    };
+  }
+
+  // ---- connections
+
+  /** The URL of one connection: the filter in effect, what to resume after, and on the first the history asked for. */
+  private upgrade(resume: string | undefined, first: boolean): string {
+    const q: UpgradeQuery = {
+      pod: this.opts.pod,
+      participant: this.opts.participant,
+      token: this.opts.token,
+      filter: this.filter,
+      resume,
+    };
+    if (first) {
+      q.history = this.opts.history;
+      q.fold = this.opts.fold;
+    }
+    return upgradeURL(this.url, q, this.tokenInQuery, false);
+  }
+
+  private dialOptions(signal: AbortSignal | undefined) {
+    const headers: Record<string, string> = { ...(this.opts.headers ?? {}) };
+    if (this.opts.token !== undefined && !this.tokenInQuery) headers["Authorization"] = `Bearer ${this.opts.token}`;
+    return {
+      headers,
+      WebSocket: this.opts.WebSocket,
+      timeoutMs: positive(this.opts.timeoutMs, DEFAULT_TIMEOUT_MS),
+      signal,
+    };
+  }
+
+  /** Makes conn the live connection: what it receives is dispatched, and its end handled. */
+  private adopt(conn: Connection, welcome: Envelope): void {
+    this.conn = conn;
+    this.welcomeEnv = welcome;
+    const filter = (welcome.payload as Welcome).filter;
+    if (filter) this.filter = { ...filter };
+    this.status = "open";
+    conn.onLine((line) => this.dispatch(conn, line));
+    void conn.ended.then((why) => this.lost(conn, why));
+  }
+
+  /** Hands one received envelope to whoever waits for it: a request, a send, or the stream. */
+  private dispatch(conn: Connection, line: string): void {
+    let env: Envelope;
+    try {
+      env = JSON.parse(line) as Envelope;
+    } catch {
+      return; // the gateway writes JSON objects; nothing to hand out
+    }
+    if (env === null || typeof env !== "object" || Array.isArray(env)) return;
+    if (env.from === GATEWAY_ID && env.correlation_id !== undefined && this.answer(conn, env)) return;
+    if (env.kind === Kinds.filter && env.payload !== null && typeof env.payload === "object") {
+      this.filter = { ...(env.payload as Filter) };
+    }
+    this.handOut(env);
+  }
+
+  /** Gives an answer of the gateway to the request, sync or send it is about; false when none waits for it. */
+  private answer(conn: Connection, env: Envelope): boolean {
+    const ids = Array.isArray(env.correlation_id) ? env.correlation_id : [env.correlation_id];
+    for (const id of ids) {
+      if (typeof id !== "string") continue;
+      if (this.sync !== undefined && this.sync.id === id) {
+        this.synced(this.sync);
+        return true;
+      }
+      const r = this.requests.get(id);
+      if (r !== undefined) {
+        this.requests.delete(id);
+        if (env.kind === Kinds.filter && env.payload !== null && typeof env.payload === "object") {
+          this.filter = { ...(env.payload as Filter) };
+        }
+        if (env.kind === Kinds.error) r.reject(new GatewayError(env.payload as ErrorPayload, env));
+        else r.resolve(env);
+        return true;
+      }
+      const p = this.sends.get(id);
+      if (p !== undefined && p.confirm && p.conn === conn && env.kind === Kinds.error) {
+        this.sends.delete(id);
+        const e = new GatewayError(env.payload as ErrorPayload, env);
+        // A copy written again after a lost connection that the gateway
+        // already holds: the first copy got through.
+        if (e.code === "duplicate_id" && p.seq < 0) p.resolve();
+        else p.reject(e);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /**
+   * Pushes an envelope into the stream, once: an id handed out since the
+   * resume point is a replay after a resume, and is dropped. Keeps the id
+   * of the last pod envelope the history stores, to resume after it.
+   */
+  private handOut(env: Envelope): void {
+    const id = typeof env.id === "string" && env.id !== "" ? env.id : undefined;
+    if (id !== undefined && (id === this.resumeId || this.seen.has(id))) return;
+    this.stream.push(env);
+    if (id === undefined) return;
+    if (typeof env.kind !== "string") return;
+    if (!env.kind.startsWith("system/")) {
+      if (env.lifecycle?.mode !== "ephemeral") {
+        this.resumeId = id;
+        this.seen.clear();
+      }
+    } else if (env.kind === Kinds.context) {
+      if (this.seen.size >= MAX_SEEN) this.seen.clear();
+      this.seen.add(id);
+    }
+  }
+
+  /** The live connection ended: reconnect, or end the client. */
+  private lost(conn: Connection, why: Error): void {
+    if (conn !== this.conn) return;
+    this.conn = undefined;
+    this.sync = undefined;
+    if (this.closing) return;
+    const historyOn = (this.welcome.limits?.history ?? 0) > 0;
+    for (const p of [...this.sends.values()]) {
+      if (p.conn === undefined) continue; // not written yet: the next connection writes it
+      if (p.confirm && historyOn && p.durable) {
+        p.seq = -1; // written again on the next connection
+        continue;
+      }
+      this.sends.delete(p.id);
+      const when = p.confirm ? "before the gateway judged" : "while writing";
+      const note = !p.confirm || historyOn ? "" : " (the gateway keeps no history, so a second copy would not be recognised)";
+      p.reject(new DisconnectedError(`the connection was lost ${when} envelope ${p.id}: it may or may not have been relayed${note}`, { cause: why }));
+    }
+    if (why instanceof ClosedError && why.closeCode === CloseCodes.replaced) {
+      // The other connection is this participant too: reconnecting would
+      // replace it, and it would replace this one, forever.
+      this.end(why);
+      return;
+    }
+    if (this.reconnectOpts === undefined) {
+      this.end(why);
+      return;
+    }
+    this.status = "reconnecting";
+    this.reconnect(why, this.reconnectOpts).catch((err: unknown) => this.end(err instanceof Error ? err : new Error(String(err))));
+  }
+
+  /** Dials again until it succeeds, the client is closed, the gateway refuses it for good, or the attempts are spent. */
+  private async reconnect(cause: Error, r: Required<ReconnectOptions>): Promise<void> {
+    let last: unknown = cause;
+    for (let attempt = 0; ; attempt++) {
+      if (r.maxAttempts > 0 && attempt >= r.maxAttempts) {
+        this.end(new DisconnectedError(`gave up reconnecting after ${attempt} attempts: ${String((last as Error)?.message ?? last)}`, { cause: last }));
+        return;
+      }
+      if (!(await this.pause(backoff(r, attempt)))) return;
+      const resume = this.resumeId;
+      let dialed;
+      try {
+        dialed = await dial(this.upgrade(resume, false), this.dialOptions(this.stopping.signal));
+      } catch (err) {
+        if (this.closing) return;
+        if (err instanceof RefusedError && !err.temporary) {
+          this.end(err);
+          return;
+        }
+        last = err;
+        continue;
+      }
+      if (this.closing) {
+        dialed.conn.destroy();
+        return;
+      }
+      const w = dialed.welcome.payload as Welcome;
+      const resumed = resume !== undefined && w.history?.resumed === true;
+      this.stream.push(new Reconnected(resumed, resume, w, dialed.welcome, cause, attempt + 1));
+      this.adopt(dialed.conn, dialed.welcome);
+      this.flush(dialed.conn);
+      return;
+    }
+  }
+
+  /** Waits ms, or until the client is closed; false when it was. */
+  private pause(ms: number): Promise<boolean> {
+    const signal = this.stopping.signal;
+    if (signal.aborted) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        resolve(!signal.aborted);
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener("abort", done, { once: true });
+    });
+  }
+
+  /** Writes on a new connection what the last one left unanswered: sends, then requests. */
+  private flush(conn: Connection): void {
+    for (const p of this.sends.values()) this.writeSend(p);
+    for (const r of this.requests.values()) conn.write(r.text).catch(ignore);
+  }
+
+  // ---- sending and confirming
+
+  /** Writes a send on the live connection (if there is one: otherwise the next writes it) and asks for its confirmation. */
+  private writeSend(p: PendingSend): void {
+    const conn = this.conn;
+    if (conn === undefined) return;
+    if (!p.confirm) {
+      p.conn = conn;
+      conn.write(p.text).then(() => {
+        if (this.sends.get(p.id) !== p) return;
+        this.sends.delete(p.id);
+        p.resolve();
+      }, ignore); // a write that fails loses the connection, and lost() rejects it
+      return;
+    }
+    // A copy written before (seq -1, left by lost()) may be a duplicate:
+    // its place stays negative so that duplicate_id resolves it.
+    const again = p.seq < 0 || p.conn !== undefined;
+    p.conn = conn;
+    p.seq = again ? -++this.seq : ++this.seq;
+    conn.write(p.text).catch(ignore); // a write that fails loses the connection, which lost() handles
+    this.queueSync();
+  }
+
+  /**
+   * Asks the gateway, once the current turn's sends are written, for an
+   * answer that comes after its judgement of them: a gateway/filter
+   * request that changes nothing. One is in flight at a time; sends made
+   * meanwhile wait for the next, so sends made together share one.
+   */
+  private queueSync(): void {
+    if (this.syncQueued) return;
+    this.syncQueued = true;
+    queueMicrotask(() => {
+      this.syncQueued = false;
+      this.writeSync();
+    });
+  }
+
+  private writeSync(): void {
+    const conn = this.conn;
+    if (conn === undefined || (this.sync !== undefined && this.sync.conn === conn)) return;
+    if (![...this.sends.values()].some((p) => p.confirm && p.conn === conn)) return;
+    const s: Sync = { id: newId(), conn, upTo: this.seq };
+    this.sync = s;
+    conn.write(JSON.stringify({ id: s.id, kind: "gateway/filter", payload: {} })).catch(ignore);
+  }
+
+  /** The answer to a sync came: the sends written before it that were not refused were accepted. */
+  private synced(s: Sync): void {
+    this.sync = undefined;
+    for (const p of [...this.sends.values()]) {
+      if (p.confirm && p.conn === s.conn && Math.abs(p.seq) <= s.upTo) {
+        this.sends.delete(p.id);
+        p.resolve();
+      }
+    }
+    this.writeSync();
+  }
+
+  // ---- ending
+
+  /** A promise registered as pending, whose signal removes it and rejects it. */
+  private waitFor<T>(
+    signal: AbortSignal | undefined,
+    register: (resolve: (v: T) => void, reject: (e: unknown) => void) => () => void,
+  ): Promise<T> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise<T>((resolve, reject) => {
+      let unregister = (): void => {};
+      const onAbort = () => {
+        unregister();
+        reject(signal?.reason);
+      };
+      const settle = <A>(f: (a: A) => void) => (a: A) => {
+        signal?.removeEventListener("abort", onAbort);
+        f(a);
+      };
+      unregister = register(settle(resolve), settle(reject));
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /** Why calls fail now that the client has ended. */
+  private endError(): Error {
+    return this.ended ?? new ClientClosedError();
+  }
+
+  private ended: Error | undefined;
+
+  /** Ends the client for good with err: calls waiting reject with it, and the stream throws it once taken. */
+  private end(err: Error): void {
+    if (this.status === "closed") return;
+    this.status = "closed";
+    this.ended = err;
+    this.stopping.abort(err);
+    this.failAll(err);
+    this.stream.end(err);
+    this.conn?.destroy();
+    this.conn = undefined;
+  }
+
+  private failAll(err: Error): void {
+    for (const p of this.sends.values()) p.reject(err);
+    this.sends.clear();
+    for (const r of this.requests.values()) r.reject(err);
+    this.requests.clear();
+    this.sync = undefined;
+  }
+
+  private async shutdown(): Promise<void> {
+    if (this.status === "closed") return;
+    this.status = "closed";
+    const err = new ClientClosedError();
+    this.ended = err;
+    this.stopping.abort(err);
+    this.failAll(err);
+    this.stream.end();
+    const conn = this.conn;
+    this.conn = undefined;
+    if (conn === undefined) return;
+    conn.close();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([conn.ended, new Promise((r) => (timer = setTimeout(r, CLOSE_WAIT_MS)))]);
+    clearTimeout(timer);
+    conn.destroy();
+  }
+}
+
+/** The wait before attempt n (from 0): minDelayMs doubled n times, at most maxDelayMs, of which a random half is taken off. */
+function backoff(r: Required<ReconnectOptions>, n: number): number {
+  const d = Math.min(r.maxDelayMs, r.minDelayMs * 2 ** Math.min(n, 30));
+  return d / 2 + Math.random() * (d / 2);
+}
+
+function positive(v: number | undefined, def: number): number {
+  return v !== undefined && v > 0 ? v : def;
+}
+
+function ignore(): void {}
