@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/mcpp/gateway/capability"
-	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -26,8 +25,8 @@ func BenchmarkAllows(b *testing.B) {
 	// pattern, by the last, and by none.
 	kinds := []string{"chat", "reasoning/step", "note"}
 
-	b.Run("check=participant", func(b *testing.B) {
-		caps := participant.Capabilities(plain)
+	b.Run("check=reference", func(b *testing.B) {
+		caps := referenceCaps(plain)
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			caps.Allows(kinds[i%len(kinds)])

@@ -207,17 +207,39 @@ type Revocation struct {
 // made: none when nothing matched. A malformed named capability is a
 // *PatternError.
 func (g *Grants) RevokeCapabilities(by string, caps []wire.Capability) ([]Revocation, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out, keep, err := g.revocations(by, caps)
+	if len(out) > 0 {
+		g.store(keep)
+	}
+	return out, err
+}
+
+// Revokes reports whether RevokeCapabilities(by, caps) would take
+// anything away, changing nothing: a revoke that would not is refused
+// before it enters the pod's order.
+func (g *Grants) Revokes(by string, caps []wire.Capability) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out, _, err := g.revocations(by, caps)
+	return len(out) > 0, err
+}
+
+// revocations works out what RevokeCapabilities takes away, and the
+// grants that stay. Call it with mu held.
+func (g *Grants) revocations(by string, caps []wire.Capability) (out []Revocation, keep []Grant, err error) {
 	type named struct {
 		kind, payload string // payload: canonical, "" for none
 	}
 	ns := make([]named, len(caps))
 	for i, c := range caps {
 		if c.Kind == "" {
-			return nil, &PatternError{Index: i, Capability: c, Path: "kind", Err: ErrEmptyKind}
+			return nil, nil, &PatternError{Index: i, Capability: c, Path: "kind", Err: ErrEmptyKind}
 		}
 		p, err := canonical(c.Payload)
 		if err != nil {
-			return nil, &PatternError{Index: i, Capability: c, Path: "payload", Err: err}
+			return nil, nil, &PatternError{Index: i, Capability: c, Path: "payload", Err: err}
 		}
 		ns[i] = named{c.Kind, p}
 	}
@@ -230,10 +252,6 @@ func (g *Grants) RevokeCapabilities(by string, caps []wire.Capability) ([]Revoca
 		}
 		return false
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []Revocation
-	var keep []Grant
 	for _, gr := range g.load() {
 		if gr.Grantor != by {
 			keep = append(keep, gr)
@@ -252,10 +270,7 @@ func (g *Grants) RevokeCapabilities(by string, caps []wire.Capability) ([]Revoca
 			keep = append(keep, changed)
 		}
 	}
-	if len(out) > 0 {
-		g.store(keep)
-	}
-	return out, nil
+	return out, keep, nil
 }
 
 // EndContext ends every grant scoped to the context contextID, which has

@@ -4,8 +4,9 @@ import "strings"
 
 // MatchKind reports whether kind matches one kind pattern: "*" matches
 // every kind, a pattern ending in "*" the kinds that start with what
-// precedes it, any other pattern exactly. It is participant.Match's rule
-// (TestMatchKindAgrees), written for the loop of Set.Allows: the lengths
+// precedes it, any other pattern exactly. It is the rule the gateway had
+// before payload patterns (TestMatchKindAgrees), and the rule of a token's
+// pod patterns too, written for the loop of Set.Allows: the lengths
 // and first bytes, compared inline, turn most patterns down without the
 // call that a string comparison costs, so that the loop stays as cheap as
 // participant.Capabilities.Allows though Set.Allows has a payload to keep.

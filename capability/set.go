@@ -184,6 +184,26 @@ func (s *Set) allowsPayload(kind string, payload []byte, w *work) bool {
 	return false
 }
 
+// CoversKind reports whether some capability's kind pattern matches kind,
+// whatever its payload pattern: a refusal then says that the payload,
+// not the kind, did not match.
+func (s *Set) CoversKind(kind string) bool {
+	if s == nil || reserved(kind) {
+		return false
+	}
+	for _, p := range s.kinds {
+		if MatchKind(p, kind) {
+			return true
+		}
+	}
+	for i := range s.shaped {
+		if MatchKind(s.shaped[i].kind, kind) {
+			return true
+		}
+	}
+	return false
+}
+
 // Plain reports whether the Set holds only kind patterns (no payload
 // pattern other than {}), so that Allows never reads a payload.
 func (s *Set) Plain() bool { return s == nil || len(s.shaped) == 0 }

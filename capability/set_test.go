@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/capability"
-	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -64,7 +63,7 @@ func TestKindPatterns(t *testing.T) {
 		if got := s.Allows(c.kind, nil); got != c.want {
 			t.Errorf("%q allows %q: %v, want %v", c.caps, c.kind, got, c.want)
 		}
-		if old := participant.Capabilities(c.caps).Allows(c.kind); old != c.want {
+		if old := referenceCaps(c.caps).Allows(c.kind); old != c.want {
 			t.Errorf("participant.Capabilities%q allows %q: %v: the table is wrong", c.caps, c.kind, old)
 		}
 	}
@@ -75,7 +74,7 @@ func TestKindPatterns(t *testing.T) {
 }
 
 // TestMatchKindAgrees: MatchKind, which Set runs, answers as
-// participant.Match, which the gateway ran before it, for every pattern
+// referenceMatch (the check the gateway ran before it), for every pattern
 // and kind of up to three characters from a small alphabet.
 func TestMatchKindAgrees(t *testing.T) {
 	var words []string
@@ -91,8 +90,8 @@ func TestMatchKindAgrees(t *testing.T) {
 	grow("")
 	for _, p := range words {
 		for _, k := range words {
-			if got, want := capability.MatchKind(p, k), participant.Match(p, k); got != want {
-				t.Errorf("MatchKind(%q, %q) = %v, participant.Match says %v", p, k, got, want)
+			if got, want := capability.MatchKind(p, k), referenceMatch(p, k); got != want {
+				t.Errorf("MatchKind(%q, %q) = %v, referenceMatch says %v", p, k, got, want)
 			}
 		}
 	}
@@ -308,5 +307,17 @@ func TestBudget(t *testing.T) {
 	big := `{"junk": "` + long + `", "method": "tools/call", "params": {"name": "read_file"}}`
 	if !s.Allows("k", []byte(big)) {
 		t.Error("a pattern of MEW's examples does not match a 1 MiB payload")
+	}
+}
+
+func TestCoversKind(t *testing.T) {
+	s := capability.MustCompile([]wire.Capability{{Kind: "chat"}, {Kind: "mcp/request", Payload: []byte(`{"method": "tools/list"}`)}})
+	for kind, want := range map[string]bool{"chat": true, "mcp/request": true, "mcp/response": false, "system/error": false} {
+		if got := s.CoversKind(kind); got != want {
+			t.Errorf("CoversKind(%q) = %v, want %v", kind, got, want)
+		}
+	}
+	if s.Allows("mcp/request", []byte(`{"method": "tools/call"}`)) {
+		t.Error("the payload pattern allowed tools/call")
 	}
 }

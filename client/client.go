@@ -90,8 +90,9 @@ type Options struct {
 }
 
 // Reconnect says what the client does when its connection is lost. It
-// reconnects by default, except after Close and after 4000 (replaced:
-// another connection took the participant id). Attempts wait MinDelay,
+// reconnects by default, except after Close, 4000 (replaced: another
+// connection took the participant id), 4401 (token expired), 4403
+// (revoked) and 4410 (kicked). Attempts wait MinDelay,
 // then twice as long each time up to MaxDelay, with jitter. A refusal that
 // will not change (400, 401, 403) ends the client at once.
 type Reconnect struct {
@@ -239,13 +240,13 @@ func baseURL(raw string, o *Options) (*url.URL, string, error) {
 // resume after, and on the first the history asked for.
 func (c *Client) dialURL(resume string, first bool) string {
 	c.mu.Lock()
-	filter := c.filter.Query()
+	filter, base := c.filter.Query(), c.base // Refresh may replace base
 	c.mu.Unlock()
 	history := 0
 	if first {
 		history = c.opts.History
 	}
-	return connURL(c.base, filter, resume, history, c.opts.Fold)
+	return connURL(base, filter, resume, history, c.opts.Fold)
 }
 
 // welcomeMsg is the welcome of one connection.
@@ -260,7 +261,10 @@ type welcomeMsg struct {
 func (c *Client) connect(ctx context.Context, resume string, first bool) (*conn, *welcomeMsg, [][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
-	cn, err := dialConn(ctx, c.dialURL(resume, first), c.header, &c.opts, c.secret)
+	c.mu.Lock()
+	header, secret := c.header, c.secret // Refresh replaces them
+	c.mu.Unlock()
+	cn, err := dialConn(ctx, c.dialURL(resume, first), header, &c.opts, secret)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -318,7 +322,7 @@ func (c *Client) run(cn *conn, rest [][]byte) {
 			return
 		}
 		cause := closeError(cn.err)
-		if c.opts.Reconnect.Disable || errors.Is(cause, ErrReplaced) {
+		if c.opts.Reconnect.Disable || final(cause) {
 			c.end(cause)
 			return
 		}
@@ -544,6 +548,17 @@ func (c *Client) reconnect(cause error) (*conn, [][]byte, error) {
 		}
 		return cn, rest, nil
 	}
+}
+
+// final reports whether a connection that ended so must not be made
+// again: another took its place, or the gateway wants it gone.
+func final(cause error) bool {
+	for _, err := range []error{ErrReplaced, ErrTokenExpired, ErrRevoked, ErrKicked} {
+		if errors.Is(cause, err) {
+			return true
+		}
+	}
+	return false
 }
 
 // backoff is the wait before attempt n (from 0): MinDelay doubled n

@@ -14,7 +14,8 @@ import (
 
 // Errors the client returns, to test with errors.Is. The close codes of
 // the gateway (docs/protocol.md section 5) come as a *ClosedError that
-// wraps one of ErrReplaced, ErrSlowConsumer, ErrGoingAway and ErrTooBig.
+// wraps one of ErrReplaced, ErrSlowConsumer, ErrGoingAway, ErrTooBig,
+// ErrTokenExpired, ErrRevoked, ErrKicked and ErrOrderLost.
 var (
 	// ErrClosed: Close was called.
 	ErrClosed = errors.New("client: closed")
@@ -30,14 +31,28 @@ var (
 	// ErrTooBig: a message was over twice the gateway's max_message_bytes
 	// (1009).
 	ErrTooBig = errors.New("a message was over twice the gateway's size limit (close 1009 message too big)")
+	// ErrTokenExpired: the token expired and no fresh one came first
+	// (Refresh) (4401). The client does not reconnect: dial again with a
+	// fresh token.
+	ErrTokenExpired = errors.New("the token expired and was not refreshed (close 4401 token expired)")
+	// ErrRevoked: the token was revoked (4403). The client does not
+	// reconnect.
+	ErrRevoked = errors.New("the token was revoked (close 4403 revoked)")
+	// ErrKicked: a participant holding gateway/kick removed this one from
+	// the pod (4410). The client does not reconnect: the kick may come
+	// with a ban, and would mean nothing if it came straight back.
+	ErrKicked = errors.New("removed from the pod by a moderator (close 4410 kicked)")
+	// ErrOrderLost: the gateway node lost the pod's order (4503); the
+	// client reconnects and resumes.
+	ErrOrderLost = errors.New("the gateway node lost the pod's order (close 4503 order lost)")
 	// ErrDisconnected: the connection ended without a close code from the
 	// gateway (the network, a proxy, a crash).
 	ErrDisconnected = errors.New("the connection was lost")
 )
 
 // ClosedError is a connection the gateway closed with a close code
-// (docs/protocol.md section 5). It wraps ErrReplaced, ErrSlowConsumer,
-// ErrGoingAway or ErrTooBig for the codes the gateway sends.
+// (docs/protocol.md section 5). It wraps the sentinel of each code the
+// gateway sends (ErrReplaced, ErrKicked…).
 type ClosedError struct {
 	Code   wire.CloseCode
 	Reason string // the close frame's reason, as sent
@@ -88,6 +103,14 @@ func closeError(err error) error {
 		ce.err = ErrGoingAway
 	case wire.CloseMessageTooBig:
 		ce.err = ErrTooBig
+	case wire.CloseTokenExpired:
+		ce.err = ErrTokenExpired
+	case wire.CloseRevoked:
+		ce.err = ErrRevoked
+	case wire.CloseKicked:
+		ce.err = ErrKicked
+	case wire.CloseOrderLost:
+		ce.err = ErrOrderLost
 	}
 	return ce
 }

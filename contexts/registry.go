@@ -43,14 +43,23 @@ type Context struct {
 	Depth       int
 	Path        bool
 
-	State        string
-	Reason       string
-	Messages     int64
-	Bytes        int64
-	Created      int64 // unix nanoseconds
-	LastActivity int64
-	Concluded    int64
-	Senders      []string
+	State    string
+	Reason   string
+	Messages int64
+	Bytes    int64
+	// Tokens is the token estimate of its envelopes (envelope.EstimateTokens),
+	// summed, and ConclusionTokens that of its conclusion-kind ones. Like
+	// Messages and Bytes they count the context's own envelopes, not its
+	// sub-contexts': the history folds each context under its own
+	// system/context event, a sub-context's too when its parent's
+	// conclusion concludes it (docs/protocol.md section 8), so each
+	// envelope's tokens are counted in exactly one context's figures.
+	Tokens           int64
+	ConclusionTokens int64
+	Created          int64 // unix nanoseconds
+	LastActivity     int64
+	Concluded        int64
+	Senders          []string
 
 	limiter  *rate.Limiter
 	deadline int64 // when the timeout heap next looks at it
@@ -106,7 +115,9 @@ type Request struct {
 	// EnvelopeID is the envelope's id (after the gateway filled it).
 	EnvelopeID string
 	Size       int
-	Now        time.Time
+	// Tokens is the envelope's envelope.EstimateTokens, as relayed.
+	Tokens int
+	Now    time.Time
 	// Duplicate is the history's duplicate_id verdict, nil when the id is
 	// new, and SenderRate the sender's own rate verdict, nil when within its
 	// rate. docs/protocol.md section 5 reports them after the context errors
@@ -139,6 +150,8 @@ type Concluded struct {
 	Created      int64 // unix nanoseconds
 	LastActivity int64
 	At           int64 // when it concluded
+	// Tokens, TokensFolded and TokensSaved are Context.Fold's figures.
+	Tokens, TokensFolded, TokensSaved int64
 	// Ancestors are the ancestor ids an envelope in the context had just
 	// before it concluded, parent first: a subtree filter admits the event
 	// exactly when it would admit a conclusion-kind envelope in it.
@@ -215,8 +228,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 		cur.limiter.AllowN(req.Now, 1)
 	}
 
-	cur.Messages++
-	cur.Bytes += int64(req.Size)
+	cur.count(req.Size, req.Tokens, r.cfg.ConclusionKinds[req.Kind])
 	// Senders take their time before the lock, so now may be a little
 	// older than what another sender already recorded.
 	cur.LastActivity = max(cur.LastActivity, now)
@@ -244,6 +256,7 @@ func (r *Registry) concludedEvents(cs []*Context, dst []Concluded) []Concluded {
 			Depth: c.Depth, Messages: c.Messages, Bytes: c.Bytes, Participants: append([]string{}, c.Senders...),
 			Created: c.Created, LastActivity: c.LastActivity, At: c.Concluded,
 		}
+		e.Tokens, e.TokensFolded, e.TokensSaved = c.Fold()
 		if c.Parent != "" {
 			e.Ancestors = r.walkAncestors(c, nil, 0, true)
 		}
@@ -259,7 +272,8 @@ func (r *Registry) concludedEvents(cs []*Context, dst []Concluded) []Concluded {
 // context's bucket, so that its rate holds approximately across nodes. now
 // is when the stream stored it. It returns the contexts it concluded
 // (a conclusion-kind envelope), whose events the origin node publishes.
-func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender, envelopeID string, size int, now time.Time) []Concluded {
+// size and tokens are the envelope's, as Request has them.
+func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender, envelopeID string, size, tokens int, now time.Time) []Concluded {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ns := now.UnixNano()
@@ -271,8 +285,7 @@ func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender, env
 		cur = r.create(c, strings.Clone(sender), strings.Clone(envelopeID), r.depthOf(c), ns)
 	}
 	cur.limiter.AllowN(now, 1)
-	cur.Messages++
-	cur.Bytes += int64(size)
+	cur.count(size, tokens, conclusion)
 	cur.LastActivity = max(cur.LastActivity, ns)
 	if !cur.hasSender(sender) {
 		cur.addSender(strings.Clone(sender))
@@ -456,6 +469,29 @@ func (r *Registry) create(c *envelope.Context, creator, incarnation string, dept
 	r.peakCreators = max(r.peakCreators, len(r.byCreator))
 	heap.Push(&r.timeouts, n)
 	return n
+}
+
+// count adds an envelope of size bytes and tokens tokens, of a
+// conclusion kind or not, to c's statistics.
+func (c *Context) count(size, tokens int, conclusion bool) {
+	c.Messages++
+	c.Bytes += int64(size)
+	c.Tokens += int64(tokens)
+	if conclusion {
+		c.ConclusionTokens += int64(tokens)
+	}
+}
+
+// Fold is c's token figures (docs/protocol.md section 3): tokens, what
+// its envelopes cost; folded, what folding hides from a late joiner once
+// c has concluded (all but its conclusion-kind envelopes, which the
+// replay shows, with the system/context event it shows folded or not);
+// and saved, folded less what the conclusion-kind envelopes cost: what
+// reading the conclusion instead of the branch it ends spares, negative
+// when the conclusion costs more than the branch.
+func (c *Context) Fold() (tokens, folded, saved int64) {
+	folded = c.Tokens - c.ConclusionTokens
+	return c.Tokens, folded, folded - c.ConclusionTokens
 }
 
 func (c *Context) addSender(id string) {
@@ -749,7 +785,7 @@ func (c *Context) Info() wire.ContextInfo {
 	i := wire.ContextInfo{
 		ID: c.ID, Depth: c.Depth, State: c.State, Creator: c.Creator,
 		Messages: c.Messages, Bytes: c.Bytes, Participants: append([]string{}, c.Senders...),
-		Created: FormatTime(c.Created), LastActivity: FormatTime(c.LastActivity),
+		Created: FormatTime(c.Created), LastActivity: FormatTime(c.LastActivity), Tokens: c.Tokens,
 	}
 	if c.Type != "" {
 		i.Type = &c.Type
@@ -760,6 +796,8 @@ func (c *Context) Info() wire.ContextInfo {
 	if c.State == wire.StateConcluded {
 		reason, at := c.Reason, FormatTime(c.Concluded)
 		i.Reason, i.Concluded = &reason, &at
+		_, folded, saved := c.Fold()
+		i.TokensFolded, i.TokensSaved = &folded, &saved
 	}
 	return i
 }

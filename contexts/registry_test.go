@@ -25,6 +25,8 @@ type regHarness struct {
 
 	mu      sync.Mutex
 	expired [][]string // each onExpire call: "id:reason" in event order
+	// stats are the expired contexts' events, by id.
+	stats map[string]Concluded
 	// ancestors are the Ancestors of each expired or concluded context, as
 	// the registry reports them for its events.
 	ancestors map[string][]string
@@ -32,7 +34,7 @@ type regHarness struct {
 
 func newRegHarness(t *testing.T, edit func(*Config)) *regHarness {
 	t.Helper()
-	h := &regHarness{t: t, now: regStart, ancestors: map[string][]string{}}
+	h := &regHarness{t: t, now: regStart, ancestors: map[string][]string{}, stats: map[string]Concluded{}}
 	cfg := Config{
 		MaxDepth: 5, Timeout: 10 * time.Second, Retention: time.Minute,
 		MaxPerParticipant: 256, MaxPerPod: 10000,
@@ -48,6 +50,7 @@ func newRegHarness(t *testing.T, edit func(*Config)) *regHarness {
 		for _, c := range cs {
 			ev = append(ev, c.ID+":"+c.Reason)
 			h.ancestors[c.ID] = c.Ancestors
+			h.stats[c.ID] = c
 		}
 		h.expired = append(h.expired, ev)
 	})
@@ -101,6 +104,7 @@ type regResult struct {
 	ancestors  []string
 	concluded  []string            // "id:reason", in event order
 	eventAnces map[string][]string // the Ancestors of each concluded context, in commit
+	stats      map[string]Concluded
 }
 
 // send offers one envelope of kind from sender in the context field.
@@ -117,9 +121,11 @@ func (h *regHarness) sendReq(req *Request) regResult {
 		res.ctx = a.Context
 		res.ancestors = append([]string{}, a.Ancestors...)
 		res.eventAnces = map[string][]string{}
+		res.stats = map[string]Concluded{}
 		for _, c := range a.Concluded {
 			res.concluded = append(res.concluded, c.ID+":"+c.Reason)
 			res.eventAnces[c.ID] = c.Ancestors
+			res.stats[c.ID] = c
 		}
 	})
 	if (res.err == nil) != res.committed {
@@ -889,5 +895,72 @@ func TestRegistryErrorsAreEnvelopeErrors(t *testing.T) {
 	var ee *envelope.Error
 	if !errors.As(err, &ee) || ee.Code != wire.CodeContextConflict || ee.Message == "" {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestRegistryTokens: each context's tokens are its own envelopes'
+// estimates, summed; at its conclusion, tokens_folded is all but its
+// conclusion-kind envelopes' and tokens_saved that less theirs, in its
+// event, gateway/contexts and after an envelope another node accepted.
+func TestRegistryTokens(t *testing.T) {
+	h := newRegHarness(t, nil)
+	send := func(field, kind string, tokens int) regResult {
+		t.Helper()
+		res := h.sendReq(&Request{Context: h.parse(field), Kind: kind, Sender: "alice", Size: 100, Tokens: tokens, Now: h.clock()})
+		if res.err != nil {
+			t.Fatalf("%s %s: %v", field, kind, res.err)
+		}
+		return res
+	}
+	figures := func(c Concluded) [3]int64 { return [3]int64{c.Tokens, c.TokensFolded, c.TokensSaved} }
+
+	send(`{"id":"task"}`, "note", 40)
+	send(`{"id":"r","parent":"task"}`, "reasoning/step", 300)
+	send(`{"id":"r"}`, "reasoning/step", 200)
+	send(`{"id":"c","parent":"task"}`, "note", 70)
+	// A sub-context's envelopes count in its own figures, not its parent's.
+	if i := h.info("task", wire.StateActive); i.Tokens != 40 || i.TokensFolded != nil || i.TokensSaved != nil {
+		t.Fatalf("active task: tokens %d, folded %v, saved %v; want 40, null, null", i.Tokens, i.TokensFolded, i.TokensSaved)
+	}
+	if i := h.info("r", wire.StateActive); i.Tokens != 500 {
+		t.Fatalf("active r: %d tokens, want 500", i.Tokens)
+	}
+
+	res := send(`{"id":"r"}`, "conclusion", 60)
+	if got := figures(res.stats["r"]); got != [3]int64{560, 500, 440} {
+		t.Fatalf("r's event: tokens, folded, saved %v; want 560 500 440", got)
+	}
+	i := h.info("r", wire.StateConcluded)
+	if i.Tokens != 560 || i.TokensFolded == nil || *i.TokensFolded != 500 || *i.TokensSaved != 440 {
+		t.Fatalf("concluded r in gateway/contexts: %d %v %v", i.Tokens, i.TokensFolded, i.TokensSaved)
+	}
+
+	// task's conclusion concludes c with it: c had no conclusion, all of
+	// it is folded and saved; task's conclusion costs more than the rest
+	// of it, so it saves less than nothing.
+	res = send(`{"id":"task"}`, "conclusion", 50)
+	if got := res.concluded; strings.Join(got, " ") != "task:conclusion c:parent_concluded" {
+		t.Fatalf("cascade: %v", got)
+	}
+	if got := figures(res.stats["task"]); got != [3]int64{90, 40, -10} {
+		t.Fatalf("task's event: %v, want 90 40 -10", got)
+	}
+	if got := figures(res.stats["c"]); got != [3]int64{70, 70, 70} {
+		t.Fatalf("c's event: %v, want 70 70 70", got)
+	}
+
+	// A timeout folds everything.
+	send(`{"id":"idle"}`, "note", 33)
+	h.expire(11 * time.Second)
+	if got := figures(h.stats["idle"]); got != [3]int64{33, 33, 33} {
+		t.Fatalf("timed out: %v, want 33 33 33", got)
+	}
+
+	// Another node's envelopes count the same.
+	remote := h.parse(`{"id":"far"}`)
+	h.r.ApplyRemote(&remote, false, "bob", "e1", 100, 120, h.clock())
+	out := h.r.ApplyRemote(&remote, true, "bob", "e2", 100, 20, h.clock())
+	if len(out) != 1 || figures(out[0]) != [3]int64{140, 120, 100} {
+		t.Fatalf("remote conclusion: %+v, want 140 120 100", out)
 	}
 }

@@ -21,7 +21,7 @@ type Error struct {
 	// example); capability_violation's have fields of their own.
 	Details          map[string]any
 	AttemptedKind    string
-	YourCapabilities []string
+	YourCapabilities []wire.Capability
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
@@ -42,7 +42,7 @@ func (e *Error) Payload() wire.ErrorPayload {
 		p.RetryAfterMS = int64(max(1, (e.RetryAfter+time.Millisecond-1)/time.Millisecond))
 	}
 	if e.Code == wire.CodeCapabilityViolation && p.YourCapabilities == nil {
-		p.YourCapabilities = []string{} // no capability at all is still a list
+		p.YourCapabilities = []wire.Capability{} // no capability at all is still a list
 	}
 	if len(e.Details) > 0 {
 		p.Details = make(map[string]json.RawMessage, len(e.Details))

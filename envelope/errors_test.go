@@ -22,7 +22,7 @@ func TestErrorPayload(t *testing.T) {
 			`{"error":"rate_limited","message":"slow","retryable":true,"retry_after_ms":2}`},
 		{"retry at least 1 ms", &Error{Code: wire.CodeContextRateLimited, Message: "slow", RetryAfter: time.Nanosecond},
 			`{"error":"context_rate_limited","message":"slow","retryable":true,"retry_after_ms":1}`},
-		{"capability_violation", &Error{Code: wire.CodeCapabilityViolation, Message: "m", AttemptedKind: "chat", YourCapabilities: []string{"mcp/*"}},
+		{"capability_violation", &Error{Code: wire.CodeCapabilityViolation, Message: "m", AttemptedKind: "chat", YourCapabilities: wire.Kinds("mcp/*")},
 			`{"error":"capability_violation","message":"m","retryable":false,"attempted_kind":"chat","your_capabilities":["mcp/*"]}`},
 		{"no capability at all", &Error{Code: wire.CodeCapabilityViolation, Message: "m", AttemptedKind: "chat"},
 			`{"error":"capability_violation","message":"m","retryable":false,"attempted_kind":"chat","your_capabilities":[]}`},

@@ -14,6 +14,11 @@ const (
 	FrameJoin         FrameKind = 2 // system/presence join; From is who joined
 	FrameLeave        FrameKind = 3 // system/presence leave; From is who left
 	FrameContextEvent FrameKind = 4 // system/context
+	// FrameKick removes a participant from the pod (gateway/kick): every
+	// node closes its connections there and keeps it out until the ban's
+	// end. From is who is kicked; the body is the kick (a live frame:
+	// history keeps nothing of it).
+	FrameKick FrameKind = 5
 )
 
 // Frame flags.
@@ -40,6 +45,10 @@ const (
 	// the header of the frame it stands for (whose Origin and Seq find its
 	// body), and no body.
 	FlagMarker uint8 = 1 << 5
+	// FlagCapability marks a capability/grant or capability/revoke
+	// envelope: every node that takes it changes the grants of the pod's
+	// participants (issue 23), in the pod's order.
+	FlagCapability uint8 = 1 << 6
 )
 
 const frameVersion = 2

@@ -43,8 +43,7 @@ func (g *Gateway) refuseWith(w http.ResponseWriter, status int, e *envelope.Erro
 // admission is what the checks before the upgrade decided.
 type admission struct {
 	pod      string
-	id       string
-	caps     participant.Capabilities
+	who      pod.Admitted
 	protocol string
 	filter   *filter.Filter
 	history  pod.HistoryWant
@@ -77,7 +76,7 @@ func (g *Gateway) admit(r *http.Request) (*admission, *envelope.Error) {
 	}
 
 	var e *envelope.Error
-	if a.id, a.caps, e = g.authenticate(r, a.pod, true); e != nil {
+	if a.who, e = g.authenticate(r, a.pod, true); e != nil {
 		return nil, e
 	}
 	f, err := filter.FromQuery(q)
@@ -143,13 +142,14 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 			g.refuse(w, e)
 			return
 		}
-		ok, dead := found.Reserve(a.id)
+		dead, refusal := found.Reserve(a.who.ID)
 		if dead {
 			continue // removed as we looked it up; a new one will be made
 		}
-		if !ok {
+		if refusal != nil {
+			// The pod is full, or the participant is banned (gateway/kick).
 			g.connCount.Add(-1)
-			g.refuse(w, envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", a.pod, g.cfg.MaxParticipantsPerPod))
+			g.refuse(w, refusal)
 			return
 		}
 		p = found
@@ -170,18 +170,19 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 	conn.SetReadLimit(g.cfg.readLimit())
 
 	var r *participant.Participant
-	r = participant.New(conn, hw.Conn(), a.id, a.pod, a.caps, a.protocol, a.filter, participant.Options{
+	id := a.who.ID
+	r = participant.New(conn, hw.Conn(), id, a.pod, a.who.Caps, a.who.Credential, a.protocol, a.filter, participant.Options{
 		SendQueue:      g.cfg.SendQueue,
 		SendQueueBytes: int(g.cfg.SendQueueBytes),
 		WriteTimeout:   g.cfg.WriteTimeout,
 		OnCut: func(reason string) {
 			n, bytes := r.Queued()
-			g.log.Info("participant cut", "pod", a.pod, "participant", a.id, "reason", reason, "queued", n, "queued_bytes", bytes)
+			g.log.Info("participant cut", "pod", a.pod, "participant", id, "reason", reason, "queued", n, "queued_bytes", bytes)
 			g.metrics.cuts.WithLabelValues(reason).Inc()
 		},
 		OnWrite: func(n int) { g.metrics.writes.Add(float64(n)) },
 	})
-	buckets := g.node.Buckets.Acquire(bucketKey(a.pod, a.id))
+	buckets := g.node.Buckets.Acquire(bucketKey(a.pod, id))
 	g.metrics.connections.Inc()
 	p.Settle()
 	p.Join(r, a.history)
@@ -199,7 +200,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		// refers to itself and has a finalizer): close it in every case.
 		_ = conn.CloseNow()
 		r.Finish()
-		g.node.Buckets.Release(bucketKey(a.pod, a.id), time.Now())
+		g.node.Buckets.Release(bucketKey(a.pod, id), time.Now())
 		p.Leave(r)
 		g.maybeRemovePod(p)
 		g.metrics.connections.Dec()
@@ -219,7 +220,7 @@ func (g *Gateway) readLoop(p *pod.Pod, r *participant.Participant, buckets *limi
 	conn := r.Conn()
 	// The writers of the members its envelopes go to are woken once the
 	// messages it has sent are handled, not after each.
-	from := &pod.Sender{ID: r.ID, Caps: r.Capabilities, Protocol: r.Protocol, Conn: r, Buckets: buckets, Hold: true}
+	from := &pod.Sender{ID: r.ID, Protocol: r.Protocol, Conn: r, Buckets: buckets, Hold: true}
 	defer from.Flush()
 	for {
 		typ, rd, err := conn.Reader(ctx)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/wire"
 )
 
 // Config holds every setting of the gateway. Each field is a flag of
@@ -17,6 +21,11 @@ import (
 type Config struct {
 	Listen              string
 	Tokens              string
+	JWTSecretFile       string
+	JWTPublicKeyFile    string
+	JWTJWKSURL          string
+	JWTIssuer           string
+	JWTAudience         string
 	DefaultCapabilities string
 	AllowedOrigins      string
 
@@ -113,7 +122,12 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the HTTP/WebSocket server")
 	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "token file (JSON); without one the gateway runs open, for development")
-	fs.StringVar(&c.DefaultCapabilities, "default-capabilities", c.DefaultCapabilities, "capabilities of participants in open mode (comma-separated patterns)")
+	fs.StringVar(&c.JWTSecretFile, "jwt-secret-file", c.JWTSecretFile, "file holding the HMAC secret of HS256/HS384/HS512 JWTs (at least 32 bytes)")
+	fs.StringVar(&c.JWTPublicKeyFile, "jwt-public-key-file", c.JWTPublicKeyFile, "PEM file of the public keys (RSA, ECDSA, Ed25519) that JWTs are signed with")
+	fs.StringVar(&c.JWTJWKSURL, "jwt-jwks-url", c.JWTJWKSURL, "URL of a JSON Web Key Set; fetched at start, hourly, on SIGHUP and when a token names an unknown kid")
+	fs.StringVar(&c.JWTIssuer, "jwt-issuer", c.JWTIssuer, "the iss a JWT must have (empty: any)")
+	fs.StringVar(&c.JWTAudience, "jwt-audience", c.JWTAudience, "an aud a JWT must list (empty: any)")
+	fs.StringVar(&c.DefaultCapabilities, "default-capabilities", c.DefaultCapabilities, "capabilities in open mode and of JWTs without a caps claim: comma-separated kind patterns, or a JSON list of patterns and {kind, payload} objects")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", c.AllowedOrigins, "browser origins allowed besides the gateway's own host (comma-separated host patterns, e.g. app.example.com,*.example.org)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest envelope accepted, in bytes")
 	fs.IntVar(&c.MaxContextBytes, "max-context-bytes", c.MaxContextBytes, "largest context field, in bytes")
@@ -207,6 +221,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cluster-listen and --routes need --cluster-name")
 	case c.ClusterName != "" && c.ClusterListen == "":
 		return fmt.Errorf("--cluster-name needs --cluster-listen")
+	case c.defaultCapabilitiesError() != nil:
+		return fmt.Errorf("--default-capabilities: %w", c.defaultCapabilitiesError())
 	case !validPatterns(c.AllowedOrigins):
 		return fmt.Errorf("--allowed-origins: a pattern is malformed (path.Match syntax)")
 	case c.ClusterHeartbeat < 10*time.Millisecond:
@@ -231,6 +247,34 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--history-dir and --history-replicas need history on (--history above 0)")
 	}
 	return nil
+}
+
+// defaultCapabilities reads --default-capabilities: a JSON list when it
+// starts with "[" (payload patterns need one), comma-separated kind
+// patterns otherwise.
+func (c *Config) defaultCapabilities() ([]wire.Capability, error) {
+	s := strings.TrimSpace(c.DefaultCapabilities)
+	if strings.HasPrefix(s, "[") {
+		var caps []wire.Capability
+		if err := json.Unmarshal([]byte(s), &caps); err != nil {
+			return nil, err
+		}
+		return caps, nil
+	}
+	return wire.Kinds(splitComma(s)...), nil
+}
+
+func (c *Config) defaultCapabilitiesError() error {
+	caps, err := c.defaultCapabilities()
+	if err == nil {
+		_, err = capability.Compile(caps)
+	}
+	return err
+}
+
+// jwtOn reports whether JWTs are verified.
+func (c *Config) jwtOn() bool {
+	return c.JWTSecretFile != "" || c.JWTPublicKeyFile != "" || c.JWTJWKSURL != ""
 }
 
 // historyOn reports whether pods keep a history.

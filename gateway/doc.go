@@ -1,21 +1,29 @@
-// Package gateway is the MCPP pod gateway: an HTTP server that upgrades
-// participants to WebSocket (github.com/coder/websocket), admits them to a
-// pod, checks every envelope they send, and relays the accepted ones to the
-// rest of the pod through NATS.
+// Package gateway is the MCPP pod gateway's server: the HTTP endpoints
+// (/ws, POST /pods/NAME/envelopes, /mcp, /healthz, /metrics and the pod
+// viewer at /), who a request is (auth.go: the token file and JWTs, package
+// tokens), the table of the pods this node serves, and the NATS node the
+// pods' history and the other gateway nodes are reached through. What
+// happens to an envelope once a participant sent it is package pod's.
 //
-// The path of one envelope:
+// One node alone (the default) runs NATS inside the process with no port
+// open and JetStream for the history: the pods' order is the node's own,
+// the fan-out happens in process, and the history stream is written
+// behind it in the same order. With --cluster-name (an embedded NATS
+// cluster) or --nats-url (an external NATS), the nodes share the history
+// stream and deliver in its order, each following it with one ordered
+// consumer for all its pods; with history off they exchange envelopes on
+// core NATS subjects.
 //
-//	reader goroutine (one per connection)
-//	  parse once (envelope.Parse) → from, kind, capability, size
-//	  → context registry and rate limits (limits)        refusal: system/error
-//	  → frame = header + envelope bytes → NATS publish on the pod's subject
-//	pod subscription (one per pod per gateway process)
-//	  decode the frame header once → for each member: Filter.Admits
-//	  → participant.Deliver (shared bytes, bounded queue)  → writer goroutine
+// The parts, one concern per file:
 //
-// A pod's subject is "mcpp.pod.<pod>" (dots in the pod name become "~").
-// Envelopes, presence and context events share it, so a pod's history is one
-// ordered stream that a JetStream stream can later keep and replay.
-//
-// By default the NATS server runs inside the process and opens no port.
+//	gateway.go   New, Serve, Shutdown; the pod table (sharded), the janitor
+//	config.go    every setting, as a flag and an MCPP_ environment variable
+//	accept.go    the upgrade: its checks, answered in JSON, then the reader
+//	publish.go   POST /pods/NAME/envelopes
+//	auth.go      tokens, JWTs, refresh, expiry, revocation (SIGHUP)
+//	mcp*.go      the MCP endpoint: tools, sessions, the inbox resource
+//	nats.go      the embedded NATS server (or the connection to an external one)
+//	cluster.go   the other nodes of an embedded cluster
+//	metrics.go   /metrics
+//	viewer.go    the pod viewer (viewer/)
 package gateway

@@ -19,11 +19,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/pod"
+	"github.com/mcpp/gateway/tokens"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -42,8 +44,10 @@ type Gateway struct {
 	cfg            Config
 	log            *slog.Logger
 	nodeID         string
-	tokens         *Tokens
-	defaultCaps    participant.Capabilities
+	verifier       *tokens.Verifier // nil in open mode
+	defaultCaps    *capability.Set  // --default-capabilities, in open mode
+	life           context.Context  // ends at Shutdown: the token watchers
+	endLife        context.CancelFunc
 	originPatterns []string
 
 	ns      *server.Server // nil with --nats-url
@@ -83,7 +87,6 @@ func New(cfg Config) (*Gateway, error) {
 	cfg.MaxPods = cfg.PodsMemoryHolds()
 	g := &Gateway{
 		cfg: cfg, log: cfg.logger(), nodeID: uuid.NewString()[:8],
-		defaultCaps:    splitComma(cfg.DefaultCapabilities),
 		originPatterns: splitComma(cfg.AllowedOrigins),
 		janitorDone:    make(chan struct{}),
 		janitorStop:    make(chan struct{}),
@@ -96,23 +99,38 @@ func New(cfg Config) (*Gateway, error) {
 		// the heap nears it (it bounds nothing by itself; the limits do).
 		debug.SetMemoryLimit(int64(cfg.MaxMemory))
 	}
-	if cfg.Tokens != "" {
-		t, err := LoadTokens(cfg.Tokens, g.log.Warn)
-		if err != nil {
-			return nil, err
-		}
-		g.tokens = t
+	defaults, err := cfg.defaultCapabilities()
+	if err != nil {
+		return nil, fmt.Errorf("--default-capabilities: %w", err)
+	}
+	g.defaultCaps = capability.MustCompile(defaults) // Validate compiled it
+	g.life, g.endLife = context.WithCancel(context.Background())
+	if g.verifier, err = newVerifier(g.life, &cfg, defaults); err != nil {
+		g.endLife()
+		return nil, err
+	}
+	if cfg.jwtOn() && (g.defaultCaps.CoversKind(wire.RequestKick) || g.defaultCaps.CoversKind(wire.KindGrant)) {
+		// A JWT without a caps claim gets --default-capabilities: with
+		// the open mode's "*", any token the identity provider signs may
+		// kick and grant.
+		g.log.Warn("JWTs without a caps claim get --default-capabilities, which allow gateway/kick or capability/grant: set --default-capabilities to what such a token should allow",
+			"default_capabilities", cfg.DefaultCapabilities)
 	}
 	g.node = g.newNode()
+	if g.verifier != nil {
+		g.node.Verify = g.verify
+	}
 	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState)
 	ns, nc, tempDir, err := startNATS(&g.cfg, g.nodeID)
 	if err != nil {
+		g.endLife()
 		return nil, err
 	}
 	g.ns, g.nc, g.tempDir = ns, nc, tempDir
 	g.node.NATS = nc
 	g.node.Start()
 	stop := func() {
+		g.endLife()
 		g.node.Stop()
 		nc.Close()
 		if ns != nil {
@@ -147,6 +165,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.accepting.Store(true)
 	go g.janitor()
+	go g.watchTokens(g.life)
 	return g, nil
 }
 
@@ -449,10 +468,12 @@ func (g *Gateway) janitor() {
 				lastSweep = now
 				g.node.Buckets.Sweep(now)
 			}
+			g.mcp.endExpired(now)
 			pods := g.allPods()
 			first := g.historyFirstSeq(pods)
 			for _, p := range pods {
 				for _, r := range p.Members() {
+					expire(p, r, now)
 					r.Watch(now)
 					if ping {
 						r.Ping()
@@ -514,6 +535,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	g.node.SetDraining(true)
+	g.endLife()
 	g.mcp.shutdown()
 	// Everything accepted so far is in the members' queues where the
 	// node orders its pods; where the stream orders them, it must come

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -62,13 +63,18 @@ func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 		&mcp.ServerOptions{
 			Instructions: mcpInstructions,
 			// No logging capability: the gateway sends no log messages. The
-			// tools never change, so a client has no reason to hold a
-			// request open listening for changes (which would keep its
-			// participant from ever being idle).
-			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}},
+			// tools and the resource template never change (no list
+			// changes to listen for); what a host listens for is its
+			// inbox (mcp_inbox.go), on the session's stream, which is not
+			// activity: its participant still ends when idle.
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false},
+				Resources: &mcp.ResourceCapabilities{Subscribe: true, ListChanged: false}},
+			SubscribeHandler:   e.subscribe,
+			UnsubscribeHandler: e.unsubscribe,
 		})
 	e.server.AddReceivingMiddleware(e.middleware)
 	e.addTools()
+	e.addInbox()
 	getServer := func(*http.Request) *mcp.Server { return e.server }
 	opts := mcp.StreamableHTTPOptions{
 		// The JSON of one envelope may take --max-message-bytes; the
@@ -77,9 +83,9 @@ func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 		// The SDK refuses a request that reaches a loopback address with
 		// another Host (DNS rebinding: a web page that resolves its own
 		// name to 127.0.0.1). That matters in open mode, where the page
-		// would need no token; with a token file it would only refuse a
-		// reverse proxy on the same machine that passes the public Host.
-		DisableLocalhostProtection: g.tokens != nil,
+		// would need no token; with tokens it would only refuse a reverse
+		// proxy on the same machine that passes the public Host.
+		DisableLocalhostProtection: g.verifier != nil,
 	}
 	e.stateful = mcp.NewStreamableHTTPHandler(getServer, &opts)
 	stateless := opts
@@ -121,7 +127,7 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]: /mcp?pod=NAME"))
 		return
 	}
-	id, caps, refusal := g.authenticate(r, pod, false)
+	who, refusal := g.authenticate(r, pod, false)
 	if refusal != nil {
 		g.refuse(w, refusal)
 		return
@@ -131,7 +137,7 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message))
 		return
 	}
-	key := bucketKey(pod, id)
+	key := bucketKey(pod, who.ID)
 
 	var m *mcpMember
 	if sid := r.Header.Get(mcpSessionHeader); sid != "" {
@@ -152,11 +158,15 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m = nil
 		case m != nil && !m.hold():
 			m = nil // it ended meanwhile: the SDK answers 404
+		default:
+			if m != nil {
+				m.admit(who) // its token may be a fresh one
+			}
 		}
 	} else if r.Method == http.MethodPost {
 		// A new session, or a request of a protocol without sessions:
 		// the participant is present from now on.
-		if m, refusal = e.acquire(r.Context(), pod, id, caps, f); refusal != nil {
+		if m, refusal = e.acquire(r.Context(), pod, who, f); refusal != nil {
 			g.refuse(w, refusal)
 			return
 		}
@@ -202,7 +212,7 @@ func (e *mcpEndpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				e.bind(m, ss)
 			}
 		}
-		if method != "tools/call" {
+		if method != "tools/call" && !strings.HasPrefix(method, "resources/") {
 			return next(ctx, method, req)
 		}
 		if m == nil || m.ended() {

@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/limits"
@@ -27,7 +28,11 @@ import (
 type mcpMember struct {
 	e       *mcpEndpoint
 	id, key string
-	caps    participant.Capabilities
+	// caps and cred are those of the token of its latest request (a
+	// client may present a fresh one at any request).
+	caps    atomic.Pointer[capability.Set]
+	cred    atomic.Pointer[participant.Credential]
+	out     atomic.Bool // the pod took it out (replaced or kicked): it need not leave
 	pod     *pod.Pod
 	guest   pod.Guest
 	buckets *limits.Buckets
@@ -46,6 +51,10 @@ type mcpMember struct {
 	idleSince time.Time // when the last request ended
 	idle      *time.Timer
 	sessions  map[*mcp.ServerSession]struct{}
+	// knocks wakes the goroutine that notifies the member's subscribed
+	// sessions of news in its inbox (listen); nil until one subscribes.
+	knocks    chan struct{}
+	inboxURIs map[string]struct{} // as its sessions subscribed to it
 }
 
 // Why a member ends, for the log.
@@ -54,15 +63,18 @@ const (
 	endSessions = "its MCP sessions ended"
 	endReplaced = "replaced by a newer connection or session of the same participant"
 	endShutdown = "the gateway is shutting down"
+	endExpired  = "its token expired"
+	endRevoked  = "its token was revoked"
 )
 
 // errSessionEnded answers a tool call of a member that has ended.
 var errSessionEnded = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
-	Message: "this MCP session has ended (idle past --mcp-session-timeout, replaced by a newer connection or session of the same participant, or the gateway is shutting down): start a new session"}
+	Message: "this MCP session has ended (idle past --mcp-session-timeout, replaced by a newer connection or session of the same participant, kicked, its token expired or was revoked, or the gateway is shutting down): start a new session"}
 
 // acquire returns the participant's member, started (joined to the pod)
 // if it was not, and held for the request: release it when done.
-func (e *mcpEndpoint) acquire(ctx context.Context, name, id string, caps participant.Capabilities, f *filter.Filter) (*mcpMember, *envelope.Error) {
+func (e *mcpEndpoint) acquire(ctx context.Context, name string, who pod.Admitted, f *filter.Filter) (*mcpMember, *envelope.Error) {
+	id := who.ID
 	key := bucketKey(name, id)
 	for {
 		e.mu.Lock()
@@ -74,11 +86,14 @@ func (e *mcpEndpoint) acquire(ctx context.Context, name, id string, caps partici
 		}
 		m, starting := e.members[key], false
 		if m == nil {
-			m = &mcpMember{e: e, id: id, key: key, caps: caps, ready: make(chan struct{}), done: make(chan struct{}),
+			m = &mcpMember{e: e, id: id, key: key, ready: make(chan struct{}), done: make(chan struct{}),
 				sessions: map[*mcp.ServerSession]struct{}{}}
+			m.admit(who)
 			m.filter.Store(f)
 			e.members[key] = m
 			starting = true
+		} else {
+			m.admit(who) // its token may be a fresh one
 		}
 		e.mu.Unlock()
 		if starting {
@@ -126,7 +141,10 @@ func (m *mcpMember) start(ctx context.Context, name string) *envelope.Error {
 		g.connCount.Add(-1)
 		return envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections)
 	}
-	m.guest = pod.NewGuest(wire.Identity{ID: m.id, Capabilities: m.caps}, func() { go m.end(endReplaced) })
+	m.guest = pod.NewGuest(wire.Identity{ID: m.id, Capabilities: m.caps.Load().Wire()}, func(why string) {
+		m.out.Store(true)
+		go m.end(why)
+	})
 	for {
 		p, refusal := g.readyPod(ctx, name)
 		if refusal != nil {
@@ -136,15 +154,16 @@ func (m *mcpMember) start(ctx context.Context, name string) *envelope.Error {
 		p.SyncMembers()
 		p.Settle()
 		// The first read returns what comes after the participant joined.
-		ok, dead, cursor := p.JoinGuest(m.guest)
+		dead, refusal, cursor := p.JoinGuest(m.guest)
 		m.cursor = cursor
 		if dead {
 			continue // removed as we looked it up; a new one will be made
 		}
-		if !ok {
+		if refusal != nil {
+			// The pod is full, or the participant is banned (gateway/kick).
 			g.connCount.Add(-1)
 			g.maybeRemovePod(p)
-			return envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", name, g.cfg.MaxParticipantsPerPod)
+			return refusal
 		}
 		m.pod = p
 		break
@@ -152,6 +171,16 @@ func (m *mcpMember) start(ctx context.Context, name string) *envelope.Error {
 	m.buckets = g.node.Buckets.Acquire(m.key)
 	g.log.Debug("MCP participant joined", "pod", name, "participant", m.id)
 	return nil
+}
+
+// admit takes the caps and credential of a request's token.
+func (m *mcpMember) admit(who pod.Admitted) {
+	m.caps.Store(who.Caps)
+	cred := who.Credential
+	if cred == nil {
+		cred = &participant.Credential{}
+	}
+	m.cred.Store(cred)
 }
 
 // hold marks a request as being served, and reports false when the member
@@ -257,8 +286,12 @@ func (m *mcpMember) end(why string) {
 
 	e, g := m.e, m.e.g
 	e.forget(m)
-	if why != endReplaced {
-		m.pod.LeaveGuest(m.guest)
+	if !m.out.Load() {
+		reason := ""
+		if why == endExpired || why == endRevoked {
+			reason = why // others are told why it left; it did not choose to
+		}
+		m.pod.LeaveGuest(m.guest, reason)
 	}
 	if why != endShutdown {
 		g.maybeRemovePod(m.pod) // at shutdown the gateway closes every pod itself
@@ -288,4 +321,48 @@ func (e *mcpEndpoint) forget(m *mcpMember) {
 		delete(e.members, m.key)
 	}
 	e.mu.Unlock()
+}
+
+// endExpired ends the members whose token expired (the janitor's, every
+// second); their next request is refused 401 with the claim.
+func (e *mcpEndpoint) endExpired(now time.Time) {
+	for _, m := range e.ready() {
+		if exp := m.cred.Load().Expires; !exp.IsZero() && !now.Before(exp) {
+			go m.end(endExpired)
+		}
+	}
+}
+
+// endRevoked ends the members whose token is no longer valid, and
+// reports how many.
+func (e *mcpEndpoint) endRevoked() int {
+	n := 0
+	for _, m := range e.ready() {
+		if c := m.cred.Load(); c.Revoked != nil && c.Revoked() {
+			go m.end(endRevoked)
+			n++
+		}
+	}
+	return n
+}
+
+// ready lists the members that have joined their pod.
+func (e *mcpEndpoint) ready() []*mcpMember {
+	e.mu.Lock()
+	all := make([]*mcpMember, 0, len(e.members))
+	for _, m := range e.members {
+		all = append(all, m)
+	}
+	e.mu.Unlock()
+	out := all[:0]
+	for _, m := range all {
+		select {
+		case <-m.ready:
+			if !m.ended() {
+				out = append(out, m)
+			}
+		default:
+		}
+	}
+	return out
 }

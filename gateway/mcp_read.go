@@ -25,8 +25,9 @@ const (
 // With nothing there it waits up to wait for the history to change
 // (Index.Changed: no polling), so that an agent's read returns as soon as
 // something arrives. The answer holds at most 4 × --max-message-bytes of
-// envelopes, like gateway/history's; more says there is more to read.
-func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*pod.RawHistory, error) {
+// envelopes, like gateway/history's, and at most maxTokens tokens (0: no
+// bound); more says there is more to read.
+func (m *mcpMember) read(ctx context.Context, limit, maxTokens int, wait time.Duration) (*pod.RawHistory, error) {
 	x := m.pod.Index()
 	var timer <-chan time.Time
 	if wait > 0 {
@@ -37,8 +38,10 @@ func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*p
 	for {
 		// Taken before looking, so that a change after the look wakes us.
 		changed := x.Changed()
-		answer, err := m.readOnce(ctx, x, limit)
-		if err != nil || len(answer.Envelopes) > 0 || timer == nil {
+		answer, err := m.readOnce(ctx, x, limit, maxTokens)
+		// An envelope over maxTokens is waiting: that is news too (more is
+		// set), however long the wait.
+		if err != nil || len(answer.Envelopes) > 0 || answer.More || timer == nil {
 			return answer, err
 		}
 		select {
@@ -58,11 +61,11 @@ func (m *mcpMember) read(ctx context.Context, limit int, wait time.Duration) (*p
 // readOnce reads what is there after the cursor. A look that finds
 // nothing still moves the cursor past the entries the filter did not
 // admit, so that a waiting read never looks at them again.
-func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (*pod.RawHistory, error) {
+func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit, maxTokens int) (*pod.RawHistory, error) {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
 	f := m.filter.Load()
-	sel := x.Since(m.cursor, limit, true, func(meta *envelope.Meta) bool { return f.Admits(meta, m.id) })
+	sel := x.Since(m.cursor, limit, maxTokens, true, func(meta *envelope.Meta) bool { return f.Admits(meta, m.id) })
 	answer := &pod.RawHistory{Envelopes: []json.RawMessage{}, More: sel.More}
 	// One answer carries at most what gateway/history's does (at least
 	// one envelope): the rest is read next time.
@@ -81,6 +84,9 @@ func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit int) (
 	rctx, cancel := context.WithTimeout(ctx, pod.ReadTimeout)
 	defer cancel()
 	_, err := m.pod.Render(rctx, envelope.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
+	for _, e := range sel.Entries[:len(answer.Envelopes)] {
+		answer.Tokens += e.Tokens
+	}
 	var missing *pod.MissingError
 	switch got := len(answer.Envelopes); {
 	case err == nil:

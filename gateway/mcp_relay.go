@@ -37,6 +37,8 @@ type outgoing struct {
 // relayed is what ingress recorded of an accepted envelope.
 type relayed struct {
 	id string
+	// answer is the gateway's answer to it, if any (a capability/grant's).
+	answer json.RawMessage
 	// depth is its context's depth (0 without a context).
 	depth int
 	// concluded are the contexts it concluded, in event order.
@@ -50,7 +52,7 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 	if err != nil {
 		return relayed{}, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the envelope does not marshal: %v", err))
 	}
-	from := &pod.Sender{ID: m.id, Caps: m.caps, Protocol: envelope.ProtocolMCPP, Buckets: m.buckets}
+	from := &pod.Sender{ID: m.id, Caps: m.caps.Load(), Protocol: envelope.ProtocolMCPP, Buckets: m.buckets}
 	outcome := m.pod.Handle(from, data, false)
 	m.pod.Throttle(from)
 	if len(from.Results) != 1 {
@@ -59,20 +61,38 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 	if r := from.Results[0]; r.Error != nil {
 		return relayed{}, refused{*r.Error}
 	}
-	return relayed{id: from.Results[0].ID, depth: outcome.Depth, concluded: outcome.Concluded}, nil
+	return relayed{id: from.Results[0].ID, answer: from.Results[0].Answer, depth: outcome.Depth, concluded: outcome.Concluded}, nil
 }
 
 func (e *mcpEndpoint) podSend(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
 	if strings.HasPrefix(args.Kind, "gateway/") {
 		return nil, refuse(envelope.Errorf(wire.CodeUnknownRequest,
-			"pod_send relays envelopes to the pod; ask the gateway with pod_history, pod_contexts and pod_filter"))
+			"pod_send relays envelopes to the pod; ask the gateway with pod_history, pod_contexts, pod_filter and participant_kick"))
 	}
 	r, err := m.relay(outgoing{To: args.To, Kind: args.Kind, CorrelationID: args.CorrelationID, Context: args.Context,
 		Payload: args.Payload, Lifecycle: args.Lifecycle})
 	if err != nil {
 		return nil, err
 	}
-	return sendResult{ID: r.id}, nil
+	return sendResult{ID: r.id, Answer: r.answer}, nil
+}
+
+// participantKick is gateway/kick (docs/protocol.md section 6), which the
+// member's capabilities must allow as they do over WebSocket.
+func (e *mcpEndpoint) participantKick(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Kick) (any, error) {
+	payload, err := json.Marshal(args)
+	if err != nil {
+		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "%v", err))
+	}
+	r, err := m.relay(outgoing{Kind: wire.RequestKick, Payload: payload})
+	if err != nil {
+		return nil, err
+	}
+	var out wire.Kicked
+	if err := json.Unmarshal(r.answer, &out); err != nil {
+		return nil, fmt.Errorf("gateway/kick answered %q: %w", r.answer, err)
+	}
+	return out, nil
 }
 
 func (e *mcpEndpoint) contextBranch(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args branchArgs) (any, error) {

@@ -10,14 +10,16 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// schemaFor derives the JSON Schema of T, as the SDK would, with two
-// changes: a json.RawMessage is any JSON value (not an array of bytes),
-// and a slice is an array (the gateway never sends null for one, and an
-// argument is left out rather than null). edit then adds what Go types
-// cannot say: defaults, bounds, enums.
+// schemaFor derives the JSON Schema of T, as the SDK would, with three
+// changes: a json.RawMessage is any JSON value (not an array of bytes), a
+// capability is what it marshals to (a kind pattern, or a {kind, payload}
+// object), and a slice is an array (the gateway never sends null for one,
+// and an argument is left out rather than null). edit then adds what Go
+// types cannot say: defaults, bounds, enums.
 func schemaFor[T any](edit func(props map[string]*jsonschema.Schema)) *jsonschema.Schema {
 	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 		reflect.TypeFor[json.RawMessage](): {},
+		reflect.TypeFor[wire.Capability](): capabilitySchema(),
 	}})
 	if err != nil {
 		panic(fmt.Sprintf("gateway: the MCP schema of %T: %v", *new(T), err)) // a bug in mcp_types.go or wire's tags, met at start
@@ -27,6 +29,19 @@ func schemaFor[T any](edit func(props map[string]*jsonschema.Schema)) *jsonschem
 		edit(s.Properties)
 	}
 	return s
+}
+
+// capabilitySchema is a capability pattern (docs/protocol.md section 2).
+func capabilitySchema() *jsonschema.Schema {
+	return &jsonschema.Schema{
+		Description: "a kind pattern (* matches all, mcp/* a prefix), or {kind, payload} whose payload pattern the payload must match too",
+		AnyOf: []*jsonschema.Schema{
+			{Type: "string"},
+			{Type: "object", Required: []string{"kind"}, Properties: map[string]*jsonschema.Schema{
+				"kind": {Type: "string"}, "payload": {},
+			}},
+		},
+	}
 }
 
 // arrays makes every nullable array of s a plain array.

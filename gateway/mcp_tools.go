@@ -105,6 +105,15 @@ func (e *mcpEndpoint) addTools() {
 		Description: "Lists the participants present in the pod, on every gateway node, you included, with the kinds each may send.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &yes},
 	}, schemaFor[struct{}](nil), schemaFor[participantsResult](nil), e.podParticipants)
+
+	addTool(e, &mcp.Tool{Name: "participant_kick", Title: "Remove a participant from the pod",
+		Description: "Removes a participant from the pod (you need the gateway/kick capability): its connections and sessions are closed, " +
+			"everyone sees it leave with your reason, and its joins are refused for ban_ms milliseconds.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &yes},
+	}, schemaFor[wire.Kick](func(p map[string]*jsonschema.Schema) {
+		p["participant"].MinLength = jsonschema.Ptr(1)
+		withRange(p["ban_ms"], 0, 7*24*3600*1000)
+	}), schemaFor[wire.Kicked](nil), e.participantKick)
 }
 
 // toolFunc is a tool's work for one member. A refused call returns a
@@ -193,7 +202,10 @@ func (e *mcpEndpoint) podRead(ctx context.Context, m *mcpMember, _ *mcp.CallTool
 	if err := m.take(); err != nil {
 		return nil, err
 	}
-	answer, err := m.read(ctx, args.Limit, time.Duration(args.WaitMS)*time.Millisecond)
+	if args.MaxTokens < 0 {
+		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "max_tokens must be 1 or more (or left out)"))
+	}
+	answer, err := m.read(ctx, args.Limit, args.MaxTokens, time.Duration(args.WaitMS)*time.Millisecond)
 	if err != nil {
 		return nil, err
 	}
@@ -204,8 +216,11 @@ func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToo
 	if args.Before != "" && args.After != "" {
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "pod_history takes before or after, not both"))
 	}
+	if args.MaxTokens < 0 {
+		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "max_tokens must be 1 or more (or left out)"))
+	}
 	q := history.PageQuery{Before: args.Before, After: args.After, Context: args.Context, Limit: args.Limit,
-		Fold: args.Fold == nil || *args.Fold, MaxBytes: 4 * e.g.cfg.MaxMessageBytes}
+		Fold: args.Fold == nil || *args.Fold, MaxBytes: 4 * e.g.cfg.MaxMessageBytes, MaxTokens: args.MaxTokens}
 	// An unknown before or after is invalid_envelope, before rate_limited,
 	// as for gateway/history.
 	if refusal := m.pod.CheckBound(q); refusal != nil {
@@ -259,7 +274,7 @@ func (e *mcpEndpoint) podParticipants(_ context.Context, m *mcpMember, _ *mcp.Ca
 	ids := m.pod.Participants()
 	for i := range ids {
 		if ids[i].Capabilities == nil {
-			ids[i].Capabilities = []string{} // a list, as the schema says
+			ids[i].Capabilities = []wire.Capability{} // a list, as the schema says
 		}
 	}
 	return participantsResult{Participants: ids}, nil

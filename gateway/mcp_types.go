@@ -25,6 +25,9 @@ import (
 type readArgs struct {
 	Limit  int `json:"limit,omitempty" jsonschema:"the most envelopes to return (1 to 1000, default 50); more says when others are waiting"`
 	WaitMS int `json:"wait_ms,omitempty" jsonschema:"when nothing new is there, wait up to this many milliseconds (0 to 30000) for something to arrive, and return as soon as it does; 0 returns at once"`
+	// MaxTokens bounds the answer by token estimate (docs/protocol.md
+	// section 9).
+	MaxTokens int `json:"max_tokens,omitempty" jsonschema:"the most tokens the envelopes returned may add up to (the gateway's estimate); the answer stops before the first envelope that would go over it, so an envelope larger than this is returned only without max_tokens (more is then true and envelopes empty)"`
 }
 
 // sendArgs are pod_send's: the fields of an envelope that a sender
@@ -42,7 +45,8 @@ type sendArgs struct {
 // sendResult is pod_send's: the protocol answers a relayed envelope with
 // nothing, a publish request with its id.
 type sendResult struct {
-	ID string `json:"id" jsonschema:"the id the relayed envelope got"`
+	ID     string          `json:"id" jsonschema:"the id the relayed envelope got"`
+	Answer json.RawMessage `json:"answer,omitempty" jsonschema:"the gateway's answer, for a capability/grant or capability/revoke: the system/capability payload"`
 }
 
 // branchArgs, branchResult, returnArgs and returnResult are

@@ -6,13 +6,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/mcpp/gateway/envelope"
-	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
@@ -55,7 +51,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]"))
 		return
 	}
-	id, caps, e := g.authenticate(r, name, false)
+	who, e := g.authenticate(r, name, false)
 	if e != nil {
 		g.refuse(w, e)
 		return
@@ -92,13 +88,19 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 			g.refuse(w, perr)
 			return
 		}
-		if found.Acquire() {
+		dead, refusal := found.Acquire(who.ID)
+		if refusal != nil {
+			g.refuse(w, refusal) // banned (gateway/kick)
+			return
+		}
+		if !dead {
 			p = found
 			break
 		}
 		// Removed as we looked it up; a new one will be made.
 	}
-	from := &pod.Sender{ID: id, Caps: caps, Protocol: envelope.ProtocolMCPP, Buckets: g.node.Buckets.Acquire(bucketKey(name, id)), Hold: true}
+	id := who.ID
+	from := &pod.Sender{ID: id, Caps: who.Caps, Protocol: envelope.ProtocolMCPP, Buckets: g.node.Buckets.Acquire(bucketKey(name, id)), Hold: true}
 	for _, line := range envs {
 		p.Handle(from, line, false)
 		p.Throttle(from)
@@ -145,51 +147,4 @@ func bodyType(contentType string) (lines, ok bool) {
 		return true, true
 	}
 	return false, false
-}
-
-// authenticate decides who a request is (docs/protocol.md section 1): the
-// token's participant with a token file, or ?participant= in open mode (made
-// up when absent and generate is set, required otherwise).
-func (g *Gateway) authenticate(r *http.Request, pod string, generate bool) (id string, caps participant.Capabilities, e *envelope.Error) {
-	q := r.URL.Query()
-	token := q.Get("token")
-	if h := r.Header.Get("Authorization"); h != "" {
-		// The scheme is case-insensitive (RFC 9110, section 11.1).
-		if scheme, t, ok := strings.Cut(strings.TrimSpace(h), " "); ok && strings.EqualFold(scheme, "Bearer") {
-			token = strings.TrimSpace(t)
-		}
-	}
-	if g.tokens != nil {
-		if token == "" {
-			return "", nil, envelope.Errorf(wire.CodeUnauthorized, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
-		}
-		grant, ok := g.tokens.Lookup(token)
-		if !ok {
-			return "", nil, envelope.Errorf(wire.CodeUnauthorized, "unknown token")
-		}
-		if !participant.MatchAny(grant.Pods, pod) {
-			return "", nil, envelope.Errorf(wire.CodeForbidden, "this token may not join pod %q", pod)
-		}
-		caps = grant.Capabilities
-		if caps == nil {
-			caps = participant.Capabilities{}
-		}
-		return grant.Participant, caps, nil
-	}
-	id = q.Get("participant")
-	if id == "" && !q.Has("participant") {
-		if !generate {
-			return "", nil, envelope.Errorf(wire.CodeInvalidParticipant, "?participant=ID is required without a token file")
-		}
-		id = "anon-" + uuid.NewString()[:12]
-	}
-	if !envelope.ValidParticipantID(id) || strings.HasPrefix(id, "system:") {
-		return "", nil, envelope.Errorf(wire.CodeInvalidParticipant,
-			"participant must be 1 to 128 characters of [A-Za-z0-9._:@-], not starting with system:")
-	}
-	caps = g.defaultCaps
-	if caps == nil {
-		caps = participant.Capabilities{}
-	}
-	return id, caps, nil
 }

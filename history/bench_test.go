@@ -27,6 +27,6 @@ func BenchmarkIndexApply(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		k := i % len(ids)
-		x.Apply(uint64(i+1), now, frames[k], &metas[k], 256, Loc{})
+		x.Apply(uint64(i+1), now, frames[k], &metas[k], 256, 64, Loc{})
 	}
 }

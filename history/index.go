@@ -1,6 +1,7 @@
 package history
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,16 @@ type Entry struct {
 	id    string
 	kind  envelope.FrameKind
 	flags uint8
+	// tokens is the envelope's token estimate (envelope.EstimateTokens).
+	// int32s: in the padding after flags, and the two below keep an entry
+	// within the allocator's 144-byte class.
+	tokens int32
+	// collapseWeight and collapseLen are, for a transient envelope, the
+	// envelope.TokenWeight and length of its collapsed form (Collapse):
+	// without its consumer's id until it is consumed, whole from then on.
+	// Both are 0 for a body that is not a JSON object, which a gateway
+	// never stores (tests do).
+	collapseWeight, collapseLen int32
 	// loc is where the stream holds the entry's frame; zero until the
 	// writer's message is stored (Stored). Until then frame is the frame
 	// itself, which the writer holds anyway: a reader takes it from here,
@@ -116,10 +127,16 @@ func NewIndex(maxEntries int, maxAge time.Duration) *Index {
 // returns, or the place of a live frame (its marker, or the frame its
 // marker stands for), which history does not keep but a client may
 // resume from (nil). m is the frame's header, decoded, and size its
-// body's. loc is where the stream holds it, or zero when it is not stored
-// yet: the index keeps the whole frame until Stored, and otherwise a copy
-// of its header.
-func (x *Index) Apply(pos uint64, at int64, frame []byte, m *envelope.Meta, size int, loc Loc) *Entry {
+// body's. tokens is its body's envelope.EstimateTokens, which the caller
+// computes once, before it takes the pod's order lock, for the context
+// registry too; 0 has Apply compute it. loc is where the stream holds
+// it, or zero when it is not stored yet: the index keeps the whole frame
+// until Stored, and otherwise a copy of its header.
+//
+// A transient envelope is also estimated as a replay sends it once it is
+// consumed (collapsed): Apply builds that form once, with an empty
+// consumer, and the consumer's id is added when it comes.
+func (x *Index) Apply(pos uint64, at int64, frame []byte, m *envelope.Meta, size, tokens int, loc Loc) *Entry {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.last = pos
@@ -131,7 +148,18 @@ func (x *Index) Apply(pos uint64, at int64, frame []byte, m *envelope.Meta, size
 		x.consume(m.Consumes, m.ID)
 		return nil
 	}
+	if m.Kind == envelope.FrameKick {
+		return nil // the pod's, kept for its ban: nobody reads it back
+	}
 	e := &Entry{Pos: pos, Time: at, Size: size, kind: m.Kind, flags: m.Flags, loc: loc}
+	body := frame[len(frame)-size:]
+	if tokens <= 0 {
+		tokens = envelope.EstimateTokens(body)
+	}
+	e.tokens = int32(min(tokens, math.MaxInt32))
+	if e.transient() {
+		e.collapseWeight, e.collapseLen = collapsedWeight(body)
+	}
 	head := frame[:len(frame)-size]
 	e.head = append(make([]byte, 0, len(head)), head...) // not the frame's memory, which goes once stored
 	if loc.Seq == 0 {
@@ -210,6 +238,7 @@ func (x *Index) consume(ids []string, by string) {
 	for _, id := range ids {
 		if e := x.ids[id]; e != nil && e.transient() && e.consumedBy == "" {
 			e.consumedBy = strings.Clone(by)
+			e.addConsumer(by)
 		}
 	}
 }

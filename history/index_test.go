@@ -13,22 +13,58 @@ import (
 // pod builds an index entry by entry, the way the fan-out applies a pod's
 // stream, and names the sequences by envelope id.
 type pod struct {
-	t   *testing.T
-	x   *Index
-	seq uint64
-	at  time.Time
-	ids map[uint64]string
+	t      *testing.T
+	x      *Index
+	seq    uint64
+	at     time.Time
+	ids    map[uint64]string
+	bodies map[string][]byte // by envelope id
 }
 
 func newPod(t *testing.T, max int) *pod {
-	return &pod{t: t, x: NewIndex(max, time.Hour), at: time.Now(), ids: map[uint64]string{}}
+	return &pod{t: t, x: NewIndex(max, time.Hour), at: time.Now(), ids: map[uint64]string{}, bodies: map[string][]byte{}}
 }
 
+// apply applies an envelope of 100 bytes (or as few as its header
+// needs), whose tokens Apply estimates.
 func (p *pod) apply(m envelope.Meta) uint64 {
+	return p.applySized(m, 100, 0)
+}
+
+// applySized applies an envelope of size bytes (or as few as its header
+// needs) that the caller says costs tokens (0: Apply estimates it).
+func (p *pod) applySized(m envelope.Meta, size, tokens int) uint64 {
 	p.seq++
 	p.ids[p.seq] = m.ID
-	p.x.Apply(p.seq, p.at.UnixNano(), envelope.Frame(&m, make([]byte, 100)), &m, 100, Loc{Seq: p.seq}) // stored at once, at its position
+	body := envelopeJSON(&m, size)
+	p.bodies[m.ID] = body
+	p.x.Apply(p.seq, p.at.UnixNano(), envelope.Frame(&m, body), &m, len(body), tokens, Loc{Seq: p.seq}) // stored at once, at its position
 	return p.seq
+}
+
+// envelopeJSON is an envelope of m's id, kind, context and lifecycle, its
+// payload padded so that it has size bytes, if it can.
+func envelopeJSON(m *envelope.Meta, size int) []byte {
+	v := map[string]any{"protocol": "mcpp/v0.1", "id": m.ID, "from": m.From, "kind": "note"}
+	if m.Kind == envelope.FrameContextEvent {
+		v["kind"] = "system/context"
+	}
+	if m.ContextID != "" {
+		v["context"] = map[string]string{"id": m.ContextID}
+	}
+	if m.Transient() {
+		v["lifecycle"] = map[string]string{"mode": "transient", "summary": "rows of " + m.ID}
+	}
+	if len(m.Consumes) > 0 {
+		v["lifecycle"] = map[string]any{"consumes": m.Consumes}
+	}
+	v["payload"] = ""
+	b, _ := json.Marshal(v)
+	if pad := size - len(b); pad > 0 {
+		v["payload"] = strings.Repeat("words of a row ", pad/15+1)[:pad]
+		b, _ = json.Marshal(v)
+	}
+	return b
 }
 
 func (p *pod) env(id string) uint64 {
@@ -175,7 +211,8 @@ func TestIndexEvictsLikeTheStream(t *testing.T) {
 		t.Fatalf("after Discard: %s", got)
 	}
 	// Age.
-	q := &pod{t: t, x: NewIndex(10, time.Minute), at: time.Now().Add(-2 * time.Minute), ids: map[uint64]string{}}
+	q := newPod(t, 10)
+	q.x, q.at = NewIndex(10, time.Minute), time.Now().Add(-2*time.Minute)
 	q.env("old")
 	q.at = time.Now()
 	q.env("new")
@@ -195,7 +232,7 @@ func TestIndexHolds(t *testing.T) {
 	}
 	// Not yet stored (no location): it is held all the same.
 	m := envelope.Meta{Kind: envelope.FrameEnvelope, From: "a", ID: "y"}
-	p.x.Apply(99, p.at.UnixNano(), envelope.Frame(&m, make([]byte, 10)), &m, 10, Loc{})
+	p.x.Apply(99, p.at.UnixNano(), envelope.Frame(&m, make([]byte, 10)), &m, 10, 0, Loc{})
 	if !p.x.Holds("y") {
 		t.Fatal("an entry the stream has not stored yet is not a duplicate")
 	}
@@ -251,11 +288,11 @@ func TestIndexSince(t *testing.T) {
 	p.in("r2", "r", true)
 	p.concluded("ev", "r")
 	p.env("b")
-	s := p.x.Since(cursor, 2, true, all)
+	s := p.x.Since(cursor, 2, 0, true, all)
 	if got := p.names(s); got != "r2 ev" || !s.More {
 		t.Fatalf("since, limit 2: %s more=%v", got, s.More)
 	}
-	s = p.x.Since(s.Last, 10, true, all)
+	s = p.x.Since(s.Last, 10, 0, true, all)
 	if got := p.names(s); got != "b" || s.More || s.Last != p.seq {
 		t.Fatalf("next read: %s more=%v last=%d", got, s.More, s.Last)
 	}

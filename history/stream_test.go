@@ -82,7 +82,7 @@ func TestWriterStoresInOrder(t *testing.T) {
 					f := frameOf(id)
 					var m envelope.Meta
 					body, _ := envelope.DecodeFrame(f, &m)
-					e := idx[i].Apply(uint64(n+1), time.Now().UnixNano(), f, &m, len(body), Loc{})
+					e := idx[i].Apply(uint64(n+1), time.Now().UnixNano(), f, &m, len(body), 0, Loc{})
 					entries[i] = append(entries[i], e)
 					w.Append(fmt.Sprintf("mcpp.pod.p%d", i), f, idx[i], e, "")
 				}

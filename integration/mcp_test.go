@@ -53,7 +53,7 @@ func TestMCPTools(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	want := []string{"context_branch", "context_return", "pod_contexts", "pod_filter", "pod_history", "pod_participants", "pod_read", "pod_send"}
+	want := []string{"context_branch", "context_return", "participant_kick", "pod_contexts", "pod_filter", "pod_history", "pod_participants", "pod_read", "pod_send"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}

@@ -8,9 +8,13 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/wire"
 )
+
+// CloseStatus is the status code of a close frame.
+type CloseStatus = websocket.StatusCode
 
 // The close codes the gateway sends (docs/protocol.md section 5), as the
 // WebSocket library's status codes.
@@ -20,6 +24,9 @@ const (
 	StatusReplaced      = websocket.StatusCode(wire.CloseReplaced)      // another connection joined with the same id
 	StatusSlowConsumer  = websocket.StatusCode(wire.CloseSlowConsumer)  // its send queue filled
 	StatusOrderLost     = websocket.StatusCode(wire.CloseOrderLost)     // its node lost the pod's order: resume
+	StatusTokenExpired  = websocket.StatusCode(wire.CloseTokenExpired)  // its token expired, unrefreshed
+	StatusRevoked       = websocket.StatusCode(wire.CloseRevoked)       // its token was revoked
+	StatusKicked        = websocket.StatusCode(wire.CloseKicked)        // a moderator removed it (gateway/kick)
 )
 
 // Why a participant is cut: the reason label of the gateway's
@@ -54,9 +61,8 @@ const (
 
 // Participant is one connection in one pod.
 type Participant struct {
-	ID           string
-	Pod          string
-	Capabilities Capabilities
+	ID  string
+	Pod string
 	// Protocol is what it speaks: envelope.ProtocolMCPP or ProtocolMCPX.
 	Protocol string
 	// JoinSeq is the node's frame sequence when it joined (set by the
@@ -74,6 +80,10 @@ type Participant struct {
 	opts   Options
 	queue  *Queue
 	filter atomic.Pointer[filter.Filter]
+	// caps are what it may send, and credential what admitted it: both
+	// change when it refreshes its token (gateway/refresh).
+	caps       atomic.Pointer[capability.Set]
+	credential atomic.Pointer[Credential]
 	// source feeds the writer before the queue (a joiner's welcome and
 	// replay); set by Start, read and cleared by the writer alone.
 	source Source
@@ -103,16 +113,42 @@ type closeFrame struct {
 	reason string
 }
 
+// Credential is what admitted a participant: when its token expires
+// (zero: never), and how the gateway tells that it was revoked (nil:
+// never).
+type Credential struct {
+	Expires time.Time
+	Revoked func() bool
+}
+
 // New wraps an accepted connection; nc is the connection SmallBuffers
 // hijacked under it.
-func New(conn *websocket.Conn, nc *Conn, id, pod string, caps Capabilities, protocol string, f *filter.Filter, opts Options) *Participant {
+func New(conn *websocket.Conn, nc *Conn, id, pod string, caps *capability.Set, cred *Credential, protocol string, f *filter.Filter, opts Options) *Participant {
 	p := &Participant{
-		ID: id, Pod: pod, Capabilities: caps, Protocol: protocol,
+		ID: id, Pod: pod, Protocol: protocol,
 		conn: conn, nc: nc, opts: opts, queue: newQueue(opts.SendQueue, opts.SendQueueBytes),
 		done: make(chan struct{}), park: make(chan struct{}, 1),
 	}
 	p.filter.Store(f)
+	p.caps.Store(caps)
+	if cred == nil {
+		cred = &Credential{}
+	}
+	p.credential.Store(cred)
 	return p
+}
+
+// Caps is what the participant may send (its token's capabilities).
+func (p *Participant) Caps() *capability.Set { return p.caps.Load() }
+
+// Credential is what admitted the participant.
+func (p *Participant) Credential() *Credential { return p.credential.Load() }
+
+// Refresh replaces the participant's capabilities and credential (a
+// fresh token): envelopes read after it are judged by them.
+func (p *Participant) Refresh(caps *capability.Set, cred *Credential) {
+	p.caps.Store(caps)
+	p.credential.Store(cred)
 }
 
 // Filter is the participant's current filter.
@@ -241,6 +277,7 @@ func (p *Participant) Close(code websocket.StatusCode, reason string) {
 		return
 	}
 	p.queue.Close()
+	reason = closeReason(reason) // a frame longer than 123 bytes is not sent at all
 	go func() {
 		_ = p.conn.Close(code, reason)
 		p.finish()
@@ -250,7 +287,7 @@ func (p *Participant) Close(code websocket.StatusCode, reason string) {
 // CloseAfterDrain lets the writer send what is queued, then close with
 // code. Further deliveries are refused, answers are queued until then.
 func (p *Participant) CloseAfterDrain(code websocket.StatusCode, reason string) {
-	p.drain.CompareAndSwap(nil, &closeFrame{code, reason})
+	p.drain.CompareAndSwap(nil, &closeFrame{code, closeReason(reason)})
 	p.queue.Drain()
 	p.wakeWriter()
 }

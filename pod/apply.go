@@ -22,8 +22,9 @@ import (
 // frame is recorded in the index, written behind into the history, and
 // queued for the members at once; otherwise it goes into the stream and
 // is all of that when it comes back (fromLog). frame is the frame of m
-// and body, which commit keeps. Call it with mu held.
-func (p *Pod) commit(m *envelope.Meta, body, frame []byte, at time.Time) {
+// and body, which commit keeps; tokens is body's token estimate (0: the
+// index works it out). Call it with mu held.
+func (p *Pod) commit(m *envelope.Meta, body, frame []byte, tokens int, at time.Time) {
 	if !p.log.here() {
 		p.flow.sent(m, len(body))
 		p.log.publish(m, frame, nil)
@@ -31,7 +32,7 @@ func (p *Pod) commit(m *envelope.Meta, body, frame []byte, at time.Time) {
 	}
 	var entry *history.Entry
 	if p.index != nil {
-		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), history.Loc{})
+		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), tokens, history.Loc{})
 	}
 	p.log.publish(m, frame, entry)
 	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
@@ -45,7 +46,7 @@ func (p *Pod) commitEvent(m *envelope.Meta, body, frame []byte, id string, at ti
 	}
 	var entry *history.Entry
 	if p.index != nil {
-		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), history.Loc{})
+		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), 0, history.Loc{})
 	}
 	p.log.publishEvent(frame, entry, id)
 	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
@@ -74,8 +75,9 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64) {
 		p.flow.back(m, len(body))
 		delete(p.sending, m.ID)
 	}
+	tokens := frameTokens(m, body)
 	if p.index != nil {
-		p.index.Apply(p.nextPos(), at, frame, m, len(body), loc)
+		p.index.Apply(p.nextPos(), at, frame, m, len(body), tokens, loc)
 	}
 	if m.Marker() {
 		return // a live frame whose body never came: only its place
@@ -86,7 +88,7 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64) {
 	n := p.handleFrame(m, body, local)
 	if m.Kind == envelope.FrameEnvelope && !local && m.ContextID != "" {
 		c := contextOf(m)
-		concluded := p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, m.ID, len(body), stamp(at))
+		concluded := p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, m.ID, len(body), tokens, stamp(at))
 		if p.index == nil && len(concluded) > 0 {
 			// Without history every node announces its own conclusions to
 			// its own members; with it the origin's events are delivered.
@@ -96,12 +98,33 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64) {
 	p.node.Metrics.Deliveries.Add(float64(n))
 }
 
+// frameTokens is the token estimate of an envelope's frame, worked out
+// once for the index and the registry (0 for other frames: the index
+// works theirs out).
+func frameTokens(m *envelope.Meta, body []byte) int {
+	if m.Kind != envelope.FrameEnvelope || m.Marker() {
+		return 0
+	}
+	return estimateTokens(body)
+}
+
+// estimateTokens is envelope.EstimateTokens; a benchmark replaces it to
+// measure what the estimate costs the fan-out.
+var estimateTokens = envelope.EstimateTokens
+
 // handleFrame does what a frame does to the members: presence changes
 // the member lists, a context event of another node concludes the context
 // here too; then it is queued for the members that take it. It returns
 // how many did. Call it with mu held.
 func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 	switch m.Kind {
+	case envelope.FrameKick:
+		p.applyKick(m, body)
+		return 0 // its leave events are what the members are told
+	case envelope.FrameEnvelope:
+		if m.Flags&envelope.FlagCapability != 0 {
+			p.applyCapability(m, body, true)
+		}
 	case envelope.FrameJoin:
 		tell := local || p.remoteJoin(m, body)
 		if !tell || m.Flags&envelope.FlagReplace != 0 {
@@ -121,7 +144,10 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 			// any, is the one the history dropped.
 			p.Registry.ApplyEvent(m.ContextID, m.Incarnation, eventReason(body), timeNow())
 		}
+		// The grants scoped to it end with it, after the event.
+		defer p.endGrants(m.ContextID, true)
 	}
+	p.wakeInboxes(m, body)
 	return p.deliver(m, body, local)
 }
 
@@ -136,36 +162,49 @@ func (p *Pod) applyPast(frame []byte, loc history.Loc, at int64) {
 		p.node.Log.Error("dropping a malformed frame of the pod's past", "pod", p.Name, "err", err)
 		return
 	}
+	tokens := frameTokens(m, body)
 	if p.index != nil {
-		p.index.Apply(p.nextPos(), at, frame, m, len(body), loc)
+		p.index.Apply(p.nextPos(), at, frame, m, len(body), tokens, loc)
 	}
 	switch m.Kind {
 	case envelope.FrameEnvelope:
 		if m.ContextID != "" {
 			c := contextOf(m)
-			p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, m.ID, len(body), stamp(at))
+			p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, m.ID, len(body), tokens, stamp(at))
+		}
+		if m.Flags&envelope.FlagCapability != 0 {
+			p.applyCapability(m, body, false) // grants live as long as the pod: its history's are in force
 		}
 	case envelope.FrameContextEvent:
 		p.Registry.ApplyEvent(m.ContextID, "", eventReason(body), stamp(at))
+		p.endGrants(m.ContextID, false)
+	case envelope.FrameKick:
+		p.keepBan(m, body) // a ban of the past that still runs
 	}
 }
 
-// orderLost is told by the pod's tail that a gap in the stream could not
-// be read back: this node no longer knows the pod's order, so it must not
-// deliver it. Its members are closed with 4010 (they resume, here once
-// the pod is opened again, or on another node), and the pod is dead, so
-// that the next join opens it anew, reading the stream again, or is
-// refused while the stream does not answer.
+// orderLost is told by the pod's tail that this node no longer knows
+// the pod's order: its follower of the history stream stopped and could
+// not be restarted where it was, or a gap could not be read back. It must
+// not deliver the pod any more. Its connections are closed with 4503
+// (they resume, here once the pod is opened again, or on another node),
+// its MCP participants end, and the pod is dead, so that the next join
+// opens it anew, reading the stream again, or is refused while the
+// stream does not answer.
 func (p *Pod) orderLost(err error) {
-	p.node.Log.Error("lost the order of a pod: a gap in the history stream could not be read back; closing its connections here",
-		"pod", p.Name, "err", err)
+	const why = "this node lost the pod's order; resume"
+	p.node.Log.Error("lost the order of a pod: closing its connections here", "pod", p.Name, "err", err)
 	p.node.Metrics.OrderLost.Inc()
 	p.mu.Lock()
 	p.dead = true
 	members := p.Members()
+	for id, g := range p.guests {
+		delete(p.guests, id)
+		g.removed(why)
+	}
 	p.mu.Unlock()
 	for _, r := range members {
-		r.Close(participant.StatusOrderLost, "this node lost the pod's order; resume")
+		r.Close(participant.StatusOrderLost, why)
 	}
 	if p.node.OnDead != nil {
 		p.node.OnDead(p)
@@ -230,5 +269,5 @@ var timeNow = time.Now
 
 // identityOf is a connection's identity, as others see it.
 func identityOf(p *participant.Participant) wire.Identity {
-	return wire.Identity{ID: p.ID, Capabilities: p.Capabilities}
+	return wire.Identity{ID: p.ID, Capabilities: p.Caps().Wire()}
 }

@@ -30,9 +30,12 @@
 // it has not stored yet, so that a resume right after a burst is exact
 // while the stream is still behind. Across several nodes the stream's
 // order is the one every node delivers in, so a resume is exact on any
-// node; the stream republishes each message as it stores it, and a node
-// follows the pods it serves there with a core subscription per pod, not
-// a JetStream consumer, so pods are bounded by memory and --max-pods.
+// node; each node follows the stream with one ordered consumer for all
+// the pods it serves (tail.go: Follower, history.Stream.Follow), never
+// one per pod, so pods are bounded by memory and --max-pods, not by
+// JetStream's consumer limit. A node whose follower stops and cannot go
+// on where it was has lost the pods' order: their connections there are
+// closed with 4503, to resume (orderLost).
 //
 // # What a pod holds
 //

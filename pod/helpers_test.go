@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
@@ -27,7 +28,7 @@ import (
 // a test client.
 
 // testNode is a node with history entries per pod (0: history off).
-func testNode(t *testing.T, entries int, tune func(*Config)) (*Node, *history.Memory) {
+func testNode(t testing.TB, entries int, tune func(*Config)) (*Node, *history.Memory) {
 	t.Helper()
 	n := &Node{
 		ID: "node-a",
@@ -58,7 +59,7 @@ func testNode(t *testing.T, entries int, tune func(*Config)) (*Node, *history.Me
 }
 
 // openPod opens a pod and waits until it has read its past.
-func openPod(t *testing.T, n *Node, name string) *Pod {
+func openPod(t testing.TB, n *Node, name string) *Pod {
 	t.Helper()
 	p := New(n, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -72,7 +73,7 @@ func openPod(t *testing.T, n *Node, name string) *Pod {
 
 // member is a participant of a pod and the test's end of its connection.
 type member struct {
-	t    *testing.T
+	t    testing.TB
 	id   string
 	r    *participant.Participant
 	in   chan map[string]any
@@ -87,11 +88,12 @@ type joinOpts struct {
 	want      HistoryWant
 	sendQueue int
 	noRead    bool         // the test's end does not read
+	discard   bool         // the test's end reads and drops what it reads (benchmarks)
 	onCut     func(string) // told when the gateway cuts it
 }
 
 // join connects id to p over a real WebSocket and makes it a member.
-func join(t *testing.T, p *Pod, id string, o joinOpts) *member {
+func join(t testing.TB, p *Pod, id string, o joinOpts) *member {
 	t.Helper()
 	q, err := urlQuery(o.query)
 	if err != nil {
@@ -112,7 +114,7 @@ func join(t *testing.T, p *Pod, id string, o joinOpts) *member {
 			t.Error(err)
 			return
 		}
-		joined <- participant.New(c, hw.Conn(), id, p.Name, participant.Capabilities{"*"}, wire.ProtocolMCPP, f,
+		joined <- participant.New(c, hw.Conn(), id, p.Name, capability.MustCompile(wire.Kinds("*")), nil, wire.ProtocolMCPP, f,
 			participant.Options{SendQueue: o.sendQueue, SendQueueBytes: 64 << 20, WriteTimeout: 10 * time.Second, OnCut: o.onCut})
 	}))
 	t.Cleanup(srv.Close)
@@ -125,14 +127,23 @@ func join(t *testing.T, p *Pod, id string, o joinOpts) *member {
 	conn.SetReadLimit(-1)
 	t.Cleanup(func() { _ = conn.CloseNow() })
 	r := <-joined
-	if ok, _ := p.Reserve(id); !ok {
-		t.Fatalf("%s: the pod refused the join", id)
+	if dead, refusal := p.Reserve(id); dead || refusal != nil {
+		t.Fatalf("%s: the pod refused the join: %v", id, refusal)
 	}
 	p.Join(r, o.want)
 	m := &member{t: t, id: id, r: r, in: make(chan map[string]any, 1<<16), conn: conn, p: p,
-		from: &Sender{ID: id, Caps: participant.Capabilities{"*"}, Protocol: wire.ProtocolMCPP, Conn: r,
+		from: &Sender{ID: id, Protocol: wire.ProtocolMCPP, Conn: r,
 			Buckets: p.node.Buckets.Acquire(p.Name + "/" + id)}}
-	if !o.noRead {
+	switch {
+	case o.discard:
+		go func() {
+			for {
+				if _, _, err := conn.Read(context.Background()); err != nil {
+					return
+				}
+			}
+		}()
+	case !o.noRead:
 		go m.read()
 	}
 	return m

@@ -2,12 +2,15 @@ package pod
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
@@ -21,8 +24,10 @@ import (
 // connection (a tool publishing over HTTP, an MCP participant), whose
 // answers are collected in Results instead of being sent.
 type Sender struct {
-	ID       string
-	Caps     participant.Capabilities
+	ID string
+	// Caps are what a sender with no connection may send; a connection's
+	// are its participant's (they change with gateway/refresh).
+	Caps     *capability.Set
 	Protocol string
 	Conn     *participant.Participant // nil over HTTP and MCP
 	Buckets  *limits.Buckets
@@ -38,6 +43,17 @@ type Sender struct {
 	// last Flush; scope numbers that span (FlushMark).
 	touched []*participant.Participant
 	scope   uint64
+	// grants are the grants the sender holds in the pod (capability/grant),
+	// looked up once.
+	grants *capability.Grants
+}
+
+// caps is what the sender may send now.
+func (s *Sender) caps() *capability.Set {
+	if s.Conn != nil {
+		return s.Conn.Caps()
+	}
+	return s.Caps
 }
 
 // Flush wakes the writer of every member the sender's envelopes were
@@ -86,6 +102,8 @@ type ingress struct {
 	req  contexts.Request
 	acc  contexts.Accepted
 	now  time.Time
+	// tokens is the accepted envelope's token estimate.
+	tokens int
 }
 
 var ingresses = sync.Pool{New: func() any { return new(ingress) }}
@@ -96,6 +114,7 @@ func (in *ingress) release() {
 	in.env.Reset()
 	in.meta.Reset()
 	in.req = contexts.Request{}
+	in.tokens = 0
 	clear(in.acc.Ancestors)
 	clear(in.acc.Concluded)
 	in.acc = contexts.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
@@ -164,9 +183,12 @@ func (in *ingress) handle(data []byte, binary bool) {
 			in.request(rateErr)
 		}
 		return
-	case !s.Caps.Allows(env.Kind):
+	case !in.allowed():
 		e := envelope.Errorf(wire.CodeCapabilityViolation, "no capability of yours matches kind %q", env.Kind)
-		e.AttemptedKind, e.YourCapabilities = env.Kind, s.Caps
+		if s.caps().CoversKind(env.Kind) {
+			e.Message = fmt.Sprintf("no capability of yours matches kind %q with this payload", env.Kind)
+		}
+		e.AttemptedKind, e.YourCapabilities = env.Kind, s.caps().Wire()
 		in.refuse(e, env.ID)
 		return
 	case len(data) > n.Config.MaxMessageBytes:
@@ -195,9 +217,26 @@ func (in *ingress) handle(data []byte, binary bool) {
 			return
 		}
 	}
+	var change *capabilityChange
+	if env.Kind == wire.KindGrant || env.Kind == wire.KindRevoke {
+		var e *envelope.Error
+		if change, e = parseCapabilityChange(env.Kind, env.Payload, n.Config.MaxContextBytes); e != nil {
+			in.refuse(e, env.ID)
+			return
+		}
+		if r := change.recipient(); len(env.To) > 0 && !slices.Contains(env.To, r) {
+			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "%s: to must name the recipient %q (or be left out)", env.Kind, r), env.ID)
+			return
+		}
+		m.Flags |= envelope.FlagCapability
+	}
 	sentID := env.ID // Fill may generate one the sender never saw
 	out, proto := env.Fill(s.ID, in.now)
 	m.Protocol, m.ID = proto, env.ID
+	// Its token estimate, for the history's budgets and the contexts'
+	// figures: once, here, before the order lock (docs/protocol.md
+	// section 8).
+	in.tokens = estimateTokens(out)
 
 	p.lockFor(s)
 	defer p.unlockFor(s)
@@ -207,15 +246,28 @@ func (in *ingress) handle(data []byte, binary bool) {
 		if e == nil {
 			e = rateErr
 		}
+		if e == nil && change != nil {
+			e = p.checkCapabilityChange(change, s.ID, "")
+		}
 		if e != nil {
 			in.refuse(e, sentID)
 			return
 		}
 		in.commit(out)
+		in.answerCapabilityChange(change)
 		return
 	}
-	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: s.ID, EnvelopeID: env.ID, Size: len(out), Now: in.now,
+	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: s.ID, EnvelopeID: env.ID, Size: len(out), Tokens: in.tokens, Now: in.now,
 		Duplicate: dupErr, SenderRate: rateErr, Create: s.Buckets.Create}
+	if change != nil {
+		// A grant scoped by the envelope's own context: the context must
+		// be open, or be opened by this envelope (it is checked again
+		// below, with everything else of the context).
+		if e := p.checkCapabilityChange(change, s.ID, c.ID); e != nil {
+			in.refuse(e, sentID)
+			return
+		}
+	}
 	if e := p.Registry.Accept(&in.req, &in.acc, func(acc *contexts.Accepted) {
 		m.ContextID, m.ContextType, m.ContextParent = acc.Context.ID, acc.Context.Type, acc.Context.Parent
 		if acc.Context.Path {
@@ -228,7 +280,34 @@ func (in *ingress) handle(data []byte, binary bool) {
 		}
 	}); e != nil {
 		in.refuse(e, sentID)
+		return
 	}
+	in.answerCapabilityChange(change)
+}
+
+// allowed reports whether the sender may send the envelope: its own
+// capabilities allow it, or a grant it holds in the pod does (one scoped
+// to a context only for an envelope in that context or below it).
+func (in *ingress) allowed() bool {
+	s, env := in.from, &in.env
+	if s.caps().Allows(env.Kind, env.Payload) {
+		return true
+	}
+	if env.Kind == wire.KindRevoke && s.caps().CoversKind(wire.KindGrant) {
+		return true // who may grant may take back what it granted
+	}
+	if s.grants == nil {
+		s.grants = in.pod.grants.For(s.ID)
+	}
+	var ctxID string
+	var ancestors []string
+	if s.grants.Scoped() && env.Context != nil {
+		if c, e := envelope.ParseContext(env.Context, in.pod.node.Config.MaxContextBytes); e == nil {
+			ctxID = c.ID
+			ancestors = in.pod.Registry.Ancestry(&c, in.acc.Ancestors[:0])
+		}
+	}
+	return s.grants.Allows(env.Kind, env.Payload, ctxID, ancestors)
 }
 
 // duplicate is the duplicate_id verdict on an envelope's id
@@ -267,7 +346,7 @@ func (in *ingress) commit(body []byte) {
 	if !p.log.here() && p.index != nil && !m.Live() {
 		p.sending[strings.Clone(m.ID)] = struct{}{} // until it comes back (fromLog); not the read buffer's memory
 	}
-	p.commit(m, body, frame, in.now)
+	p.commit(m, body, frame, in.tokens, in.now)
 	p.node.Metrics.EnvelopesIn.Inc()
 	if in.from.Conn == nil {
 		in.from.Results = append(in.from.Results, wire.PublishResult{ID: in.env.ID})

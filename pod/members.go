@@ -65,16 +65,22 @@ func (p *Pod) Leave(r *participant.Participant) {
 // publishPresence sends a presence event about who, a connection or a
 // guest; history never keeps it. Call it with mu held.
 func (p *Pod) publishPresence(kind envelope.FrameKind, who wire.Identity, flags uint8) {
+	p.publishPresenceWhy(kind, who, flags, "")
+}
+
+// publishPresenceWhy is publishPresence with the reason the gateway made
+// the participant leave.
+func (p *Pod) publishPresenceWhy(kind envelope.FrameKind, who wire.Identity, flags uint8, reason string) {
 	event := wire.PresenceJoin
 	if kind == envelope.FrameLeave {
 		event = wire.PresenceLeave
 	}
-	body, id := presenceMessage(event, who)
+	body, id := presenceMessage(event, who, reason)
 	m := envelope.Meta{Kind: kind, Flags: flags | envelope.FlagLive, Origin: p.node.ID, From: who.ID, ID: id,
 		Protocol: protocolSpan}
 	m.Seq = p.node.frameSeq.Add(1)
 	frame := envelope.Frame(&m, body)
-	p.commit(&m, body, frame, timeNow())
+	p.commit(&m, body, frame, 0, timeNow())
 }
 
 // guest is a member with no connection: an MCP session (docs/protocol.md
@@ -84,37 +90,50 @@ func (p *Pod) publishPresence(kind envelope.FrameKind, who wire.Identity, flags 
 // queued for it.
 type guest struct {
 	wire.Identity
-	// replaced is called when a newer member of the same id (a connection
-	// or a guest, on any node) takes its place; as for a connection,
-	// nobody is told. It is called with the pod's lock held: it must
-	// return at once and not call the pod.
-	replaced func()
+	// ended is called when the guest is no longer a member: a newer
+	// member of the same id (a connection or a guest, on any node) took
+	// its place (nobody is told, as for a connection), or it was kicked.
+	// It is called with the pod's lock held: it must return at once and
+	// not call the pod.
+	ended func(why string)
+	inbox inbox
 }
 
 // Guest is a member with no connection (an MCP session), as the MCP
 // endpoint holds it.
 type Guest = *guest
 
-// NewGuest makes a guest; replaced is called (with the pod's lock held:
-// it must return at once and not call the pod) when a newer member of the
-// same id takes its place.
-func NewGuest(id wire.Identity, replaced func()) Guest {
-	return &guest{Identity: id, replaced: replaced}
+// NewGuest makes a guest; ended is called (with the pod's lock held: it
+// must return at once and not call the pod) when it stops being a member
+// without leaving: replaced by a newer member of the same id, or kicked.
+func NewGuest(id wire.Identity, ended func(why string)) Guest {
+	return &guest{Identity: id, ended: ended}
 }
+
+// replaced is told that a newer member of the same id took g's place.
+func (g *guest) replaced() { g.ended(GuestReplaced) }
+
+// removed is told that g was made to leave.
+func (g *guest) removed(reason string) { g.ended(reason) }
+
+// GuestReplaced is why a guest ended when a newer member of its id took
+// its place.
+const GuestReplaced = "replaced by a newer connection or session of the same participant"
 
 // JoinGuest makes g a member under Join's rules: it replaces a member of
 // the same id here (a connection is closed with 4000) or on another node,
-// and only a new id is announced. It fails when the pod is full or was
-// removed (dead: look it up again). cursor is where the guest's reads
-// begin: the pod's history up to its join is not for it.
-func (p *Pod) JoinGuest(g Guest) (ok, dead bool, cursor uint64) {
+// and only a new id is announced. It is refused when the pod is full or
+// g's id is banned, and fails when the pod was removed (dead: look it up
+// again). cursor is where the guest's reads begin: the pod's history up
+// to its join is not for it.
+func (p *Pod) JoinGuest(g Guest) (dead bool, refusal *envelope.Error, cursor uint64) {
 	p.lock()
 	defer p.unlock()
 	if p.dead {
-		return false, true, 0
+		return true, nil, 0
 	}
-	if !p.hasRoomLocked(g.ID) {
-		return false, false, 0
+	if e := p.admits(g.ID); e != nil {
+		return false, e, 0
 	}
 	old := p.members[g.ID]
 	if old != nil {
@@ -136,17 +155,19 @@ func (p *Pod) JoinGuest(g Guest) (ok, dead bool, cursor uint64) {
 	default:
 		p.publishPresence(envelope.FrameJoin, g.Identity, 0)
 	}
-	return true, false, cursor
+	return false, nil, cursor
 }
 
-// LeaveGuest removes g unless something newer has replaced it; the
-// caller then lets the node forget the pod if it is idle.
-func (p *Pod) LeaveGuest(g Guest) {
+// LeaveGuest removes g unless something newer has replaced it; everyone
+// is told it left, with reason when it did not leave of its own accord
+// (its token expired, or was revoked). The caller then lets the node
+// forget the pod if it is idle.
+func (p *Pod) LeaveGuest(g Guest, reason string) {
 	p.lock()
 	defer p.unlock()
 	if p.guests[g.ID] == g {
 		delete(p.guests, g.ID)
-		p.publishPresence(envelope.FrameLeave, g.Identity, 0)
+		p.publishPresenceWhy(envelope.FrameLeave, g.Identity, 0, reason)
 	}
 }
 

@@ -77,13 +77,14 @@ func ContextStats(c *contexts.Concluded) wire.ContextStats {
 		Messages: c.Messages, Bytes: c.Bytes, Participants: c.Participants,
 		Depth: c.Depth, Created: contexts.FormatTime(c.Created),
 		LastActivity: contexts.FormatTime(c.LastActivity), Concluded: contexts.FormatTime(c.At),
+		Tokens: c.Tokens, TokensFolded: c.TokensFolded, TokensSaved: c.TokensSaved,
 	}
 }
 
 // presenceMessage is a system/presence event about who, in MCPP, and its
 // id (docs/protocol.md section 5).
-func presenceMessage(event string, who wire.Identity) ([]byte, string) {
-	m := newSystemMessage(wire.ProtocolMCPP, wire.KindPresence, wire.Presence{Event: event, Participant: who})
+func presenceMessage(event string, who wire.Identity, reason string) ([]byte, string) {
+	m := newSystemMessage(wire.ProtocolMCPP, wire.KindPresence, wire.Presence{Event: event, Participant: who, Reason: reason})
 	return m.bytes(), m.ID
 }
 

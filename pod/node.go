@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -9,8 +10,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
+	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -24,8 +28,8 @@ const (
 	OrderLocal Order = iota
 	// OrderStream: several nodes (a cluster, or an external NATS) with
 	// history. A pod's order is the history stream's, which every node
-	// follows (RePublish), so that every node delivers in one order and a
-	// resume is exact on any node.
+	// follows with one ordered consumer (Follower), so that every node
+	// delivers in one order and a resume is exact on any node.
 	OrderStream
 	// OrderCore: several nodes without history. Each node delivers what it
 	// accepts at once and what others accepted as NATS brings it, on the
@@ -67,8 +71,12 @@ type Metrics struct {
 	Errors      *prometheus.CounterVec // by code
 	Conclusions *prometheus.CounterVec // by reason
 	// OrderLost counts pods whose order a node lost and could not get
-	// back (OrderStream): their local connections were closed with 4010.
+	// back (OrderStream): their local connections were closed with 4503.
 	OrderLost prometheus.Counter
+	// FollowErrors counts the errors the node's follower of the history
+	// stream recovered from by itself (retried in place, or its consumer
+	// made again where it was); the log says the count and the last.
+	FollowErrors prometheus.Counter
 }
 
 // NewMetrics makes the metrics, unregistered.
@@ -83,13 +91,15 @@ func NewMetrics() *Metrics {
 		Conclusions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpp_context_conclusions_total", Help: "Contexts concluded, by reason."}, []string{"reason"}),
 		OrderLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcpp_pod_order_lost_total", Help: "Pods whose delivery order this node lost (a gap in the history stream it could not read back within 5s); their connections here were closed with 4010, to resume elsewhere or again."}),
+			Name: "mcpp_pod_order_lost_total", Help: "Pods whose delivery order this node lost (its follower of the history stream stayed behind for 5s, or a gap could not be read back); their connections here were closed with 4503, to resume elsewhere or again."}),
+		FollowErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_history_follow_errors_total", Help: "Errors the node's follower of the history stream retried in place or recovered from (a cluster's route still forming, a consumer made again)."}),
 	}
 }
 
 // Collectors lists the metrics, for a registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.EnvelopesIn, m.Deliveries, m.Errors, m.Conclusions, m.OrderLost}
+	return []prometheus.Collector{m.EnvelopesIn, m.Deliveries, m.Errors, m.Conclusions, m.OrderLost, m.FollowErrors}
 }
 
 // Cluster is what a pod asks of the other gateway nodes (nil: the node is
@@ -106,6 +116,15 @@ type Cluster interface {
 type NodeMembers struct {
 	Node    string
 	Members []wire.Identity
+}
+
+// Admitted is who a token says a participant is: its id, what it may
+// send, and its credential (when the token expires, how to tell it was
+// revoked).
+type Admitted struct {
+	ID         string
+	Caps       *capability.Set
+	Credential *participant.Credential
 }
 
 // Node is what the pods of one gateway node share: its identity, its
@@ -130,6 +149,9 @@ type Node struct {
 	// OnDead is told of a pod that died by itself (its order was lost),
 	// so that the node forgets it.
 	OnDead func(*Pod)
+	// Verify checks a token a connection sends to refresh its own
+	// (gateway/refresh) for a pod; nil when the node runs open (no token).
+	Verify func(ctx context.Context, token, pod string) (Admitted, *envelope.Error)
 
 	dispatch *dispatch
 	// follow is the node's reader of the stream (OrderStream), started

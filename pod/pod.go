@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/history"
@@ -61,6 +64,10 @@ type Pod struct {
 	// sending are the ids of envelopes this node sent into the stream and
 	// has not seen back (OrderStream): duplicates already.
 	sending map[string]struct{}
+	// grants are the capabilities granted at run time, by recipient, and
+	// bans the kicked participants kept out, by id (trust.go).
+	grants capability.PodGrants
+	bans   map[string]ban
 	// meta is a scratch header for frames from the log.
 	meta envelope.Meta
 	// eventBuf is reused for the frames of context events.
@@ -83,6 +90,7 @@ func New(node *Node, name string) *Pod {
 		guests:  map[string]*guest{},
 		remote:  map[string]remoteMember{},
 		sending: map[string]struct{}{},
+		bans:    map[string]ban{},
 		ready:   make(chan struct{}),
 	}
 	empty := []*participant.Participant{}
@@ -237,7 +245,13 @@ func (p *Pod) rebuildSnapshot() {
 // participants' rate buckets are the node's). Call it with the pod's
 // lock held (LockForRemoval).
 func (p *Pod) idle() bool {
-	return len(p.members) == 0 && len(p.guests) == 0 && p.pending == 0 && p.busy == 0 && p.Registry.Empty()
+	if len(p.bans) > 0 {
+		now := timeNow()
+		for id := range p.bans {
+			p.banned(id, now) // forgets those that ended
+		}
+	}
+	return len(p.members) == 0 && len(p.guests) == 0 && p.pending == 0 && p.busy == 0 && len(p.bans) == 0 && p.Registry.Empty()
 }
 
 // RemoveIfIdle marks the pod dead when it is idle, and reports whether
@@ -253,19 +267,32 @@ func (p *Pod) RemoveIfIdle() bool {
 	return true
 }
 
-// Reserve admits one upgrade for id before it happens, so that caps are
-// decided while an HTTP answer can still be given.
-func (p *Pod) Reserve(id string) (ok, dead bool) {
+// Reserve admits one upgrade for id before it happens, so that caps and
+// bans are decided while an HTTP answer can still be given. dead says the
+// pod was removed as it was looked up: look it up again.
+func (p *Pod) Reserve(id string) (dead bool, refusal *envelope.Error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead {
-		return false, true
+		return true, nil
 	}
-	if !p.hasRoomLocked(id) {
-		return false, false
+	if e := p.admits(id); e != nil {
+		return false, e
 	}
 	p.pending++
-	return true, false
+	return false, nil
+}
+
+// admits is the refusal of a join of id, or nil: it is banned, or the pod
+// is full. Call it with mu held.
+func (p *Pod) admits(id string) *envelope.Error {
+	if e := p.banned(id, timeNow()); e != nil {
+		return e
+	}
+	if !p.hasRoomLocked(id) {
+		return envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", p.Name, p.node.Config.MaxParticipantsPerPod)
+	}
+	return nil
 }
 
 // Unreserve gives back a Reserve that did not join; the caller then lets
@@ -331,18 +358,20 @@ func (p *Pod) identitiesLocked(except string) []wire.Identity {
 	return out
 }
 
-// Acquire holds the pod for a sender with no connection (a publish over
-// HTTP), so that it is not removed while the sender's envelopes go in;
-// Release lets it go. It reports false when the pod was removed: look it
-// up again.
-func (p *Pod) Acquire() bool {
+// Acquire keeps the pod while a request of id (POST) is handled in it.
+// dead says the pod was removed as it was looked up: look it up again; a
+// refusal says id is banned from it (gateway/kick).
+func (p *Pod) Acquire(id string) (dead bool, refusal *envelope.Error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead {
-		return false
+		return true, nil
+	}
+	if e := p.banned(id, timeNow()); e != nil {
+		return false, e
 	}
 	p.busy++
-	return true
+	return false, nil
 }
 
 // Release ends an Acquire; the caller then lets the node forget the pod
@@ -363,3 +392,6 @@ func (p *Pod) Tick(now time.Time, first uint64, sweep bool) {
 	}
 	p.log.tick(now, sweep)
 }
+
+// newID is an id for a frame the gateway makes.
+func newID() string { return uuid.NewString() }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mcpp/gateway/envelope"
@@ -18,14 +20,16 @@ import (
 )
 
 // HistoryWant is what a joiner asked of the pod's past at the upgrade
-// (docs/protocol.md section 8): history=N|all, fold=0, resume=ID.
+// (docs/protocol.md section 8): history=N|all|tokens:N, fold=0,
+// resume=ID.
 type HistoryWant struct {
 	N      int // 0: none; -1: all
+	Tokens int // history=tokens:N: the newest stretch that fits N tokens (N is 0 then)
 	Fold   bool
 	Resume string
 }
 
-func (w HistoryWant) asked() bool { return w.N != 0 || w.Resume != "" }
+func (w HistoryWant) asked() bool { return w.N != 0 || w.Tokens != 0 || w.Resume != "" }
 
 // ParseHistoryWant reads history=, fold= and resume= from an upgrade's
 // query. A value that does not parse is refused like a filter parameter
@@ -47,10 +51,16 @@ func ParseHistoryWant(q url.Values) (HistoryWant, error) {
 	} else if ok {
 		if v == "all" {
 			w.N = -1
+		} else if t, ok := strings.CutPrefix(v, "tokens:"); ok {
+			n, err := strconv.ParseInt(t, 10, 32)
+			if err != nil || n < 1 {
+				return w, fmt.Errorf("history=tokens:N takes N from 1 to %d, not %q", math.MaxInt32, t)
+			}
+			w.Tokens = int(n)
 		} else if n, err := strconv.Atoi(v); err == nil && n > 0 {
 			w.N = n
 		} else {
-			return w, fmt.Errorf(`history must be a positive number or "all", not %q`, v)
+			return w, fmt.Errorf(`history must be a positive number, "all" or "tokens:N", not %q`, v)
 		}
 	}
 	if v, ok, err := one("fold"); err != nil {
@@ -88,8 +98,11 @@ func (p *Pod) replayFor(r *participant.Participant, want HistoryWant) (*wire.His
 		if want.Resume != "" {
 			info.Resumed = new(bool)
 		}
-		if want.N != 0 {
+		if want.N != 0 || want.Tokens != 0 {
 			info.Folded, info.Collapsed = new(int), new(int)
+		}
+		if want.Tokens != 0 {
+			info.Omitted, info.Tokens = new(int), new(int)
 		}
 		return info, nil
 	}
@@ -102,12 +115,21 @@ func (p *Pod) replayFor(r *participant.Participant, want HistoryWant) (*wire.His
 		sel, resumed = p.index.After(want.Resume, func(m *envelope.Meta) bool { return f.Admits(m, r.ID) })
 		info.Resumed = &resumed
 	}
-	if !resumed && want.N != 0 {
+	admitPast := func(m *envelope.Meta) bool { return f.AdmitsPast(m, r.ID) }
+	switch {
+	case resumed:
+	case want.Tokens != 0:
+		// The newest stretch of the folded history that fits the budget,
+		// never an envelope split, and what it left out (section 8).
+		sel = p.index.NewestWithin(want.Tokens, want.Fold, admitPast)
+		info.Folded, info.Collapsed = &sel.Folded, &sel.Collapsed
+		info.Omitted, info.Tokens = &sel.Omitted, &sel.Tokens
+	case want.N != 0:
 		n := want.N
 		if n < 0 || n > p.node.Config.History {
 			n = p.node.Config.History
 		}
-		sel = p.index.Newest(n, want.Fold, func(m *envelope.Meta) bool { return f.AdmitsPast(m, r.ID) })
+		sel = p.index.Newest(n, want.Fold, admitPast)
 		info.Folded, info.Collapsed = &sel.Folded, &sel.Collapsed
 	}
 	info.Replayed = len(sel.Entries)
@@ -260,7 +282,10 @@ func (p *Pod) HistoryPage(q history.PageQuery, f *filter.Filter, self, protocol 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
 	defer cancel()
-	_, err := p.Render(ctx, protocol, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
+	n, err := p.Render(ctx, protocol, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
+	for _, e := range sel.Entries[:n] {
+		answer.Tokens += e.Tokens
+	}
 	answer.More = sel.More
 	if err != nil {
 		// An entry expired since the index chose it, or the stream did not

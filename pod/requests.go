@@ -2,7 +2,10 @@ package pod
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"time"
 
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
@@ -70,14 +73,105 @@ func (in *ingress) request(rateErr *envelope.Error) {
 			return
 		}
 		in.reply(wire.KindHistory, answer)
+	case wire.RequestRefresh:
+		var r wire.Refresh
+		if err := strictDecode(in.env.Payload, &r); err != nil || r.Token == "" {
+			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/refresh takes {"token": TOKEN}`), in.env.ID)
+			return
+		}
+		if rateErr != nil {
+			in.refuse(rateErr, in.env.ID)
+			return
+		}
+		in.refresh(r.Token)
+	case wire.RequestKick:
+		var k wire.Kick
+		switch err := strictDecode(in.env.Payload, &k); {
+		case err != nil || !envelope.ValidParticipantID(k.Participant):
+			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/kick takes {"participant": ID, "reason"?: TEXT, "ban_ms"?: 0 to %d}`, maxBanMS), in.env.ID)
+			return
+		case k.BanMS < 0 || k.BanMS > maxBanMS:
+			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "ban_ms must be 0 to %d (a week)", maxBanMS), in.env.ID)
+			return
+		case len(k.Reason) > maxReasonBytes:
+			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "reason is over %d bytes", maxReasonBytes), in.env.ID)
+			return
+		case rateErr != nil:
+			in.refuse(rateErr, in.env.ID)
+			return
+		case !in.allowed(): // its capabilities, or a grant
+			e := envelope.Errorf(wire.CodeCapabilityViolation, "gateway/kick needs the gateway/kick capability")
+			e.AttemptedKind, e.YourCapabilities = wire.RequestKick, in.from.caps().Wire()
+			in.refuse(e, in.env.ID)
+			return
+		}
+		in.reply(wire.KindKick, in.kick(k))
 	default:
 		if rateErr != nil {
 			in.refuse(rateErr, in.env.ID)
 			return
 		}
-		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history)", in.env.Kind), in.env.ID)
+		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history, gateway/refresh, gateway/kick)", in.env.Kind), in.env.ID)
 	}
 }
+
+// Bounds of gateway/kick: a ban of at most a week (a longer one is the
+// token file's or the identity provider's to decide), a reason short
+// enough for a close frame's 123 bytes with who kicked.
+const (
+	maxBanMS       = 7 * 24 * 3600 * 1000
+	maxReasonBytes = 80
+)
+
+// strictDecode reads a request's payload (an object) into v, refusing
+// fields v does not have.
+func strictDecode(payload []byte, v any) error {
+	if !isObject(payload) {
+		return errNotObject
+	}
+	d := json.NewDecoder(bytes.NewReader(payload))
+	d.DisallowUnknownFields()
+	return d.Decode(v)
+}
+
+var errNotObject = errors.New("the payload is not an object")
+
+// refresh handles gateway/refresh: a fresh token for the connection,
+// which must name the same participant and may join the pod; its claims
+// (capabilities, expiry) apply from the next envelope on.
+func (in *ingress) refresh(token string) {
+	p, c := in.pod, in.from.Conn
+	switch {
+	case c == nil:
+		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "gateway/refresh needs a connection: over HTTP and MCP every request carries its token"), in.env.ID)
+		return
+	case p.node.Verify == nil:
+		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "gateway/refresh needs tokens: this gateway runs open"), in.env.ID)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+	defer cancel()
+	a, e := p.node.Verify(ctx, token, p.Name)
+	if e != nil {
+		in.refuse(e, in.env.ID)
+		return
+	}
+	if a.ID != c.ID {
+		in.refuse(envelope.Errorf(wire.CodeAuthViolation, "the token names participant %q, not you (%q): a connection keeps its participant", a.ID, c.ID), in.env.ID)
+		return
+	}
+	c.Refresh(a.Caps, a.Credential)
+	answer := wire.Refreshed{Participant: a.ID, Capabilities: a.Caps.Wire()}
+	if exp := a.Credential.Expires; !exp.IsZero() {
+		s := exp.UTC().Format(wire.TimeFormat)
+		answer.Expires = &s
+	}
+	in.reply(wire.KindRefresh, answer)
+}
+
+// refreshTimeout bounds a refresh's verification (a JWKS fetch for a new
+// key).
+const refreshTimeout = 10 * time.Second
 
 // historyRequest is the payload of gateway/history (wire.HistoryRequest,
 // docs/protocol.md section 6) as the gateway reads it, strictly: its
@@ -90,6 +184,8 @@ type historyRequest struct {
 	Context *string `json:"context"`
 	Limit   *int    `json:"limit"`
 	Fold    *bool   `json:"fold"`
+	// MaxTokens bounds the page by token estimate (section 8).
+	MaxTokens *int `json:"max_tokens"`
 }
 
 // Defaults and bounds of gateway/history.
@@ -108,7 +204,7 @@ func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
 	d := json.NewDecoder(bytes.NewReader(in.env.Payload))
 	d.DisallowUnknownFields()
 	if !isObject(in.env.Payload) || d.Decode(&hq) != nil {
-		return q, envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/history takes {"before"?: ID, "after"?: ID, "context"?: ID, "limit"?: 1 to 1000, "fold"?: BOOL}`)
+		return q, envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/history takes {"before"?: ID, "after"?: ID, "context"?: ID, "limit"?: 1 to 1000, "fold"?: BOOL, "max_tokens"?: 1 or more}`)
 	}
 	if hq.Before != nil && hq.After != nil {
 		return q, envelope.Errorf(wire.CodeInvalidEnvelope, "gateway/history takes before or after, not both")
@@ -130,6 +226,12 @@ func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
 	}
 	if hq.Fold != nil {
 		q.Fold = *hq.Fold
+	}
+	if hq.MaxTokens != nil {
+		if *hq.MaxTokens < 1 {
+			return q, envelope.Errorf(wire.CodeInvalidEnvelope, "max_tokens must be 1 or more")
+		}
+		q.MaxTokens = *hq.MaxTokens
 	}
 	return q, nil
 }

@@ -74,6 +74,7 @@ func (f *Follower) take(subject string, m history.Msg) {
 // itself, and they are counted so that a watcher sees them.
 func (f *Follower) trouble(err error) {
 	n := f.errors.Add(1)
+	f.n.Metrics.FollowErrors.Inc()
 	msg := err.Error()
 	f.lastError.Store(&msg)
 	if n == 1 || n%100 == 0 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -86,6 +87,10 @@ func parseFile(data []byte) (*tokenFile, error) {
 				i, g.participant, first, f.Tokens[first].Participant)
 		}
 		seen[g.hash] = i
+		if _, err := capability.Compile(g.capabilities); err != nil {
+			// Found at start (or reload), not at the participant's join.
+			return nil, fmt.Errorf("entry %d (participant %s): capabilities: %w", i, g.participant, err)
+		}
 		if g.capabilities == nil {
 			g.capabilities = []wire.Capability{}
 		}

@@ -175,3 +175,12 @@ func TestNotEnabled(t *testing.T) {
 		t.Errorf("refusal: %+v", r.Wire())
 	}
 }
+
+// TestFileBadCapabilities: a capability that does not compile stops the
+// gateway at start (or keeps the old tokens at reload), naming the entry.
+func TestFileBadCapabilities(t *testing.T) {
+	_, err := parseFile([]byte(`{"tokens": [{"token": "t", "participant": "p", "capabilities": [""], "pods": ["*"]}]}`))
+	if err == nil || !strings.Contains(err.Error(), "entry 0 (participant p): capabilities") {
+		t.Fatalf("err = %v", err)
+	}
+}

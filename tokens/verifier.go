@@ -19,7 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/time/rate"
 
-	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -297,7 +297,7 @@ func (v *Verifier) Verify(ctx context.Context, token, pod string) (*Identity, *R
 	hash := sha256.Sum256([]byte(token))
 	if s.file != nil {
 		if e, ok := s.file.lookup(hash); ok {
-			if pod != "" && !participant.MatchAny(e.pods, pod) {
+			if pod != "" && !matchAny(e.pods, pod) {
 				return nil, forbidden("pods", "pods: this token may not join pod %q", pod)
 			}
 			return &Identity{
@@ -323,7 +323,7 @@ func (v *Verifier) Verify(ctx context.Context, token, pod string) (*Identity, *R
 	if r != nil {
 		return nil, r
 	}
-	if pod != "" && !participant.MatchAny(id.Pods, pod) {
+	if pod != "" && !matchAny(id.Pods, pod) {
 		return nil, forbidden("pods", "pods: this token may not join pod %q", pod)
 	}
 	id.Pod, id.TokenSHA256 = pod, hash
@@ -361,7 +361,7 @@ func (v *Verifier) Revoked(id *Identity) bool {
 		return true
 	}
 	e, ok := s.file.byHash[id.TokenSHA256]
-	return !ok || e.participant != id.Participant || (id.Pod != "" && !participant.MatchAny(e.pods, id.Pod))
+	return !ok || e.participant != id.Participant || (id.Pod != "" && !matchAny(e.pods, id.Pod))
 }
 
 // load reads everything that the Config names into a new state. Each
@@ -528,4 +528,15 @@ func (v *Verifier) Watch(ctx context.Context, interval time.Duration, reloaded f
 			reloaded(err)
 		}
 	}
+}
+
+// matchAny reports whether pod matches one of patterns (the capability
+// patterns' kind rules: "*", a prefix ending in "*", or exact).
+func matchAny(patterns []string, pod string) bool {
+	for _, p := range patterns {
+		if capability.MatchKind(p, pod) {
+			return true
+		}
+	}
+	return false
 }

@@ -104,7 +104,10 @@ const (
 	CloseInternalError CloseCode = 1011 // the replay of the pod's history was interrupted: resume again
 	CloseReplaced      CloseCode = 4000 // another connection joined the pod with the same participant id
 	CloseSlowConsumer  CloseCode = 4008 // this connection did not read fast enough: its send queue filled
-	CloseOrderLost     CloseCode = 4010 // the node lost the pod's order (a gap in the history stream it could not read back): resume, on this node or another
+	CloseTokenExpired  CloseCode = 4401 // the token expired and was not refreshed (gateway/refresh): join again with a fresh one
+	CloseRevoked       CloseCode = 4403 // the token was revoked (gone from the token file, or its pods no longer allow the pod): do not come back with it
+	CloseKicked        CloseCode = 4410 // a moderator removed the participant from the pod (gateway/kick); a ban may refuse its joins for a while
+	CloseOrderLost     CloseCode = 4503 // this node lost the pod's order (its follower of the history stream stopped): resume, here or on another node
 )
 
 // String says what the close code means.
@@ -122,8 +125,14 @@ func (c CloseCode) String() string {
 		return "4000 replaced: another connection joined with the same participant id"
 	case CloseSlowConsumer:
 		return "4008 slow consumer: the connection read too slowly and its send queue filled"
+	case CloseTokenExpired:
+		return "4401 token expired: join again with a fresh token, or refresh it before it expires"
+	case CloseRevoked:
+		return "4403 revoked: the token no longer admits this participant to this pod"
+	case CloseKicked:
+		return "4410 kicked: removed from the pod by a moderator"
 	case CloseOrderLost:
-		return "4010 order lost: this gateway node lost the pod's order; resume"
+		return "4503 order lost: this gateway node lost the pod's order; resume"
 	}
 	return fmt.Sprintf("%d", int(c))
 }

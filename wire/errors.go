@@ -31,8 +31,8 @@ type ErrorPayload struct {
 
 	// AttemptedKind and YourCapabilities are the details of
 	// capability_violation.
-	AttemptedKind    string   `json:"attempted_kind,omitempty" jsonschema:"capability_violation: the kind no capability matched"`
-	YourCapabilities []string `json:"your_capabilities,omitzero" jsonschema:"capability_violation: the sender's capabilities"`
+	AttemptedKind    string       `json:"attempted_kind,omitempty" jsonschema:"capability_violation: the kind no capability matched"`
+	YourCapabilities []Capability `json:"your_capabilities,omitzero" jsonschema:"capability_violation: the sender's capabilities"`
 
 	// Details holds every other field, as raw JSON by name: the details of
 	// codes this package does not know yet.

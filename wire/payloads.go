@@ -12,8 +12,8 @@ import (
 //
 //	{"id": "alice", "capabilities": ["mcp/*", "chat"]}
 type Identity struct {
-	ID           string   `json:"id" jsonschema:"the participant's id: use it in to"`
-	Capabilities []string `json:"capabilities" jsonschema:"the kinds it may send (patterns: * matches all, mcp/* a prefix)"`
+	ID           string       `json:"id" jsonschema:"the participant's id: use it in to"`
+	Capabilities []Capability `json:"capabilities" jsonschema:"what it may send: kind patterns (* matches all, mcp/* a prefix), or objects {kind, payload} whose payload pattern the payload must match too"`
 }
 
 // Welcome is the payload of system/welcome, the first message of every
@@ -43,6 +43,8 @@ type Welcome struct {
 // 8): what replay follows the welcome, before live envelopes.
 //
 //	{"replayed": 3, "folded": 12, "collapsed": 1}   after history=N
+//	{"replayed": 40, "folded": 2, "collapsed": 0, "omitted": 212, "tokens": 7930}
+//	                                                after history=tokens:8000
 //	{"resumed": true, "replayed": 7}                after resume=ID
 //	{"resumed": false, "replayed": 0}               after resume=ID, when ID is not in the history: there may be a gap
 //	{"resumed": false, "replayed": 5, "folded": 0, "collapsed": 0}
@@ -61,6 +63,13 @@ type HistoryInfo struct {
 	// and nil after a resume, which replays unfolded.
 	Folded    *int `json:"folded,omitempty"`
 	Collapsed *int `json:"collapsed,omitempty"`
+	// Omitted and Tokens are set after history=tokens:N. Omitted is how
+	// many entries of the folded history are older than the replayed
+	// ones, left out by the budget: gateway/history with before set to
+	// the first replayed id returns them. Tokens is the token estimate of
+	// the replayed envelopes, summed, at most N.
+	Omitted *int `json:"omitted,omitempty"`
+	Tokens  *int `json:"tokens,omitempty"`
 }
 
 // Limits are the gateway's limits, as the welcome announces them
@@ -101,6 +110,9 @@ type Limits struct {
 type Presence struct {
 	Event       string   `json:"event"` // PresenceJoin or PresenceLeave
 	Participant Identity `json:"participant"`
+	// Reason says why a participant left when the gateway made it leave:
+	// "kicked by alice: looping", "token expired", "revoked".
+	Reason string `json:"reason,omitempty"`
 }
 
 // The events of Presence.
@@ -117,7 +129,8 @@ const (
 //
 //	{"event": "concluded", "reason": "timeout",
 //	 "stats": {"messages": 12, "bytes": 5230, "participants": ["alice"],
-//	           "depth": 2, "created": "…", "last_activity": "…", "concluded": "…"}}
+//	           "depth": 2, "created": "…", "last_activity": "…", "concluded": "…",
+//	           "tokens": 1730, "tokens_folded": 1730, "tokens_saved": 1730}}
 type ContextEvent struct {
 	Event  string       `json:"event"`  // ContextConcluded
 	Reason string       `json:"reason"` // ReasonTimeout, ReasonConclusion or ReasonParentConcluded
@@ -143,6 +156,9 @@ type ContextStats struct {
 	Created      string   `json:"created" jsonschema:"when it opened (RFC 3339)"`
 	LastActivity string   `json:"last_activity" jsonschema:"its last envelope (RFC 3339)"`
 	Concluded    string   `json:"concluded" jsonschema:"when it concluded (RFC 3339)"`
+	Tokens       int64    `json:"tokens" jsonschema:"the token estimate of its envelopes, summed (not its sub-contexts')"`
+	TokensFolded int64    `json:"tokens_folded" jsonschema:"the tokens folding hides from a late joiner: all but its conclusion-kind envelopes"`
+	TokensSaved  int64    `json:"tokens_saved" jsonschema:"tokens_folded less the tokens of its conclusion-kind envelopes, which stand for them (negative when they cost more)"`
 }
 
 // The states of a context, in ContextInfo and ContextsRequest.
@@ -160,7 +176,8 @@ const (
 //	{"id": "reason-789", "type": "reasoning", "parent": "ctx-123", "depth": 2,
 //	 "state": "active", "reason": null, "creator": "alice", "messages": 3,
 //	 "bytes": 812, "participants": ["alice"], "created": "…",
-//	 "last_activity": "…", "concluded": null}
+//	 "last_activity": "…", "concluded": null, "tokens": 270,
+//	 "tokens_folded": null, "tokens_saved": null}
 type ContextInfo struct {
 	ID           string   `json:"id" jsonschema:"the context's id"`
 	Type         *string  `json:"type" jsonschema:"its type, or null"`
@@ -175,6 +192,9 @@ type ContextInfo struct {
 	Created      string   `json:"created" jsonschema:"when it opened (RFC 3339)"`
 	LastActivity string   `json:"last_activity" jsonschema:"its last envelope (RFC 3339)"`
 	Concluded    *string  `json:"concluded" jsonschema:"when it concluded (RFC 3339), or null while active"`
+	Tokens       int64    `json:"tokens" jsonschema:"the token estimate of its envelopes, summed (not its sub-contexts')"`
+	TokensFolded *int64   `json:"tokens_folded" jsonschema:"once concluded, the tokens folding hides from a late joiner (all but its conclusion-kind envelopes); null while active"`
+	TokensSaved  *int64   `json:"tokens_saved" jsonschema:"once concluded, tokens_folded less the tokens of its conclusion-kind envelopes (negative when they cost more); null while active"`
 }
 
 // ContextsRequest is the payload of gateway/contexts (docs/protocol.md
@@ -200,12 +220,18 @@ type ContextsAnswer struct {
 // oldest first. Without Before or After, the newest; at most one of the two.
 //
 //	{"before": "env-90", "context": "task-1", "limit": 50, "fold": false}
+//	{"before": "env-90", "max_tokens": 8000}
 type HistoryRequest struct {
 	Before  string `json:"before,omitempty" jsonschema:"return envelopes older than the envelope with this id (exclusive); not with after"`
 	After   string `json:"after,omitempty" jsonschema:"return envelopes newer than the envelope with this id (exclusive); not with before"`
 	Context string `json:"context,omitempty" jsonschema:"keep only this context id and its descendants"`
 	Limit   int    `json:"limit,omitempty" jsonschema:"the most envelopes to return (1 to 1000, default 100)"`
 	Fold    *bool  `json:"fold,omitempty" jsonschema:"true (default): a concluded context shows only its conclusion and its system/context event, and consumed transient envelopes their summary; false: everything as relayed"`
+	// MaxTokens bounds the page by the envelopes' token estimate: the
+	// newest contiguous stretch before Before (the oldest after After)
+	// that fits, or fewer when Limit stops first. An envelope alone over
+	// it is not returned: the page is then empty, with More true.
+	MaxTokens int `json:"max_tokens,omitempty" jsonschema:"the most tokens the envelopes may add up to (the gateway's estimate); the page stops before the first envelope that would go over it, so one envelope larger than this returns nothing and more true"`
 }
 
 // HistoryAnswer is the payload of system/history (docs/protocol.md
@@ -217,11 +243,13 @@ type HistoryAnswer = HistoryAnswerOf[Envelope]
 // HistoryAnswerOf[json.RawMessage] keeps each one's bytes as the gateway
 // wrote them (which is how the gateway writes the answer, and how a
 // client that stores or forwards envelopes unchanged reads it). More is
-// true when older (or, with After, newer) envelopes were left out. With
-// history off, Envelopes is empty and More false.
+// true when older (or, with After, newer) envelopes were left out.
+// Tokens is the token estimate of Envelopes, summed. With history off,
+// Envelopes is empty, More false and Tokens 0.
 type HistoryAnswerOf[E any] struct {
 	Envelopes []E  `json:"envelopes" jsonschema:"envelopes of the pod, oldest first, as relayed: protocol, id, ts, from, to, kind, correlation_id, context, payload, lifecycle; system/context envelopes report a concluded context and its stats"`
 	More      bool `json:"more" jsonschema:"true when envelopes were left out that asking again returns: older ones, or newer ones after the last"`
+	Tokens    int  `json:"tokens" jsonschema:"the token estimate of the envelopes, summed"`
 }
 
 // Collapsed is the payload with which history replays a consumed

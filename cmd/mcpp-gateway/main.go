@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -93,21 +94,33 @@ func run(args []string) int {
 		return 1
 	}
 	log.Info("mcpp-gateway listening", "addr", ln.Addr().String(), "ws", fmt.Sprintf("ws://%s/ws?pod=NAME", ln.Addr()),
-		"auth", map[bool]string{true: "token file", false: "open (development)"}[cfg.Tokens != ""])
+		"auth", g.DescribeAuth())
 
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
-	select {
-	case err := <-served:
-		if err != nil {
-			log.Error("server stopped", "err", err)
-			return 1
+wait:
+	for {
+		select {
+		case err := <-served:
+			if err != nil {
+				log.Error("server stopped", "err", err)
+				return 1
+			}
+			return 0
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				// Reload the token file and the JWT keys; whoever's token
+				// is gone is disconnected (Reload logs the outcome).
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_ = g.Reload(ctx)
+				cancel()
+				continue
+			}
+			log.Info("shutting down", "signal", s.String(), "timeout", cfg.ShutdownTimeout.String())
+			break wait
 		}
-		return 0
-	case s := <-sigs:
-		log.Info("shutting down", "signal", s.String(), "timeout", cfg.ShutdownTimeout.String())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()

@@ -130,8 +130,16 @@ export class Connection {
         this.onReplaced();
         return;
       }
+      // The gateway wants this participant gone (docs/protocol.md section
+      // 5): coming straight back would undo it.
+      const final = { 4401: 'the token expired', 4403: 'the token was revoked', 4410: 'removed from the pod by a moderator' }[ev.code];
+      if (final) {
+        this.onStatus('failed', ev.reason ? `${final}: ${ev.reason}` : final);
+        return;
+      }
       const why = ev.code === 1001 ? 'the gateway is shutting down'
         : ev.code === 4008 ? 'the viewer fell behind (slow consumer)'
+        : ev.code === 4503 ? 'the gateway node lost the pod\'s order; resuming'
         : `connection lost (code ${ev.code})`;
       this.retry(why);
     };

@@ -321,6 +321,9 @@ export class EnvelopeView {
       if (c.parent) info.push(['parent', c.parent.id]);
       info.push(['depth', String(c.depth ?? c.level())]);
       info.push(['messages', String(c.messages)], ['bytes', fmtBytes(c.bytes)]);
+      if (c.tokens !== null) info.push(['tokens', `≈ ${c.tokens}`]);
+      if (c.tokensFolded !== null) info.push(['tokens folded', `≈ ${c.tokensFolded}`]);
+      if (c.tokensSaved !== null) info.push(['tokens saved', `≈ ${c.tokensSaved}`]);
       if (c.created !== null) info.push(['created', new Date(c.created).toLocaleString()]);
       if (c.concluded !== null && c.state === 'concluded') info.push(['concluded', new Date(c.concluded).toLocaleString()]);
       if (c.creator) info.push(['creator', c.creator]);
@@ -441,6 +444,8 @@ function contextEventText(p) {
   if (st && typeof st === 'object') {
     if (st.messages !== undefined) s += ` · ${str(st.messages)} msg`;
     if (Number.isFinite(st.bytes)) s += ` · ${fmtBytes(st.bytes)}`;
+    if (Number.isFinite(st.tokens)) s += ` · ≈${st.tokens} tokens`;
+    if (Number.isFinite(st.tokens_saved)) s += ` (${st.tokens_saved} saved by folding)`;
     if (Array.isArray(st.participants) && st.participants.length) s += ` · by ${st.participants.map(str).join(', ')}`;
   }
   return s;

@@ -63,6 +63,12 @@ export class Ctx {
     this.reason = null;
     this.messages = 0;
     this.bytes = 0;
+    // The gateway's token estimates (docs/protocol.md section 3): of the
+    // context's envelopes, and once it concluded, of what its fold hides
+    // and what a late joiner is spared; null until reported.
+    this.tokens = null;
+    this.tokensFolded = null;
+    this.tokensSaved = null;
     this.created = null; // ms since the epoch
     this.last = null;
     this.concluded = null;
@@ -296,6 +302,7 @@ export class Model {
       c.last = parseTime(stats.last_activity) ?? c.last;
       c.concluded = parseTime(stats.concluded) ?? c.concluded;
       if (Array.isArray(stats.participants)) c.participants = stats.participants.map(String);
+      takeTokens(c, stats);
     }
     if (!this.live) c.concludedAtJoin = true;
     this.touch(c);
@@ -308,6 +315,7 @@ export class Model {
     c.created = null;
     c.depth = null;
     c.participants = null;
+    c.tokens = c.tokensFolded = c.tokensSaved = null;
     c.concludedAtJoin = false;
     this.setCounts(c, 0, 0);
     this.touch(c);
@@ -335,6 +343,7 @@ export class Model {
       c.last = parseTime(info.last_activity) ?? c.last;
       if (typeof info.creator === 'string') c.creator = info.creator;
       if (Array.isArray(info.participants)) c.participants = info.participants.map(String);
+      takeTokens(c, info);
       if (info.state === 'concluded') {
         if (c.state !== 'concluded') c.concludedAtJoin = true;
         c.state = 'concluded';
@@ -348,4 +357,12 @@ export class Model {
       this.touch(c);
     }
   }
+}
+
+// takeTokens keeps the token figures of a context's stats or info, those
+// it has (tokens_folded and tokens_saved are null while it is active).
+function takeTokens(c, o) {
+  if (Number.isFinite(o.tokens)) c.tokens = o.tokens;
+  if (Number.isFinite(o.tokens_folded)) c.tokensFolded = o.tokens_folded;
+  if (Number.isFinite(o.tokens_saved)) c.tokensSaved = o.tokens_saved;
 }

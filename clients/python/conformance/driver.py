@@ -1,6 +1,6 @@
-"""The conformance driver of the Python client (/work/notes/conformance.md,
-driven by clients/conformance_test.go with the same scenarios as the
-TypeScript client's).
+"""The conformance driver of the Python client: clients/conformance_test.go
+drives it with the same scenarios as the TypeScript client's driver, and
+its header comment is the protocol both speak.
 
 It reads one JSON request per line on stdin and writes exactly one JSON
 answer per line on stdout for each, flushed at once, in order. It holds
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import mcpp  # noqa: E402  (imported from this checkout, above)
 
-CONNECT_OPTIONS = ("pod", "participant", "token", "filter", "history", "resume")
+CONNECT_OPTIONS = ("pod", "participant", "token", "filter", "history", "fold", "resume")
 
 
 class Usage(Exception):
@@ -79,7 +79,13 @@ class Driver:
             self.client = await mcpp.connect(req["url"], **options)
             return {"ok": True, "welcome": self.client.welcome}
         if op == "send":
-            return {"ok": True, "id": await self.current().send(req["envelope"])}
+            # "confirm" is passed only when given, so that the default
+            # (confirmed: a refusal is the answer's error) is what runs.
+            if "confirm" not in req:
+                return {"ok": True, "id": await self.current().send(req["envelope"])}
+            if not isinstance(req["confirm"], bool):
+                raise Usage("confirm is true or false")
+            return {"ok": True, "id": await self.current().send(req["envelope"], confirm=req["confirm"])}
         if op == "request":
             answer = await self.current().request(req["kind"], req.get("payload"))
             return {"ok": True, "answer": dict(answer)}

@@ -125,6 +125,15 @@ def chat_gateway(gateway_bin: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="session")
+def tight_gateway(gateway_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway whose participants may send 3 messages (a burst of 3,
+    refilled at one every 1,000 s)."""
+    g = _start(gateway_bin, tmp_path_factory, "tight", "--rate", "0.001", "--burst", "3")
+    yield g
+    g.stop()
+
+
+@pytest.fixture(scope="session")
 def short_history_gateway(gateway_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A gateway that keeps 5 entries per pod: an envelope falls out of its
     history after 5 more."""
@@ -146,6 +155,33 @@ def token_gateway(gateway_bin: str, tmp_path_factory: pytest.TempPathFactory) ->
     path.write_text(json.dumps({"tokens": [{"token": t, **e} for t, e in TOKENS.items()]}))
     path.chmod(0o600)
     g = _start(gateway_bin, tmp_path_factory, "tokens", "--tokens", str(path))
+    yield g
+    g.stop()
+
+
+# The HS256 secret of trust_gateway's JWTs (at least 32 bytes).
+JWT_SECRET = "a-test-secret-of-more-than-32-bytes-for-hs256"
+
+TRUST_TOKENS = {
+    "mod-token": {"participant": "mod", "capabilities": ["chat", "gateway/kick"], "pods": ["*"]},
+    "granter-token": {"participant": "granter", "capabilities": ["chat", "capability/grant"], "pods": ["*"]},
+    "bob-token": {"participant": "bob", "capabilities": ["chat"], "pods": ["*"]},
+}
+
+
+@pytest.fixture(scope="session")
+def trust_gateway(gateway_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway with a token file (TRUST_TOKENS: a moderator that may
+    kick, a participant that may grant, and bob, who may chat) that also
+    takes HS256 JWTs signed with JWT_SECRET."""
+    d = tmp_path_factory.mktemp("trust")
+    tokens = d / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": [{"token": t, **e} for t, e in TRUST_TOKENS.items()]}))
+    secret = d / "secret"
+    secret.write_text(JWT_SECRET)
+    for f in (tokens, secret):
+        f.chmod(0o600)
+    g = _start(gateway_bin, tmp_path_factory, "trust", "--tokens", str(tokens), "--jwt-secret-file", str(secret))
     yield g
     g.stop()
 

@@ -4,7 +4,12 @@ TCP proxy that cuts every connection through it at once."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
+import json
+from typing import Any
 
 import mcpp
 
@@ -40,7 +45,11 @@ class CuttingProxy:
     """A TCP proxy on a free loopback port in front of a gateway. ``cut()``
     drops every connection through it at once, in both directions, as a
     network that fails would (no close frame); ``hold`` makes it drop new
-    connections as soon as they come, as an unreachable gateway would."""
+    connections as soon as they come, as an unreachable gateway would;
+    ``muted`` drops what the gateway writes, as a network that stalls one
+    way would (what the client writes still gets through). ``upgrades``
+    holds the head of each upgrade request passed on (request line and
+    headers), in order: what the client presented."""
 
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
@@ -49,7 +58,9 @@ class CuttingProxy:
         self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.hold = False
+        self.muted = False
         self.accepted = 0  # connections passed on to the gateway
+        self.upgrades: list[str] = []
 
     async def start(self) -> CuttingProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -71,16 +82,28 @@ class CuttingProxy:
             writer.transport.abort()
             return
         self.accepted += 1
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            writer.transport.abort()
+            up_writer.transport.abort()
+            return
+        self.upgrades.append(head.decode("latin-1").rstrip("\r\n"))
+        up_writer.write(head)
         link = (writer, up_writer)
         self._links.add(link)
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(src, dst, link))
+        for src, dst, down in ((reader, up_writer, False), (up_reader, writer, True)):
+            task = asyncio.create_task(self._pipe(src, dst, link, down))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: tuple[asyncio.StreamWriter, asyncio.StreamWriter]) -> None:
+    async def _pipe(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: tuple[asyncio.StreamWriter, asyncio.StreamWriter], down: bool
+    ) -> None:
         try:
             while data := await src.read(65536):
+                if down and self.muted:
+                    continue
                 dst.write(data)
                 await dst.drain()
         except (OSError, asyncio.IncompleteReadError):
@@ -110,3 +133,15 @@ class CuttingProxy:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def sign_hs256(secret: str, claims: dict[str, Any]) -> str:
+    """A JWT signed with HS256 by ``secret`` (RFC 7519, compact form,
+    written by hand: header and claims in base64url JSON, then the
+    HMAC-SHA256 of the two)."""
+
+    def part(b: bytes) -> str:
+        return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+    signed = part(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + part(json.dumps(claims).encode())
+    return signed + "." + part(hmac.new(secret.encode(), signed.encode(), hashlib.sha256).digest())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from conftest import TOKENS, Gateway
@@ -189,17 +190,64 @@ async def test_tokens(token_gateway: Gateway) -> None:
 async def test_a_system_error_is_a_typed_error(chat_gateway: Gateway, pod: str) -> None:
     async with mcpp.connect(chat_gateway.url, pod=pod, participant="alice") as alice:
         with pytest.raises(mcpp.GatewayError) as refused:
-            await alice.send({"id": "t1", "kind": "tool/call", "payload": {}}, confirm=True)
+            await alice.send({"id": "t1", "kind": "tool/call", "payload": {}})
         err = refused.value
         assert err.code == "capability_violation" and err.refused_id == "t1"
         assert err.payload["attempted_kind"] == "tool/call" and err.payload["your_capabilities"] == ["chat"]
-        assert await alice.send({"kind": "chat"}, confirm=True)  # allowed: returns its id
+        assert await alice.send({"kind": "chat"})  # allowed: returns its id
 
-        # Without confirm, the refusal comes in the stream, after the fact.
-        await alice.send({"id": "t2", "kind": "tool/call"})
+        # With confirm=False, send returns once written, and the refusal
+        # comes in the stream, after the fact.
+        assert await alice.send({"id": "t2", "kind": "tool/call"}, confirm=False) == "t2"
         env = await next_of(alice, "system/error")
-        assert env.correlation_id == "t2"
+        assert env.correlation_id == "t2"  # t1's refusal went to its send, not to the stream
         assert mcpp.GatewayError.from_envelope(env).code == "capability_violation"
+
+
+async def test_sends_in_flight_together_share_one_fence(gateway: Gateway, pod: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each send is confirmed by the answer to a request written after it;
+    the sends in flight together wait for the same one."""
+    fences = 0
+    real = mcpp.Client._fence_round_trip
+
+    async def counted(self: mcpp.Client, conn: Any) -> None:
+        nonlocal fences
+        fences += 1
+        await real(self, conn)
+
+    monkeypatch.setattr(mcpp.Client, "_fence_round_trip", counted)
+    async with mcpp.connect(gateway.url, pod=pod, participant="alice") as alice, mcpp.connect(
+        gateway.url, pod=pod, participant="bob"
+    ) as bob:
+        ids = await asyncio.gather(*(alice.send({"kind": "tick", "payload": {"n": n}}) for n in range(100)))
+        # The first fence may leave before the last sends are written;
+        # those share the next. One fence a send would be 100.
+        assert 1 <= fences <= 3, fences
+        got = await take(bob, "tick", 100)
+        assert [e.id for e in got] == list(ids) and [e.payload["n"] for e in got] == list(range(100))
+        await alice.send({"kind": "tick"})
+        assert fences <= 4
+
+
+async def test_a_refused_fence_still_confirms(tight_gateway: Gateway, pod: str) -> None:
+    """The fence takes a rate token like any message. When the gateway
+    refuses the fence itself (rate_limited), that answer still comes after
+    its judgement of the envelope before it: the send is confirmed."""
+    async with mcpp.connect(tight_gateway.url, pod=pod, participant="alice") as alice, mcpp.connect(
+        tight_gateway.url, pod=pod, participant="bob"
+    ) as bob:
+        assert await alice.send({"kind": "chat", "id": "a"}) == "a"  # tokens 1 and 2 of 3
+        assert await alice.send({"kind": "chat", "id": "b"}) == "b"  # token 3; its fence is refused
+        with pytest.raises(mcpp.GatewayError) as limited:
+            await alice.send({"kind": "chat", "id": "c"})  # no token left
+        assert limited.value.code == "rate_limited" and limited.value.refused_id == "c" and limited.value.retryable
+        assert [e.id for e in await take(bob, "chat", 2)] == ["a", "b"]
+        with pytest.raises(TimeoutError):
+            await next_of(bob, "chat", timeout=0.3)
+        # The refusals went to the sends (the fence's to nobody), not to the stream.
+        assert (await next_envelope(alice)).kind == "system/welcome"
+        with pytest.raises(TimeoutError):
+            await next_of(alice, "system/error", timeout=0.3)
 
 
 async def test_filter_takes_lists_and_the_wires_strings(gateway: Gateway, pod: str) -> None:

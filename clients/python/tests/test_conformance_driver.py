@@ -50,8 +50,10 @@ def test_the_driver_speaks_its_protocol(gateway: Gateway, chat_gateway: Gateway,
             {"op": "close"},
             {"op": "connect", "url": chat_gateway.url, "options": {"pod": pod, "participant": "alice", "history": "all", "resume": "nope"}},
             {"op": "send", "envelope": {"kind": "tool/call", "id": "t1"}},
+            {"op": "send", "envelope": {"kind": "tool/call", "id": "t2"}, "confirm": False},
             {"op": "next", "timeout_ms": 2000},
             {"op": "next", "timeout_ms": 2000},
+            {"op": "send", "envelope": {"kind": "chat"}, "confirm": "no"},
             {"op": "fly"},
         ]
     )
@@ -72,10 +74,15 @@ def test_the_driver_speaks_its_protocol(gateway: Gateway, chat_gateway: Gateway,
     assert a[12]["error"]["type"] == "refused" and a[12]["error"]["code"] == "invalid_participant"
     assert a[13] == {"ok": True}
     assert a[14]["welcome"]["history"]["resumed"] is False
-    assert a[15] == {"ok": True, "id": "t1"}
-    assert a[16]["envelope"]["kind"] == "system/welcome"
-    assert a[17]["envelope"]["kind"] == "system/error" and a[17]["envelope"]["payload"]["error"] == "capability_violation"
-    assert a[18]["error"]["type"] == "usage"
+    # Confirmed (the default), the refusal is the send's error; with
+    # confirm false, an envelope of the stream.
+    assert a[15]["ok"] is False and (a[15]["error"]["type"], a[15]["error"]["code"]) == ("gateway", "capability_violation")
+    assert a[16] == {"ok": True, "id": "t2"}
+    assert a[17]["envelope"]["kind"] == "system/welcome"
+    refusal = a[18]["envelope"]
+    assert (refusal["kind"], refusal["correlation_id"], refusal["payload"]["error"]) == ("system/error", "t2", "capability_violation")
+    assert a[19]["error"]["type"] == "usage"
+    assert a[20]["error"]["type"] == "usage"
 
 
 async def test_the_driver_tells_reconnections_and_closes(gateway: Gateway, pod: str) -> None:

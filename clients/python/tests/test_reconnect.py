@@ -29,7 +29,8 @@ async def test_a_cut_in_the_middle_of_a_burst_loses_nothing(gateway: Gateway, po
             async def send_burst() -> None:
                 nonlocal sent
                 for n in range(total):
-                    await bob.send({"kind": "tick", "payload": {"n": n}})
+                    # Unconfirmed: a burst, not one round trip an envelope.
+                    await bob.send({"kind": "tick", "payload": {"n": n}}, confirm=False)
                     sent += 1
                     if n % 10 == 9:
                         await asyncio.sleep(0.001)  # a burst, not a single write: the cut falls inside it
@@ -96,6 +97,63 @@ async def next_of_type(client: mcpp.Client, cls: type[mcpp.Reconnected]) -> mcpp
             if isinstance(item, cls):
                 return item
     raise AssertionError("the stream ended")
+
+
+async def test_sends_the_gateway_took_but_never_confirmed_are_written_again(gateway: Gateway, pod: str) -> None:
+    """The connection is lost after the gateway took the envelopes, before
+    their confirmation came: they are written again on the next
+    connection, and the gateway's duplicate_id says the first copy got
+    through. Each is relayed once, and each send returns its id."""
+    proxy = await CuttingProxy(gateway.addr).start()
+    try:
+        async with mcpp.connect(proxy.url, pod=pod, participant="alice", min_delay=0.01) as alice, mcpp.connect(
+            gateway.url, pod=pod, participant="bob"
+        ) as bob:
+            proxy.muted = True
+            sends = asyncio.gather(*(alice.send({"id": f"d-{n}", "kind": "count", "payload": n}) for n in range(50)))
+            assert [e.id for e in await take(bob, "count", 50)] == [f"d-{n}" for n in range(50)]
+            proxy.cut()
+            proxy.muted = False
+            async with asyncio.timeout(10):
+                assert await sends == [f"d-{n}" for n in range(50)]
+            with pytest.raises(TimeoutError):
+                await next_of(bob, "count", timeout=0.3)  # relayed once
+            # The duplicate_id answers went to the sends, not to the stream.
+            assert not [e for e in await drain(alice) if isinstance(e, mcpp.Envelope) and e.kind == "system/error"]
+    finally:
+        await proxy.close()
+
+
+async def drain(client: mcpp.Client, quiet: float = 0.3) -> list[mcpp.Envelope | mcpp.Reconnected]:
+    """Everything in the client's stream until it is quiet for ``quiet`` seconds."""
+    out: list[mcpp.Envelope | mcpp.Reconnected] = []
+    while True:
+        try:
+            out.append(await next_item(client, quiet))
+        except TimeoutError:
+            return out
+
+
+async def test_without_history_an_unconfirmed_send_is_not_written_again(gateway_bin: str, tmp_path_factory: pytest.TempPathFactory, pod: str) -> None:
+    """Without history the gateway cannot recognise a second copy, so a
+    send whose connection is lost before its confirmation raises
+    DisconnectedError rather than risk relaying it twice."""
+    gw = Gateway(gateway_bin, tmp_path_factory.mktemp("nohistory") / "gateway.log", "--history", "0")
+    proxy = await CuttingProxy(gw.addr).start()
+    try:
+        async with mcpp.connect(proxy.url, pod=pod, participant="alice", min_delay=0.01) as alice:
+            proxy.muted = True
+            sent = asyncio.create_task(alice.send({"kind": "chat", "payload": 1}))
+            await asyncio.sleep(0.1)
+            proxy.cut()
+            with pytest.raises(mcpp.DisconnectedError, match="may or may not have been relayed.*no history"):
+                await asyncio.wait_for(sent, 10)
+            # The client itself goes on, on its next connection.
+            proxy.muted = False
+            assert await alice.send({"kind": "chat", "payload": 2})
+    finally:
+        await proxy.close()
+        gw.stop()
 
 
 async def test_a_gap_is_told(short_history_gateway: Gateway, pod: str) -> None:

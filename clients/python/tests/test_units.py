@@ -10,7 +10,7 @@ import urllib.parse
 import pytest
 
 import mcpp
-from mcpp.connection import base_url, dial_url, filter_query
+from mcpp.connection import base_url, dial_url, filter_query, without_token
 from mcpp.publish import publish_url
 
 
@@ -38,6 +38,25 @@ def test_urls() -> None:
         "pod": ["lab"], "participant": ["alice"], "types": ["a,b"], "resume": ["e-1"], "history": ["all"], "fold": ["0"]
     }
     assert publish_url("ws://h:1/ws", "lab", "ci") == "http://h:1/pods/lab/envelopes?participant=ci"
+    # After a refresh the URL's token is dropped; the rest stays.
+    assert without_token("wss://h/prefix/ws?token=t&pod=lab&x=1") == "wss://h/prefix/ws?pod=lab&x=1"
+
+
+def test_close_codes() -> None:
+    # The codes that end a participant's stay come as their own errors,
+    # all ClosedErrors, and end the client; the others reconnect.
+    for code, cls, final in [
+        (4000, mcpp.ClosedError, True),
+        (4401, mcpp.TokenExpiredError, True),
+        (4403, mcpp.RevokedError, True),
+        (4410, mcpp.KickedError, True),
+        (4503, mcpp.ClosedError, False),
+        (4008, mcpp.ClosedError, False),
+        (1011, mcpp.ClosedError, False),
+    ]:
+        err = mcpp.ClosedError.of(code, "why")
+        assert type(err) is cls and (err.code, err.reason, err.final) == (code, "why", final)
+    assert str(mcpp.ClosedError.of(mcpp.CLOSE_ORDER_LOST)) == "the gateway closed the connection: close 4503 (the gateway node lost the pod's order)"
     assert publish_url("https://h/prefix/", "lab") == "https://h/prefix/pods/lab/envelopes"
     with pytest.raises(ValueError):
         base_url("ws://h:1", "", None, None)

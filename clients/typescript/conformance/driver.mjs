@@ -1,8 +1,9 @@
-// The conformance driver (the same protocol as the Python client's): one
-// JSON request per line on stdin, exactly one JSON answer per line on
-// stdout for each, in order; it holds at most one client at a time.
-// Anything on stderr is for humans. Uses the built package (dist/): run
-// `npm run build` first.
+// The conformance driver: clients/conformance_test.go drives it with the
+// same scenarios as the Python client's driver, and its header comment is
+// the protocol both speak. One JSON request per line on stdin, exactly
+// one JSON answer per line on stdout for each, in order; it holds at most
+// one client at a time. Anything on stderr is for humans. Uses the built
+// package (dist/): run `npm run build` first.
 //
 //   node clients/typescript/conformance/driver.mjs
 
@@ -54,8 +55,13 @@ async function handle(req) {
       stream = client[Symbol.asyncIterator]();
       return { ok: true, welcome: client.welcome };
     }
-    case "send":
-      return { ok: true, id: await current().send(req.envelope) };
+    case "send": {
+      // "confirm" is passed only when given, so that the default
+      // (confirmed: a refusal is the answer's error) is what runs.
+      if (req.confirm === undefined) return { ok: true, id: await current().send(req.envelope) };
+      if (typeof req.confirm !== "boolean") throw new UsageError("confirm is true or false");
+      return { ok: true, id: await current().send(req.envelope, { confirm: req.confirm }) };
+    }
     case "request":
       return { ok: true, answer: await current().request(req.kind, req.payload ?? {}) };
     case "next":

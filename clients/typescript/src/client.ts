@@ -24,10 +24,16 @@ import {
   CloseCodes,
   GATEWAY_ID,
   Kinds,
+  type CapabilityEvent,
   type ContextObject,
   type Envelope,
   type ErrorPayload,
   type Filter,
+  type Grant,
+  type Kick,
+  type Kicked,
+  type Refreshed,
+  type Revoke,
   type Welcome,
 } from "./types.js";
 
@@ -43,8 +49,25 @@ export const DEFAULT_MIN_DELAY_MS = 100;
 export const DEFAULT_MAX_DELAY_MS = 10_000;
 /** How long close() waits for the gateway's closing handshake before dropping the connection. */
 const CLOSE_WAIT_MS = 1_000;
-/** Bounds the ids of system/context events kept to recognise their replay after a resume. */
+/**
+ * Bounds the ids of system/context events kept to recognise their replay
+ * after a resume; past it the client resumes after the newest of them
+ * instead (the gateway knows their ids too).
+ */
 const MAX_SEEN = 4096;
+/** Bounds the ids of envelopes written again, whose duplicate_id says the first copy got through. */
+const MAX_RESENT = 4096;
+/**
+ * The close codes after which the client does not reconnect: another
+ * connection took the participant id (4000), or the gateway wants this
+ * one gone (4401 token expired, 4403 revoked, 4410 kicked).
+ */
+const FINAL_CLOSE_CODES: ReadonlySet<number> = new Set([
+  CloseCodes.replaced,
+  CloseCodes.tokenExpired,
+  CloseCodes.revoked,
+  CloseCodes.kicked,
+]);
 
 /** How the client reconnects after a lost connection. */
 export interface ReconnectOptions {
@@ -99,10 +122,9 @@ export interface SendOptions extends CallOptions {
   /**
    * true (the default): resolve once the gateway has accepted the
    * envelope, reject with its refusal. false: resolve once the envelope
-   * is written, for a sender that must not spend a round trip (and a rate
-   * token) on each; a refusal then comes in the stream as a system/error
-   * whose correlation_id is the id, and an envelope whose connection is
-   * lost under the write rejects with a DisconnectedError.
+   * is written, for a sender that must not spend a round trip on each; a
+   * refusal then comes in the stream as a system/error whose
+   * correlation_id is the id.
    */
   confirm?: boolean;
 }
@@ -161,6 +183,13 @@ interface PendingRequest {
   text: string;
   resolve: (env: Envelope) => void;
   reject: (err: unknown) => void;
+  /**
+   * Set for an envelope of the pod that waits for the gateway's answer (a
+   * grant, a revoke): written on one connection only, never asked again,
+   * since a second copy would be a second envelope of the pod. It names
+   * the envelope, for the error when that connection is lost first.
+   */
+  once?: { what: string; conn: Connection | undefined };
 }
 
 /** A sync: a request that changes nothing, whose answer says the gateway has judged what was written before it. */
@@ -191,7 +220,8 @@ export async function connect(url: string, options: ConnectOptions): Promise<Cli
  * also while iterating.
  */
 export class Client implements AsyncIterable<StreamItem> {
-  private readonly url: string;
+  /** The gateway's URL; refresh() takes a token out of its query. */
+  private url: string;
   private readonly opts: ConnectOptions;
   private readonly reconnectOpts: Required<ReconnectOptions> | undefined;
   private readonly tokenInQuery: boolean;
@@ -211,6 +241,8 @@ export class Client implements AsyncIterable<StreamItem> {
   private seen = new Set<string>();
 
   private readonly sends = new Map<string, PendingSend>();
+  /** Ids of envelopes sent with confirm false and written again: the gateway's duplicate_id for them is dropped. */
+  private readonly resent = new Set<string>();
   private readonly requests = new Map<string, PendingRequest>();
   private seq = 0;
   private sync: Sync | undefined;
@@ -260,11 +292,13 @@ export class Client implements AsyncIterable<StreamItem> {
   /**
    * Sends an envelope and resolves with its id once the gateway has
    * accepted it; rejects with a GatewayError (its `code`) when the gateway
-   * refuses it. An envelope without `id` gets a new UUIDv4. While the
-   * client reconnects, it waits for the new connection; an envelope whose
-   * connection was lost before the gateway judged it is written again on
-   * the next one, and a `duplicate_id` answer then means the first copy
-   * got through (when the gateway keeps no history, or the envelope is
+   * refuses it. With `confirm: false`, resolves once it is written, and a
+   * refusal comes in the stream. An envelope without `id` gets a new
+   * UUIDv4. While the client reconnects, it waits for the new connection;
+   * an envelope whose connection was lost before the gateway judged it
+   * (with `confirm: false`, under its write) is written again on the next
+   * one, and a `duplicate_id` answer then means the first copy got
+   * through (when the gateway keeps no history, or the envelope is
    * ephemeral or a request, the gateway could not tell: it rejects with a
    * DisconnectedError instead).
    */
@@ -351,15 +385,131 @@ export class Client implements AsyncIterable<StreamItem> {
   }
 
   /**
-   * Concludes a context: sends a `conclusion` envelope in it, whose
+   * Concludes a context (its id, or what branch() resolved with): sends
+   * a `conclusion` envelope in it, whose
    * payload is `summary` (a string becomes `{"summary": …}`). Everyone
    * whose filter admits the context then receives it and a
    * `system/context` event with the context's statistics. Resolves with
    * the conclusion's id.
    */
-  conclude(contextId: string, summary: unknown = {}, options: CallOptions = {}): Promise<string> {
+  conclude(context: string | ContextObject, summary: unknown = {}, options: CallOptions = {}): Promise<string> {
+    const id = typeof context === "string" ? context : context?.id;
+    if (typeof id !== "string" || id === "") return Promise.reject(new TypeError("conclude: the context is its id, or what branch() resolved with"));
     const payload = typeof summary === "string" ? { summary } : summary;
-    return this.send({ kind: "conclusion", context: { id: contextId }, payload }, options);
+    return this.send({ kind: "conclusion", context: { id }, payload }, options);
+  }
+
+  /**
+   * Gives the gateway a fresh token for this connection
+   * (`gateway/refresh`, docs/protocol.md section 6), before the current
+   * one expires: its claims (capabilities, expiry) apply from the answer
+   * on, and the client presents it on every later reconnection (in the
+   * Authorization header, or where the token travels in the query, there;
+   * a token given in the URL's query is dropped from it). It must name the
+   * same participant. Resolves with the answer's payload; a refusal
+   * rejects with a GatewayError (`unauthorized` whose message names the
+   * claim that failed, `forbidden`, `auth_violation` for another
+   * participant, `unknown_request` on an open gateway), and the
+   * connection keeps its current token. When the connection is lost
+   * before the answer, it is asked again on the next one.
+   */
+  async refresh(token: string, options: CallOptions = {}): Promise<Refreshed> {
+    if (typeof token !== "string" || token === "") throw new TypeError("refresh: the token is a non-empty string");
+    const answer = await this.request("gateway/refresh", { token }, options);
+    this.opts.token = token;
+    const u = new URL(this.url);
+    if (u.searchParams.has("token")) {
+      u.searchParams.delete("token");
+      this.url = u.toString();
+    }
+    // The new token goes in its own header: one set by hand would
+    // present the old token again.
+    if (this.opts.headers !== undefined) {
+      this.opts.headers = Object.fromEntries(Object.entries(this.opts.headers).filter(([name]) => name.toLowerCase() !== "authorization"));
+    }
+    return answer.payload as Refreshed;
+  }
+
+  /**
+   * Removes a participant from the pod (`gateway/kick`, docs/protocol.md
+   * section 6; this client needs the `gateway/kick` capability): each of
+   * its connections is closed with 4410 and `reason`, everyone sees it
+   * leave, and its joins are refused for `ban_ms` milliseconds (0 or
+   * absent: it may come back at once; at most a week). Resolves with the
+   * answer's payload (`connections` closed on the node that took it,
+   * `banned_until`); a refusal rejects with a GatewayError
+   * (`capability_violation`, `invalid_envelope`).
+   */
+  async kick(kick: Kick, options: CallOptions = {}): Promise<Kicked> {
+    if (kick === null || typeof kick !== "object" || typeof kick.participant !== "string" || kick.participant === "") {
+      throw new TypeError("kick: takes {participant, reason?, ban_ms?}, participant a participant id");
+    }
+    const answer = await this.request("gateway/kick", kick, options);
+    return answer.payload as Kicked;
+  }
+
+  /**
+   * Grants capabilities to another participant (`capability/grant`,
+   * docs/protocol.md section 6; this client needs the `capability/grant`
+   * capability): sends the grant, an envelope of the pod, to its
+   * recipient (`to`), and resolves with the gateway's answer, whose
+   * `grant_id` (the grant's envelope id) names it for revoke(). With
+   * `context` the grant holds only in that context and its subtree, and
+   * ends when it concludes. A refusal rejects with a GatewayError
+   * (`capability_violation`, `invalid_context`, `invalid_envelope`…).
+   * The grant is not sent again after a lost connection: when the
+   * connection is lost before the answer, it rejects with a
+   * DisconnectedError (the grant may or may not hold).
+   */
+  grant(grant: Grant, options: CallOptions = {}): Promise<CapabilityEvent> {
+    if (grant === null || typeof grant !== "object") {
+      return Promise.reject(new TypeError("grant: takes {recipient, capabilities, context?, reason?}"));
+    }
+    const payload: Record<string, unknown> = { ...grant };
+    if (grant.context !== undefined) {
+      const id = typeof grant.context === "string" ? grant.context : grant.context?.id;
+      if (typeof id !== "string" || id === "") return Promise.reject(new TypeError("grant: context is a context's id, or what branch() resolved with"));
+      payload["context"] = id;
+    }
+    return this.capabilityChange("capability/grant", grant.recipient, payload, options);
+  }
+
+  /**
+   * Takes back what this participant granted (`capability/revoke`,
+   * docs/protocol.md section 6): one grant (`grant_id`, the id grant()
+   * resolved with) or capabilities out of every grant made to
+   * `recipient`, one of the two. Sent to the recipient, who is told; it
+   * resolves with the gateway's answer (`event` `"revoked"`). A refusal
+   * rejects with a GatewayError (`capability_violation` for another
+   * grantor's grant, `invalid_envelope` for a grant not in force). As
+   * grant(), it is not sent again after a lost connection.
+   */
+  revoke(revoke: Revoke, options: CallOptions = {}): Promise<CapabilityEvent> {
+    if (revoke === null || typeof revoke !== "object") {
+      return Promise.reject(new TypeError("revoke: takes {recipient, grant_id?, capabilities?, reason?}"));
+    }
+    return this.capabilityChange("capability/revoke", revoke.recipient, { ...revoke }, options);
+  }
+
+  /** Sends a grant or a revoke to recipient and waits for the gateway's answer, a system/capability. */
+  private capabilityChange(kind: string, recipient: unknown, payload: Record<string, unknown>, options: CallOptions): Promise<CapabilityEvent> {
+    if (typeof recipient !== "string" || recipient === "") {
+      return Promise.reject(new TypeError(`${kind.slice("capability/".length)}: recipient is a participant id`));
+    }
+    if (this.closing || this.status === "closed") return Promise.reject(this.endError());
+    const id = newId();
+    let text: string;
+    try {
+      text = JSON.stringify({ id, kind, to: [recipient], payload });
+    } catch (err) {
+      return Promise.reject(new TypeError(`${kind}: the payload is not JSON: ${String(err)}`, { cause: err }));
+    }
+    return this.waitFor<Envelope>(options.signal, (resolve, reject) => {
+      const r: PendingRequest = { text, resolve, reject, once: { what: `${kind} ${id}`, conn: undefined } };
+      this.requests.set(id, r);
+      if (this.conn !== undefined) this.writeRequest(this.conn, r); // without a connection, the next one writes it
+      return () => this.requests.delete(id);
+    }).then((answer) => answer.payload as CapabilityEvent);
   }
 
   /**
@@ -379,8 +529,9 @@ export class Client implements AsyncIterable<StreamItem> {
    * events, the refusals of envelopes sent with confirm false), and a
    * Reconnected
    * after each reconnection. Breaking out of the loop does not close the
-   * client. When the client ends for good (4000, a refused reconnection)
-   * the loop throws why, after what was received.
+   * client. When the client ends for good (4000 replaced; 4401, 4403 and
+   * 4410 as TokenExpiredError, RevokedError and KickedError; a refused
+   * reconnection) the loop throws why, after what was received.
    */
   [Symbol.asyncIterator](): AsyncIterator<StreamItem> {
     const stream = this.stream;
@@ -475,6 +626,13 @@ export class Client implements AsyncIterable<StreamItem> {
         else p.reject(e);
         return true;
       }
+      // A copy sent with confirm false and written again after a lost
+      // connection, that the gateway already holds: the first copy got
+      // through, and the refusal is nobody's news.
+      if (env.kind === Kinds.error && this.resent.has(id)) {
+        this.resent.delete(id);
+        if ((env.payload as ErrorPayload | undefined)?.error === "duplicate_id") return true;
+      }
     }
     return false;
   }
@@ -496,8 +654,12 @@ export class Client implements AsyncIterable<StreamItem> {
         this.seen.clear();
       }
     } else if (env.kind === Kinds.context) {
-      if (this.seen.size >= MAX_SEEN) this.seen.clear();
-      this.seen.add(id);
+      if (this.seen.size >= MAX_SEEN) {
+        this.resumeId = id;
+        this.seen.clear();
+      } else {
+        this.seen.add(id);
+      }
     }
   }
 
@@ -510,8 +672,11 @@ export class Client implements AsyncIterable<StreamItem> {
     const historyOn = (this.welcome.limits?.history ?? 0) > 0;
     for (const p of [...this.sends.values()]) {
       if (p.conn === undefined) continue; // not written yet: the next connection writes it
-      if (p.confirm && historyOn && p.durable) {
-        p.seq = -1; // written again on the next connection
+      if (historyOn && p.durable) {
+        // Written again on the next connection; the gateway's duplicate_id
+        // for the second copy then says the first got through.
+        if (p.confirm) p.seq = -1;
+        else this.markResent(p.id);
         continue;
       }
       this.sends.delete(p.id);
@@ -519,9 +684,15 @@ export class Client implements AsyncIterable<StreamItem> {
       const note = !p.confirm || historyOn ? "" : " (the gateway keeps no history, so a second copy would not be recognised)";
       p.reject(new DisconnectedError(`the connection was lost ${when} envelope ${p.id}: it may or may not have been relayed${note}`, { cause: why }));
     }
-    if (why instanceof ClosedError && why.closeCode === CloseCodes.replaced) {
-      // The other connection is this participant too: reconnecting would
-      // replace it, and it would replace this one, forever.
+    for (const [id, r] of [...this.requests]) {
+      if (r.once === undefined || r.once.conn !== conn) continue;
+      this.requests.delete(id);
+      r.reject(new DisconnectedError(`the connection was lost before the gateway answered ${r.once.what}: it may or may not have been applied`, { cause: why }));
+    }
+    if (why instanceof ClosedError && FINAL_CLOSE_CODES.has(why.closeCode)) {
+      // 4000: the other connection is this participant too: reconnecting
+      // would replace it, and it would replace this one, forever. 4401,
+      // 4403, 4410: the gateway wants this connection gone.
       this.end(why);
       return;
     }
@@ -585,7 +756,15 @@ export class Client implements AsyncIterable<StreamItem> {
   /** Writes on a new connection what the last one left unanswered: sends, then requests. */
   private flush(conn: Connection): void {
     for (const p of this.sends.values()) this.writeSend(p);
-    for (const r of this.requests.values()) conn.write(r.text).catch(ignore);
+    for (const r of this.requests.values()) {
+      if (r.once === undefined || r.once.conn === undefined) this.writeRequest(conn, r);
+    }
+  }
+
+  /** Writes a request (or a grant or revoke, which it ties to conn) on conn. */
+  private writeRequest(conn: Connection, r: PendingRequest): void {
+    if (r.once !== undefined) r.once.conn = conn;
+    conn.write(r.text).catch(ignore); // a write that fails loses the connection, which lost() handles
   }
 
   // ---- sending and confirming
@@ -634,6 +813,15 @@ export class Client implements AsyncIterable<StreamItem> {
     const s: Sync = { id: newId(), conn, upTo: this.seq };
     this.sync = s;
     conn.write(JSON.stringify({ id: s.id, kind: "gateway/filter", payload: {} })).catch(ignore);
+  }
+
+  /** Remembers that an envelope sent with confirm false is written again. */
+  private markResent(id: string): void {
+    this.resent.add(id);
+    if (this.resent.size > MAX_RESENT) {
+      const oldest = this.resent.values().next().value;
+      if (oldest !== undefined) this.resent.delete(oldest);
+    }
   }
 
   /** The answer to a sync came: the sends written before it that were not refused were accepted. */

@@ -3,7 +3,7 @@
 // refused upgrade's HTTP answer), elsewhere through the standard
 // WebSocket of the platform (a browser's), which does neither.
 
-import { ClosedError, DisconnectedError, RefusedError } from "./errors.js";
+import { closedError, DisconnectedError, RefusedError } from "./errors.js";
 import { Kinds, type Envelope, type Filter } from "./types.js";
 
 /**
@@ -211,7 +211,7 @@ function lines(text: string): string[] {
 /** Why a connection that closed with code ended. */
 function closeReason(code: number, reason: string, what: string): Error {
   if (NO_CLOSE_FRAME.has(code)) return new DisconnectedError(`the connection was lost (${what})`);
-  return new ClosedError(code, reason);
+  return closedError(code, reason);
 }
 
 /** A connection dialed and welcomed. */

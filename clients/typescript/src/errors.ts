@@ -68,11 +68,13 @@ function refusedWhat(env: Envelope | undefined): string {
 
 /**
  * The gateway closed the connection with a close code (docs/protocol.md
- * section 5). 4000 (another connection joined the pod with the same
- * participant id) ends the client with it: reconnecting would replace
- * the other connection, which would replace this one, forever. After the
- * other codes (1001, 1011, 4008…) the client reconnects, and the
- * ClosedError is the `cause` of the Reconnected that follows.
+ * section 5). Four codes end the client with it, without reconnecting:
+ * 4000 (another connection joined the pod with the same participant id:
+ * reconnecting would replace the other connection, which would replace
+ * this one, forever), and, each as its own subclass, 4401
+ * (TokenExpiredError), 4403 (RevokedError) and 4410 (KickedError). After
+ * the other codes (1001, 1011, 4008, 4503…) the client reconnects, and
+ * the ClosedError is the `cause` of the Reconnected that follows.
  */
 export class ClosedError extends MCPPError {
   readonly closeCode: number;
@@ -84,6 +86,38 @@ export class ClosedError extends MCPPError {
   }
 }
 
+/**
+ * 4401: the connection's token expired and no fresh one came first
+ * (`client.refresh`). The client does not reconnect with the expired
+ * token: connect again with a fresh one (and `resume`).
+ */
+export class TokenExpiredError extends ClosedError {}
+
+/**
+ * 4403: the token was revoked (gone from the gateway's token file, or its
+ * pods no longer allow the pod). The client does not reconnect: the token
+ * would be refused.
+ */
+export class RevokedError extends ClosedError {}
+
+/**
+ * 4410: a participant holding `gateway/kick` removed this one from the
+ * pod; `reason` says who and why (`kicked by mod: looping`). The client
+ * does not reconnect: the kick may come with a ban, and would mean
+ * nothing if the client came straight back.
+ */
+export class KickedError extends ClosedError {}
+
+/** The error of a connection the gateway closed with code: a ClosedError, or its subclass for 4401, 4403 and 4410. */
+export function closedError(code: number, reason: string): ClosedError {
+  switch (code) {
+    case 4401: return new TokenExpiredError(code, reason);
+    case 4403: return new RevokedError(code, reason);
+    case 4410: return new KickedError(code, reason);
+  }
+  return new ClosedError(code, reason);
+}
+
 function describeClose(code: number): string {
   switch (code) {
     case 1000: return "1000 normal closure";
@@ -92,6 +126,10 @@ function describeClose(code: number): string {
     case 1011: return "1011 internal error: the replay was interrupted";
     case 4000: return "4000 replaced: another connection joined the pod with the same participant id";
     case 4008: return "4008 slow consumer: the connection read too slowly and its send queue filled";
+    case 4401: return "4401 token expired: the token expired and was not refreshed";
+    case 4403: return "4403 revoked: the token no longer admits this participant to this pod";
+    case 4410: return "4410 kicked: removed from the pod by a moderator";
+    case 4503: return "4503 order lost: this gateway node lost the pod's order";
   }
   return `close ${code}`;
 }

@@ -119,6 +119,35 @@ export interface Welcome {
   [field: string]: unknown;
 }
 
+/**
+ * The payload of `system/context` (docs/protocol.md section 3): a context
+ * concluded, why (`"conclusion"`, `"timeout"`, `"parent_concluded"`), and
+ * what went on in it.
+ */
+export interface ContextEvent {
+  event: string;
+  reason: string;
+  stats: ContextStats;
+  [field: string]: unknown;
+}
+
+/** What went on in a context, in a `system/context` event. */
+export interface ContextStats {
+  /** Envelopes relayed in the context, the conclusion included. */
+  messages: number;
+  /** Their sizes, summed. */
+  bytes: number;
+  /** Their distinct senders. */
+  participants: string[];
+  /** Its nesting depth: 1 for a root. */
+  depth: number;
+  /** When it opened, its last envelope, and when it concluded (RFC 3339). */
+  created: string;
+  last_activity: string;
+  concluded: string;
+  [field: string]: unknown;
+}
+
 /** The payload of `system/error` (docs/protocol.md section 5). */
 export interface ErrorPayload {
   error: string;
@@ -143,6 +172,86 @@ export interface PublishResult {
   [field: string]: unknown;
 }
 
+/**
+ * A capability (docs/protocol.md section 2): a kind pattern (`"chat"`,
+ * `"tool/*"`), or one that also matches the payload (`{"kind":
+ * "mcp/request", "payload": {"method": "tools/call"}}`).
+ */
+export type Capability = string | { kind: string; payload?: unknown };
+
+/** The payload of `gateway/kick` (docs/protocol.md section 6). */
+export interface Kick {
+  /** The participant to remove from the pod. */
+  participant: string;
+  /** Why, told to everyone with its leave and to it in the close frame (at most 80 bytes). */
+  reason?: string;
+  /** How long its joins are refused, in milliseconds (0 or absent: it may come back at once; at most a week). */
+  ban_ms?: number;
+}
+
+/** The answer to `gateway/kick` (`system/kick`). */
+export interface Kicked {
+  participant: string;
+  /** Its connections and MCP sessions closed on the gateway node that took the request. */
+  connections: number;
+  /** When the ban ends (RFC 3339), or null without one. */
+  banned_until: string | null;
+  [field: string]: unknown;
+}
+
+/** The answer to `gateway/refresh` (`system/refresh`). */
+export interface Refreshed {
+  participant: string;
+  /** The fresh token's capabilities, in force from the next envelope on. */
+  capabilities: Capability[];
+  /** When the connection ends unless refreshed again (RFC 3339), or null: never. */
+  expires: string | null;
+  [field: string]: unknown;
+}
+
+/**
+ * What `client.grant` grants (the payload of `capability/grant`, MEW's
+ * shape): capabilities for `recipient`, from its next envelope on; with
+ * `context`, only in that context and its subtree, until it concludes.
+ */
+export interface Grant {
+  recipient: string;
+  capabilities: Capability[];
+  /** A context's id (or what branch() resolved with): the grant's scope. */
+  context?: string | ContextObject;
+  /** Free text: the recipient reads it in the grant. */
+  reason?: string;
+}
+
+/**
+ * What `client.revoke` takes back (the payload of `capability/revoke`):
+ * one grant (`grant_id`, the id `grant` resolved with), or capabilities
+ * out of every grant this participant made to `recipient`; one of the two.
+ */
+export interface Revoke {
+  recipient: string;
+  grant_id?: string;
+  capabilities?: Capability[];
+  reason?: string;
+}
+
+/**
+ * The payload of `system/capability` (docs/protocol.md section 5): the
+ * gateway's answer to a grant (`event` `"granted"`, `grant_id` the grant's
+ * envelope id) or a revoke (`"revoked"`), and, to the recipient, the end
+ * of a grant (`"revoked"`, or `"ended"` when its context concluded).
+ */
+export interface CapabilityEvent {
+  event: "granted" | "revoked" | "ended";
+  grant_id: string;
+  recipient: string;
+  grantor?: string;
+  capabilities?: Capability[];
+  context?: string;
+  reason?: string;
+  [field: string]: unknown;
+}
+
 /** The kinds the gateway writes (docs/protocol.md sections 3, 5 and 6). */
 export const Kinds = {
   welcome: "system/welcome",
@@ -152,6 +261,9 @@ export const Kinds = {
   filter: "system/filter",
   contexts: "system/contexts",
   history: "system/history",
+  refresh: "system/refresh",
+  kick: "system/kick",
+  capability: "system/capability",
 } as const;
 
 /** The close codes the gateway sends (docs/protocol.md section 5). */
@@ -162,4 +274,12 @@ export const CloseCodes = {
   internalError: 1011,
   replaced: 4000,
   slowConsumer: 4008,
+  /** The token expired and was not refreshed: the client ends (TokenExpiredError). */
+  tokenExpired: 4401,
+  /** The token was revoked: the client ends (RevokedError). */
+  revoked: 4403,
+  /** Kicked by a moderator: the client ends (KickedError). */
+  kicked: 4410,
+  /** The gateway node lost the pod's order: the client reconnects and resumes. */
+  orderLost: 4503,
 } as const;

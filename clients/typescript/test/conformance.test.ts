@@ -83,11 +83,16 @@ test("the driver's failures: refused, gateway, closed, timeout, usage, and a rec
   const refused = await ask({ op: "send", envelope: { kind: "tool/x" } });
   assert.equal(refused.error?.["type"], "gateway");
   assert.equal(refused.error?.["code"], "capability_violation");
+  // Not confirmed, the refusal comes in the stream instead.
+  assert.deepEqual(await ask({ op: "send", envelope: { id: "x-2", kind: "tool/x" }, confirm: false }), { ok: true, id: "x-2" });
+  assert.equal((await ask({ op: "send", envelope: { kind: "chat" }, confirm: "yes" })).error?.["type"], "usage");
   assert.equal((await ask({ op: "request", kind: "gateway/nope", payload: {} })).error?.["code"], "unknown_request");
   assert.equal((await ask({ op: "request", kind: "chat", payload: {} })).error?.["type"], "usage");
   assert.equal((await ask({ op: "bogus" })).error?.["type"], "usage");
 
   assert.equal(((await ask({ op: "next", timeout_ms: 2000 }))["envelope"] as { kind: string }).kind, "system/welcome");
+  const inStream = (await ask({ op: "next", timeout_ms: 2000 }))["envelope"] as { kind: string; correlation_id: string; payload: { error: string } };
+  assert.deepEqual([inStream.kind, inStream.correlation_id, inStream.payload.error], ["system/error", "x-2", "capability_violation"]);
   assert.equal((await ask({ op: "next", timeout_ms: 100 })).error?.["type"], "timeout");
   proxy.cut();
   assert.deepEqual(await ask({ op: "next", timeout_ms: 5000 }), { ok: true, event: { type: "reconnected", resumed: false } });

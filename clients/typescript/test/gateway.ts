@@ -3,6 +3,7 @@
 // of a client's stream with a deadline.
 
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { createHmac } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -41,6 +42,8 @@ export interface Gateway {
   port: number;
   /** What the gateway logged, for a failure's message. */
   log(): string;
+  /** Sends the gateway process a signal (SIGHUP: read the token file again). */
+  signal(sig: NodeJS.Signals): void;
 }
 
 /**
@@ -68,7 +71,7 @@ export async function startGateway(t: TestContext, args: string[] = []): Promise
       reject(new Error(`the gateway exited (${code}) before listening:\n${output}`));
     });
   });
-  return { ws: `ws://127.0.0.1:${port}`, http: `http://127.0.0.1:${port}`, port, log: () => output };
+  return { ws: `ws://127.0.0.1:${port}`, http: `http://127.0.0.1:${port}`, port, log: () => output, signal: (sig) => child.kill(sig) };
 }
 
 async function stop(child: ChildProcess): Promise<void> {
@@ -78,11 +81,36 @@ async function stop(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-/** Writes a token file for --tokens and returns its path. */
-export function tokenFile(tokens: { token: string; participant: string; capabilities: string[]; pods: string[] }[]): string {
-  const path = join(mkdtempSync(join(tmpdir(), "mcpp-ts-tokens-")), "tokens.json");
+/** An entry of a token file. */
+export interface TokenEntry {
+  token: string;
+  participant: string;
+  capabilities: string[];
+  pods: string[];
+}
+
+/** Writes a token file for --tokens (at path, or a new one) and returns its path. */
+export function tokenFile(tokens: TokenEntry[], path = join(mkdtempSync(join(tmpdir(), "mcpp-ts-tokens-")), "tokens.json")): string {
   writeFileSync(path, JSON.stringify({ tokens }), { mode: 0o600 });
   return path;
+}
+
+/** Writes an HS256 secret for --jwt-secret-file (at least 32 bytes) and returns its path. */
+export function secretFile(secret: string): string {
+  const path = join(mkdtempSync(join(tmpdir(), "mcpp-ts-secret-")), "secret");
+  writeFileSync(path, secret, { mode: 0o600 });
+  return path;
+}
+
+/**
+ * A JWT signed with HS256 by secret (RFC 7519 with RFC 7515's compact
+ * form, written by hand: header and claims in base64url JSON, then the
+ * HMAC-SHA256 of the two).
+ */
+export function signHS256(secret: string, claims: Record<string, unknown>): string {
+  const part = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
+  const signed = `${part({ alg: "HS256", typ: "JWT" })}.${part(claims)}`;
+  return `${signed}.${createHmac("sha256", secret).update(signed).digest("base64url")}`;
 }
 
 /** A pod name of its own for each test, so that no test sees another's history. */
@@ -108,6 +136,8 @@ export class Proxy {
   accepted = 0;
   /** Connections that came, taken or refused. */
   connections = 0;
+  /** The head of each upgrade request taken (request line and headers), in order: what the client presented. */
+  readonly upgrades: string[] = [];
 
   private constructor(server: net.Server, port: number) {
     this.server = server;
@@ -130,6 +160,15 @@ export class Proxy {
         s.on("close", () => p.sockets.delete(s));
         s.on("error", () => {}); // a cut shows as errors on both sides
       }
+      let head = "";
+      const readHead = (b: Buffer) => {
+        head += b.toString("latin1");
+        const end = head.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        client.off("data", readHead);
+        p.upgrades.push(head.slice(0, end));
+      };
+      client.on("data", readHead);
       client.pipe(upstream);
       // Not a pipe: while muted, what the gateway writes is dropped.
       upstream.on("data", (b: Buffer) => {

@@ -136,3 +136,42 @@ test("confirm: false resolves once written; a refusal then comes in the stream, 
   const rb = new Reader(bob);
   assert.equal((await rb.kind("chat")).id, ok);
 });
+
+test("the fence takes a rate token; a fence the gateway refuses (rate_limited) still confirms the send before it", async (t) => {
+  // A burst of 3, refilled at one every 1,000 s.
+  const gw = await startGateway(t, ["--rate", "0.001", "--burst", "3"]);
+  const pod = podName();
+  const bob = await connect(gw.ws, { pod, participant: "bob" });
+  t.after(() => bob.close());
+  const alice = await connect(gw.ws, { pod, participant: "alice" });
+  t.after(() => alice.close());
+  assert.equal(await alice.send({ id: "a", kind: "chat" }), "a"); // tokens 1 and 2
+  assert.equal(await alice.send({ id: "b", kind: "chat" }), "b"); // token 3; its fence is refused
+  await assert.rejects(alice.send({ id: "c", kind: "chat" }), (err: unknown) => {
+    assert.ok(err instanceof GatewayError);
+    assert.equal(err.code, "rate_limited");
+    assert.equal(err.envelope?.correlation_id, "c");
+    return true;
+  });
+  const rb = new Reader(bob);
+  assert.equal((await rb.kind("chat")).id, "a");
+  assert.equal((await rb.kind("chat")).id, "b");
+  assert.equal(await rb.quiet(300), undefined);
+  const ra = new Reader(alice);
+  assert.equal((await ra.envelope()).kind, "system/welcome");
+  assert.equal(await ra.quiet(300), undefined, "the refusals went to the sends (the fence's to nobody)");
+});
+
+test("conclude takes the context branch resolved with, or its id", async (t) => {
+  const gw = await startGateway(t);
+  const pod = podName();
+  const alice = await connect(gw.ws, { pod, participant: "alice", filter: { echo: true } });
+  t.after(() => alice.close());
+  const ctx = await alice.branch("reasoning");
+  const id = await alice.conclude(ctx, "done");
+  const r = new Reader(alice);
+  const conclusion = await r.kind("conclusion");
+  assert.deepEqual([conclusion.id, conclusion.context, conclusion.payload], [id, { id: ctx.id }, { summary: "done" }]);
+  assert.deepEqual((await r.kind("system/context")).context, { id: ctx.id, type: "reasoning" });
+  await assert.rejects(alice.conclude({} as never), TypeError);
+});

@@ -20,7 +20,9 @@ handed out, so its user sees every envelope once and in order
 (docs/protocol.md section 8). :func:`publish` sends without joining.
 Errors are :class:`RefusedError` (an HTTP refusal: ``status``, ``code``),
 :class:`GatewayError` (a ``system/error``: ``code``) and
-:class:`ClosedError` (a close code: ``code``), all :class:`MCPPError`.
+:class:`ClosedError` (a close code: ``code``; :class:`TokenExpiredError`,
+:class:`RevokedError` and :class:`KickedError` for 4401, 4403 and 4410),
+all :class:`MCPPError`.
 """
 
 from .client import Client, Connecting, Reconnected, connect
@@ -28,17 +30,24 @@ from .envelope import Context, Envelope, new_id
 from .errors import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
+    CLOSE_KICKED,
     CLOSE_MESSAGE_TOO_BIG,
     CLOSE_NORMAL,
+    CLOSE_ORDER_LOST,
     CLOSE_REPLACED,
+    CLOSE_REVOKED,
     CLOSE_SLOW_CONSUMER,
+    CLOSE_TOKEN_EXPIRED,
     ClientClosedError,
     ClosedError,
     DisconnectedError,
     GatewayError,
+    KickedError,
     MCPPError,
     ProtocolError,
     RefusedError,
+    RevokedError,
+    TokenExpiredError,
 )
 from .publish import publish, result_error
 
@@ -47,10 +56,14 @@ __version__ = "0.1.0"
 __all__ = [
     "CLOSE_GOING_AWAY",
     "CLOSE_INTERNAL_ERROR",
+    "CLOSE_KICKED",
     "CLOSE_MESSAGE_TOO_BIG",
     "CLOSE_NORMAL",
+    "CLOSE_ORDER_LOST",
     "CLOSE_REPLACED",
+    "CLOSE_REVOKED",
     "CLOSE_SLOW_CONSUMER",
+    "CLOSE_TOKEN_EXPIRED",
     "Client",
     "ClientClosedError",
     "ClosedError",
@@ -59,10 +72,13 @@ __all__ = [
     "DisconnectedError",
     "Envelope",
     "GatewayError",
+    "KickedError",
     "MCPPError",
     "ProtocolError",
     "Reconnected",
     "RefusedError",
+    "RevokedError",
+    "TokenExpiredError",
     "connect",
     "new_id",
     "publish",

@@ -16,13 +16,13 @@ import asyncio
 import json
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from ._websockets import ConnectionClosed, WebSocketException
-from .connection import FILTER_NAMES, GATEWAY_ID, Connection, base_url, dial_url, filter_query
+from .connection import FILTER_NAMES, GATEWAY_ID, Connection, base_url, dial_url, filter_query, without_token
 from .envelope import Context, Envelope, new_id
 from .errors import (
     ClientClosedError,
@@ -30,6 +30,7 @@ from .errors import (
     DisconnectedError,
     GatewayError,
     MCPPError,
+    ProtocolError,
     RefusedError,
 )
 
@@ -108,8 +109,81 @@ def _correlation_ids(env: Envelope) -> list[str]:
     return []
 
 
+def _answer_payload(answer: Envelope) -> dict[str, Any]:
+    """The payload of an answer of the gateway, which is an object."""
+    payload = answer.payload
+    if not isinstance(payload, dict):
+        raise ProtocolError(f"the gateway's {answer.kind} answer has no object payload: {payload!r}")
+    return payload
+
+
 def _dumps(envelope: Mapping[str, Any]) -> str:
     return json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))
+
+
+def _unjudged(eid: str, when: str, welcome: Mapping[str, Any]) -> DisconnectedError:
+    """The error of an envelope whose connection was lost ``when`` (while
+    writing it, or before the gateway judged it), and that the client does
+    not write again because the gateway could not recognise a second
+    copy."""
+    limits = welcome.get("limits")
+    history = limits.get("history", 0) if isinstance(limits, dict) else 0
+    why = " (the gateway keeps no history, so a second copy would not be recognised)" if not history else ""
+    return DisconnectedError(f"the connection was lost {when} envelope {eid}: it may or may not have been relayed{why}")
+
+
+class _Fence:
+    """The confirmation of the sends written on one connection.
+
+    The gateway answers only refusals, and answers in order. So after
+    sends it writes a request that changes nothing, ``gateway/filter``
+    with ``{}``: once its answer comes (any answer, a refusal of the
+    request itself too), every refusal of what was written before it has
+    come, and the sends not refused were accepted. One fence is in
+    flight at a time; the sends written meanwhile wait for the next, so
+    that sends in flight together share one.
+    """
+
+    def __init__(self, client: Client, conn: Connection) -> None:
+        self.conn = conn
+        self._client = client
+        self._batch: asyncio.Future[None] | None = None  # what the sends written since the last fence wait for
+        self._task: asyncio.Task[None] | None = None
+
+    def after(self) -> asyncio.Future[None]:
+        """What a send just written on the connection waits for: done
+        when the answer to a fence written after it has come; raises
+        :class:`DisconnectedError` when the connection is lost first (or
+        what ended the client)."""
+        loop = asyncio.get_running_loop()
+        if self._batch is None:
+            self._batch = loop.create_future()
+        batch = self._batch
+        if self._task is None:
+            self._task = loop.create_task(self._run(), name="mcpp fence")
+        return batch
+
+    async def _run(self) -> None:
+        try:
+            # One turn of the loop first: the sends started together
+            # (gather) write theirs, and share this fence.
+            await asyncio.sleep(0)
+            while self._batch is not None:
+                batch, self._batch = self._batch, None
+                try:
+                    await self._client._fence_round_trip(self.conn)
+                except Exception as exc:
+                    err = exc if isinstance(exc, MCPPError) else DisconnectedError(f"the connection failed: {exc!r}")
+                    for b in (batch, self._batch):
+                        if b is not None and not b.done():
+                            b.set_exception(err)
+                            b.exception()  # retrieved: every waiter may have given up
+                    self._batch = None
+                    return
+                if not batch.done():
+                    batch.set_result(None)
+        finally:
+            self._task = None
 
 
 class Client:
@@ -118,11 +192,14 @@ class Client:
 
     ``async for item in client`` yields each :class:`Envelope` received,
     in order (the welcome first, the gateway's ``system/*`` ones
-    included, answers to :meth:`request` excepted), and a
+    included, except the answers to :meth:`request` and the refusals
+    that :meth:`send` raises), and a
     :class:`Reconnected` after each reconnection. The loop ends after
-    :meth:`close`; when the client ends for another reason (close 4000,
-    a refused reconnection, ``reconnect=False``), it raises that error
-    once the items read before are taken.
+    :meth:`close`; when the client ends for another reason (close 4000;
+    4401, 4403 and 4410, as :class:`TokenExpiredError`,
+    :class:`RevokedError` and :class:`KickedError`; a refused
+    reconnection; ``reconnect=False``), it raises that error once the
+    items read before are taken.
     """
 
     def __init__(
@@ -166,6 +243,7 @@ class Client:
         self._pending: dict[str, asyncio.Future[Envelope]] = {}  # requests waiting, by id
         self._confirming: dict[str, asyncio.Future[Envelope]] = {}  # sends waiting for a refusal, by id
         self._resent: dict[str, None] = {}  # ids sent again, oldest first
+        self._fence_of: _Fence | None = None  # the fence of the connection last sent on
 
         # Read by the reading task alone.
         self._resume_id = resume  # the last envelope of the pod handed out
@@ -217,7 +295,7 @@ class Client:
             if self._closed:
                 self._end(None)
                 return
-            if not self._reconnect or (isinstance(cause, ClosedError) and cause.replaced):
+            if not self._reconnect or (isinstance(cause, ClosedError) and cause.final):
                 self._end(cause)
                 return
             try:
@@ -410,28 +488,91 @@ class Client:
                 return self._conn
             await self._ready.wait()
 
-    async def _write(self, eid: str, data: str, *, resend_dedupe: bool) -> Connection:
-        """Writes one message on the live connection, and again on the
-        next when the connection breaks under the write. Returns the
-        connection that took it."""
-        again = False
+    async def _write(self, data: str) -> Connection:
+        """Writes one request on the live connection, and again on the
+        next when the connection breaks under the write (a request
+        changes nothing that asking twice would change twice). Returns
+        the connection that took it."""
         while True:
             conn = await self._live()
-            if again and resend_dedupe:
-                self._resent[eid] = None
-                if len(self._resent) > _MAX_RESENT:
-                    del self._resent[next(iter(self._resent))]
             try:
                 await conn.send(data)
                 return conn
             except ConnectionClosed:
-                # The gateway may or may not have it: write it on the next
-                # connection, once the reader has seen this one end.
+                # Written again on the next connection, once the reader
+                # has seen this one end.
                 await asyncio.shield(conn.lost)
+
+    def _may_send_again(self, envelope: Mapping[str, Any]) -> bool:
+        """Whether the gateway would refuse a second copy of the envelope
+        with ``duplicate_id`` (docs/protocol.md section 8), so that the
+        client may write it again when it cannot tell whether the first
+        got through: the gateway keeps history, and the envelope is one it
+        stores (not ephemeral, not a request)."""
+        limits = self._welcome.get("limits")
+        history = limits.get("history", 0) if isinstance(limits, dict) else 0
+        return isinstance(history, int) and history > 0 and _counts_for_resume(Envelope(envelope))
+
+    def _mark_resent(self, eid: str) -> None:
+        self._resent[eid] = None
+        if len(self._resent) > _MAX_RESENT:
+            del self._resent[next(iter(self._resent))]
+
+    async def _write_envelope(self, eid: str, data: str, again_ok: bool) -> tuple[Connection, bool]:
+        """Writes an envelope on the live connection, waiting for one.
+        When the connection breaks under the write, the gateway may or may
+        not have it: it is written again on the next connection if
+        ``again_ok`` (the gateway would refuse a second copy with
+        ``duplicate_id``), and :class:`DisconnectedError` is raised
+        otherwise. Returns the connection that took it, and whether it
+        was written again."""
+        again = False
+        while True:
+            conn = await self._live()
+            if again:
+                self._mark_resent(eid)  # its duplicate_id says the first copy got through
+            try:
+                await conn.send(data)
+                return conn, again
+            except ConnectionClosed as exc:
+                await asyncio.shield(conn.lost)
+                if not again_ok:
+                    raise _unjudged(eid, "while writing", self._welcome) from exc
                 again = True
 
-    async def send(self, envelope: Mapping[str, Any], *, confirm: bool = False) -> str:
-        """Sends one envelope to the pod and returns its id.
+    def _fence(self, conn: Connection) -> _Fence:
+        """The fence of ``conn``, made on its first send."""
+        if self._fence_of is None or self._fence_of.conn is not conn:
+            self._fence_of = _Fence(self, conn)
+        return self._fence_of
+
+    async def _fence_round_trip(self, conn: Connection) -> None:
+        """Writes one fence, ``gateway/filter`` with ``{}`` (a request
+        that changes nothing), on ``conn`` and waits for its answer. Any
+        answer counts, a refusal of the fence itself too (``rate_limited``:
+        it takes a rate token like any message): the gateway answers in
+        order, so every refusal of what was written before it has come.
+        Raises :class:`DisconnectedError` when ``conn`` is lost first."""
+        rid = new_id()
+        answer: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = answer
+        try:
+            try:
+                await conn.send(_dumps({"id": rid, "kind": "gateway/filter", "payload": {}}))
+            except ConnectionClosed as exc:
+                raise DisconnectedError("the connection was lost") from exc
+            await asyncio.wait((answer, conn.lost), return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                raise DisconnectedError("the connection was lost")
+            answer.result()  # raises what ended the client meanwhile
+        finally:
+            self._pending.pop(rid, None)
+
+    async def send(self, envelope: Mapping[str, Any], *, confirm: bool = True) -> str:
+        """Sends one envelope to the pod and returns its id once the
+        gateway has accepted it; raises :class:`GatewayError` (its
+        ``code``: ``"capability_violation"``, ...) when the gateway
+        refused it.
 
         ``envelope`` is a ``dict`` (or an :class:`Envelope`) with at least
         ``kind``; leave ``protocol``, ``ts`` and ``from`` out, the gateway
@@ -441,17 +582,27 @@ class Client:
         refuses the second with ``duplicate_id`` rather than relay it
         twice.
 
-        The gateway answers only refusals, after the fact: by default
-        ``send`` returns once the envelope is written, and a refusal comes
-        in the stream as a ``system/error`` whose ``correlation_id`` is
-        this id (``GatewayError.from_envelope`` makes it an error). With
-        ``confirm=True`` it waits until the gateway has handled the
-        envelope (one round trip) and raises :class:`GatewayError` (its
-        ``code``: ``"capability_violation"``, ...) when it was refused.
+        The gateway answers only refusals. To learn that an envelope was
+        accepted, the client follows what it writes with a request that
+        changes nothing (``gateway/filter`` with ``{}``), whose answer
+        the gateway writes after its judgement of everything before it:
+        sends in flight together (``asyncio.gather``) share one such
+        request, which takes one of your rate tokens like any message.
+
+        ``confirm=False`` returns once the envelope is written, with no
+        round trip: a refusal then comes in the stream, as a
+        ``system/error`` whose ``correlation_id`` is this id
+        (``GatewayError.from_envelope`` makes it an error).
 
         While the client reconnects, ``send`` waits for the new connection
-        (bound it with ``asyncio.timeout``). When the connection breaks
-        under the write, the envelope is written again on the next one.
+        (bound it with ``asyncio.timeout``). An envelope whose connection
+        is lost before the gateway judged it (or, with ``confirm=False``,
+        under the write) is written again on the next connection when the
+        gateway would recognise a second copy (it keeps history, and the
+        envelope is not ephemeral): its ``duplicate_id`` then means the
+        first copy got through, and is not an error. Otherwise ``send``
+        raises :class:`DisconnectedError`: it may or may not have been
+        relayed.
         """
         if not isinstance(envelope, Mapping):
             raise TypeError(f"send takes an envelope (a dict), not {type(envelope).__name__}")
@@ -469,23 +620,26 @@ class Client:
             raise ValueError(f"an envelope's id is a string, not {eid!r}")
         data = _dumps(envelope)
         if not confirm:
-            await self._write(eid, data, resend_dedupe=True)
+            await self._write_envelope(eid, data, self._may_send_again(envelope))
             return eid
         refusal: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
         self._confirming[eid] = refusal
         try:
             again = False
             while True:
-                if again:
-                    self._resent[eid] = None
-                await self._write(eid, data, resend_dedupe=True)
+                conn, rewritten = await self._write_envelope(eid, data, self._may_send_again(envelope))
+                again = again or rewritten
                 try:
-                    # The gateway answers a request after the refusals of
-                    # what came before it on the connection.
-                    await self._round_trip({"id": new_id(), "kind": "gateway/filter", "payload": {}}, retry=False)
+                    # Shielded: the fence is shared, and one send given up
+                    # (a timeout) must not cancel it for the others.
+                    await asyncio.shield(self._fence(conn).after())
                     break
-                except DisconnectedError:
-                    again = True  # sent again on the next connection; duplicate_id then means it got through
+                except DisconnectedError as lost:
+                    if refusal.done():
+                        break  # refused before the connection was lost
+                    if not self._may_send_again(envelope):
+                        raise _unjudged(eid, "before the gateway judged", self._welcome) from lost
+                    again = True  # written again on the next connection; duplicate_id then means it got through
             if refusal.done():
                 err = GatewayError.from_envelope(refusal.result())
                 if not (again and err.code == "duplicate_id"):
@@ -495,22 +649,19 @@ class Client:
             self._confirming.pop(eid, None)
             self._resent.pop(eid, None)
 
-    async def _round_trip(self, request: dict[str, Any], *, retry: bool) -> Envelope:
-        """Writes a request and waits for the gateway's answer. With
-        ``retry``, asks again on the next connection when the connection
-        is lost first; without, raises :class:`DisconnectedError`."""
+    async def _round_trip(self, request: dict[str, Any]) -> Envelope:
+        """Writes a request and waits for the gateway's answer, asking
+        again on the next connection when the connection is lost first."""
         rid = request["id"]
         answer: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
         self._pending[rid] = answer
         data = _dumps(request)
         try:
             while True:
-                conn = await self._write(rid, data, resend_dedupe=False)
+                conn = await self._write(data)
                 await asyncio.wait((answer, conn.lost), return_when=asyncio.FIRST_COMPLETED)
                 if answer.done():
                     return answer.result()
-                if not retry:
-                    raise DisconnectedError("the connection was lost before the gateway answered")
                 self._pending[rid] = answer
         finally:
             self._pending.pop(rid, None)
@@ -529,10 +680,158 @@ class Client:
         """
         if not isinstance(kind, str) or not kind.startswith("gateway/"):
             raise ValueError(f"request is for gateway/* kinds, not {kind!r}; send other envelopes with send()")
-        answer = await self._round_trip({"id": new_id(), "kind": kind, "payload": {} if payload is None else payload}, retry=True)
+        answer = await self._round_trip({"id": new_id(), "kind": kind, "payload": {} if payload is None else payload})
         if answer.kind == "system/error":
             raise GatewayError.from_envelope(answer)
         return answer
+
+    async def refresh(self, token: str) -> dict[str, Any]:
+        """Gives the gateway a fresh token for this connection
+        (``gateway/refresh``, docs/protocol.md section 6) before the
+        current one expires, and returns the answer's payload:
+        ``{"participant", "capabilities", "expires"}`` (``expires`` the
+        new token's end, RFC 3339, or None: never).
+
+        The token must name the same participant. From the answer on, the
+        connection has its capabilities and ends at its ``exp`` instead of
+        the old one's, and the client presents it on every later
+        reconnection, as ``Authorization: Bearer`` (a ``token=`` given in
+        the URL's query, and an ``Authorization`` header given in
+        ``headers``, are dropped). A refusal raises :class:`GatewayError`
+        (``unauthorized``, whose message names the claim that failed;
+        ``forbidden``; ``auth_violation`` for another participant's token;
+        ``unknown_request`` on an open gateway), and the connection keeps
+        its current token. When the connection is lost before the answer,
+        the refresh is asked again on the next one.
+        """
+        if not isinstance(token, str):
+            raise TypeError(f"refresh takes a token (a string), not {type(token).__name__}")
+        if not token:
+            raise ValueError("refresh takes a token, not an empty string")
+        answer = await self.request("gateway/refresh", {"token": token})
+        self._headers = [(k, v) for k, v in self._headers if k.lower() != "authorization"]
+        self._headers.append(("Authorization", f"Bearer {token}"))
+        self._base = without_token(self._base)
+        return _answer_payload(answer)
+
+    async def kick(self, participant: str, *, reason: str | None = None, ban_ms: int | None = None) -> dict[str, Any]:
+        """Removes a participant from the pod (``gateway/kick``,
+        docs/protocol.md section 6; this client needs the ``gateway/kick``
+        capability) and returns the answer's payload: ``{"participant",
+        "connections", "banned_until"}`` (``connections`` closed on the
+        gateway node that took it; ``banned_until`` the ban's end, RFC
+        3339, or None).
+
+        Each connection of the participant is closed with 4410 and the
+        reason ``kicked by YOU: REASON`` (its client raises
+        :class:`KickedError`), everyone sees it leave with that reason, and
+        its joins are refused (403 ``forbidden``) for ``ban_ms``
+        milliseconds (None or 0: it may come back at once; at most a
+        week). ``reason`` is at most 80 bytes. A refusal raises
+        :class:`GatewayError` (``capability_violation``,
+        ``invalid_envelope``).
+        """
+        if not isinstance(participant, str) or not participant:
+            raise ValueError(f"kick takes a participant id, not {participant!r}")
+        payload: dict[str, Any] = {"participant": participant}
+        if reason is not None:
+            payload["reason"] = reason
+        if ban_ms is not None:
+            payload["ban_ms"] = ban_ms
+        return _answer_payload(await self.request("gateway/kick", payload))
+
+    async def grant(
+        self,
+        recipient: str,
+        capabilities: Sequence[str | Mapping[str, Any]],
+        *,
+        context: str | Context | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Grants capabilities to another participant
+        (``capability/grant``, docs/protocol.md section 6; this client
+        needs the ``capability/grant`` capability), from its next envelope
+        on, and returns the gateway's answer, the payload of a
+        ``system/capability``: ``{"event": "granted", "grant_id",
+        "recipient", "grantor", "capabilities", ...}``. ``grant_id`` (the
+        grant's envelope id) names the grant, to :meth:`revoke` it.
+
+        ``capabilities`` are kind patterns (``"tool/*"``) or ``{"kind",
+        "payload"}`` patterns. With ``context`` (an id, or what
+        :meth:`branch` returned) the grant holds only in that context and
+        below it, and ends when it concludes (the recipient is told with a
+        ``system/capability`` ``ended``). The grant is an envelope of the
+        pod sent to the recipient (``to``), who receives it. A refusal
+        raises :class:`GatewayError` (``capability_violation``,
+        ``invalid_context``, ``invalid_envelope``, ...). It is not sent
+        again on a new connection: when the connection is lost before the
+        answer, :class:`DisconnectedError` is raised (the grant may or may
+        not hold).
+        """
+        if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, Sequence):
+            raise TypeError(f"grant takes a list of capabilities, not {capabilities!r}")
+        payload: dict[str, Any] = {"recipient": recipient, "capabilities": list(capabilities)}
+        if context is not None:
+            payload["context"] = context if isinstance(context, str) else context["id"]
+        if reason is not None:
+            payload["reason"] = reason
+        return await self._capability_change("capability/grant", recipient, payload)
+
+    async def revoke(
+        self,
+        recipient: str,
+        *,
+        grant_id: str | None = None,
+        capabilities: Sequence[str | Mapping[str, Any]] | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Takes back what this participant granted
+        (``capability/revoke``, docs/protocol.md section 6; who may grant
+        may revoke): one grant (``grant_id``, from :meth:`grant`'s answer)
+        or ``capabilities`` out of every grant made to ``recipient``, one
+        of the two. Returns the gateway's answer, the payload of a
+        ``system/capability`` ``revoked``; the recipient is told with one
+        in its stream. A refusal raises :class:`GatewayError`
+        (``capability_violation`` for another grantor's grant,
+        ``invalid_envelope`` for a grant not in force). As :meth:`grant`,
+        it is not sent again on a new connection.
+        """
+        if (grant_id is None) == (capabilities is None):
+            raise ValueError("revoke takes grant_id or capabilities, one of them")
+        payload: dict[str, Any] = {"recipient": recipient}
+        if grant_id is not None:
+            payload["grant_id"] = grant_id
+        if capabilities is not None:
+            if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, Sequence):
+                raise TypeError(f"revoke takes a list of capabilities, not {capabilities!r}")
+            payload["capabilities"] = list(capabilities)
+        if reason is not None:
+            payload["reason"] = reason
+        return await self._capability_change("capability/revoke", recipient, payload)
+
+    async def _capability_change(self, kind: str, recipient: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Sends a grant or a revoke to ``recipient`` and waits for the
+        gateway's answer, a ``system/capability`` whose ``correlation_id``
+        is the envelope's id. Not written again on the next connection
+        once written (a second copy would be a second envelope of the
+        pod): :class:`DisconnectedError` when its connection is lost
+        before the answer."""
+        if not isinstance(recipient, str) or not recipient:
+            raise ValueError(f"{kind}: the recipient is a participant id, not {recipient!r}")
+        eid = new_id()
+        answer: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._pending[eid] = answer
+        try:
+            conn = await self._write(_dumps({"id": eid, "kind": kind, "to": [recipient], "payload": payload}))
+            await asyncio.wait((answer, conn.lost), return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                raise DisconnectedError(f"the connection was lost before the gateway answered {kind} {eid}: it may or may not have been applied")
+            env = answer.result()  # raises what ended the client meanwhile
+        finally:
+            self._pending.pop(eid, None)
+        if env.kind == "system/error":
+            raise GatewayError.from_envelope(env)
+        return _answer_payload(env)
 
     async def branch(self, type: str = "reasoning", parent: str | None = None, payload: Any = None) -> Context:
         """Opens a sub-context (docs/protocol.md section 3): sends a
@@ -548,13 +847,18 @@ class Client:
         return ctx
 
     async def conclude(self, context: str | Context, payload: Any = None) -> str:
-        """Concludes a context: sends a ``conclusion`` envelope with
-        ``payload`` (``{}`` when None; say ``{"summary": ...}``) in it.
+        """Concludes a context (its id, or what :meth:`branch` returned):
+        sends a ``conclusion`` envelope in it whose payload is ``payload``
+        (a string ``s`` becomes ``{"summary": s}``; ``{}`` when None).
         Everyone whose filter admits the context then receives the
         conclusion and a ``system/context`` event with its statistics.
-        Returns the conclusion's id."""
+        Returns the conclusion's id once the gateway accepted it."""
         cid = context if isinstance(context, str) else context["id"]
-        return await self.send({"kind": "conclusion", "context": {"id": cid}, "payload": {} if payload is None else payload})
+        if payload is None:
+            payload = {}
+        elif isinstance(payload, str):
+            payload = {"summary": payload}
+        return await self.send({"kind": "conclusion", "context": {"id": cid}, "payload": payload})
 
     async def close(self) -> None:
         """Leaves the pod: closes the connection with a normal closure

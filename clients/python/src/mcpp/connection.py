@@ -15,7 +15,7 @@ from ._websockets import ConnectionClosed, WebSocket, abort, close_frame, open_w
 from .envelope import Envelope
 from .errors import ClosedError, DisconnectedError, MCPPError, ProtocolError
 
-__all__ = ["FILTER_NAMES", "Connection", "base_url", "dial_url", "filter_query", "split"]
+__all__ = ["FILTER_NAMES", "Connection", "base_url", "dial_url", "filter_query", "split", "without_token"]
 
 GATEWAY_ID = "system:gateway"
 
@@ -81,6 +81,15 @@ def base_url(url: str, pod: str, participant: str | None, protocol: str | None) 
     return urllib.parse.urlunsplit((scheme, u.netloc, path, urllib.parse.urlencode(query), ""))
 
 
+def without_token(base: str) -> str:
+    """``base`` without a ``token`` in its query: once a fresh token is
+    sent in the Authorization header (:meth:`mcpp.Client.refresh`), the
+    old one must not travel in the URL any more."""
+    u = urllib.parse.urlsplit(base)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(u.query, keep_blank_values=True) if k != "token"]
+    return urllib.parse.urlunsplit((u.scheme, u.netloc, u.path, urllib.parse.urlencode(query), ""))
+
+
 def dial_url(base: str, filter: Sequence[tuple[str, str]], resume: str | None, history: int | str | None, fold: bool | None) -> str:
     """The URL of one connection: ``base`` with the filter, what to resume
     after, and the history to replay (``history=N`` or ``all``, and
@@ -123,7 +132,7 @@ def lost(exc: BaseException) -> MCPPError:
     if isinstance(exc, ConnectionClosed):
         frame = close_frame(exc)
         if frame is not None:
-            return ClosedError(*frame)
+            return ClosedError.of(*frame)
     err = DisconnectedError(f"the connection was lost: {exc}" if str(exc) else "the connection was lost")
     err.__cause__ = exc
     return err

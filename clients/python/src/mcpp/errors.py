@@ -10,7 +10,10 @@ the gateway carry what it said:
   envelope or request (section 5), with its ``code``
   (``"capability_violation"``, ...).
 - :class:`ClosedError`: the gateway closed the connection with a close
-  code (section 5), its ``code`` (4000, 4008, ...) and ``reason``.
+  code (section 5), its ``code`` (4000, 4008, ...) and ``reason``; for the
+  codes that end a participant's stay, its subclasses
+  :class:`TokenExpiredError` (4401), :class:`RevokedError` (4403) and
+  :class:`KickedError` (4410).
 
 The others are the client's own: :class:`DisconnectedError` (the
 connection was lost and the client does not reconnect),
@@ -30,17 +33,24 @@ if TYPE_CHECKING:
 __all__ = [
     "CLOSE_GOING_AWAY",
     "CLOSE_INTERNAL_ERROR",
+    "CLOSE_KICKED",
     "CLOSE_MESSAGE_TOO_BIG",
     "CLOSE_NORMAL",
+    "CLOSE_ORDER_LOST",
     "CLOSE_REPLACED",
+    "CLOSE_REVOKED",
     "CLOSE_SLOW_CONSUMER",
+    "CLOSE_TOKEN_EXPIRED",
     "ClientClosedError",
     "ClosedError",
     "DisconnectedError",
     "GatewayError",
+    "KickedError",
     "MCPPError",
     "ProtocolError",
     "RefusedError",
+    "RevokedError",
+    "TokenExpiredError",
 ]
 
 # The close codes of the gateway (docs/protocol.md section 5, wire.CloseCode).
@@ -50,6 +60,14 @@ CLOSE_MESSAGE_TOO_BIG = 1009  # a message over twice max_message_bytes
 CLOSE_INTERNAL_ERROR = 1011  # the replay was interrupted: resume again
 CLOSE_REPLACED = 4000  # another connection took this participant id
 CLOSE_SLOW_CONSUMER = 4008  # the gateway's send queue for us filled
+CLOSE_TOKEN_EXPIRED = 4401  # the token expired and was not refreshed: do not reconnect
+CLOSE_REVOKED = 4403  # the token was revoked: do not reconnect
+CLOSE_KICKED = 4410  # a moderator removed us (gateway/kick): do not reconnect
+CLOSE_ORDER_LOST = 4503  # the gateway node lost the pod's order: reconnect and resume
+
+# The close codes after which the client does not reconnect: another
+# connection took the participant id, or the gateway wants this one gone.
+_FINAL = frozenset((CLOSE_REPLACED, CLOSE_TOKEN_EXPIRED, CLOSE_REVOKED, CLOSE_KICKED))
 
 _CLOSE_MEANINGS = {
     CLOSE_NORMAL: "normal closure",
@@ -58,6 +76,10 @@ _CLOSE_MEANINGS = {
     CLOSE_INTERNAL_ERROR: "the gateway could not read the pod's history",
     CLOSE_REPLACED: "another connection joined the pod with the same participant id",
     CLOSE_SLOW_CONSUMER: "this connection read too slowly and the gateway's send queue for it filled",
+    CLOSE_TOKEN_EXPIRED: "the token expired and was not refreshed",
+    CLOSE_REVOKED: "the token was revoked",
+    CLOSE_KICKED: "removed from the pod by a moderator",
+    CLOSE_ORDER_LOST: "the gateway node lost the pod's order",
 }
 
 
@@ -157,9 +179,12 @@ class ClosedError(MCPPError):
     slow consumer, 1001 going away, ...) and ``reason``, the close frame's
     words.
 
-    The client reconnects after every code but 4000, so this ends the
-    client (from its stream, ``send`` and ``request``) only for 4000, or
-    for any code when it was told not to reconnect.
+    The client reconnects after every code but 4000, 4401, 4403 and 4410
+    (``final``), so this ends the client (from its stream, ``send`` and
+    ``request``) only for those, or for any code when it was told not to
+    reconnect. 4401, 4403 and 4410 come as their subclasses,
+    :class:`TokenExpiredError`, :class:`RevokedError` and
+    :class:`KickedError` (:meth:`of` makes the right one).
     """
 
     def __init__(self, code: int, reason: str = "") -> None:
@@ -176,8 +201,42 @@ class ClosedError(MCPPError):
     @property
     def replaced(self) -> bool:
         """Whether another connection joined with the same participant id
-        (4000): the one case where the client does not reconnect."""
+        (4000)."""
         return self.code == CLOSE_REPLACED
+
+    @property
+    def final(self) -> bool:
+        """Whether the client must not reconnect after this code: 4000
+        (another connection is this participant: the two would replace
+        each other forever), 4401, 4403 and 4410 (the gateway wants this
+        participant's connection gone)."""
+        return self.code in _FINAL
+
+    @classmethod
+    def of(cls, code: int, reason: str = "") -> ClosedError:
+        """The error of a connection closed with ``code``: the subclass of
+        its code, or a plain :class:`ClosedError`."""
+        sub = {CLOSE_TOKEN_EXPIRED: TokenExpiredError, CLOSE_REVOKED: RevokedError, CLOSE_KICKED: KickedError}.get(code, ClosedError)
+        return sub(code, reason)
+
+
+class TokenExpiredError(ClosedError):
+    """4401: the connection's token expired and no fresh one came first
+    (:meth:`mcpp.Client.refresh`). The client does not reconnect with the
+    expired token: connect again with a fresh one (and ``resume``)."""
+
+
+class RevokedError(ClosedError):
+    """4403: the token was revoked (gone from the gateway's token file, or
+    its pods no longer allow the pod). The client does not reconnect: the
+    token would be refused."""
+
+
+class KickedError(ClosedError):
+    """4410: a participant holding ``gateway/kick`` removed this one from
+    the pod; ``reason`` says who and why (``"kicked by mod: looping"``).
+    The client does not reconnect: the kick may come with a ban, and would
+    mean nothing if the client came straight back."""
 
 
 class DisconnectedError(MCPPError):

@@ -1,0 +1,334 @@
+package pod
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/wire"
+)
+
+// Who may do what, changed while the pod runs (docs/protocol.md sections
+// 1 and 6): capabilities granted and revoked at run time (MEW's
+// capability/grant and capability/revoke, relayed like any envelope and
+// applied by every node in the pod's order), kicks with their bans, and
+// a connection's fresh token (gateway/refresh).
+
+// capabilityChange is a capability/grant or capability/revoke, read.
+type capabilityChange struct {
+	grant  bool
+	g      wire.Grant
+	r      wire.Revoke
+	caps   *capability.Set // what a grant grants
+	answer *wire.CapabilityEvent
+}
+
+// recipient is who the change is for.
+func (c *capabilityChange) recipient() string {
+	if c.grant {
+		return c.g.Recipient
+	}
+	return c.r.Recipient
+}
+
+// parseCapabilityChange reads the payload of a grant or a revoke
+// (invalid_envelope when it does not fit).
+func parseCapabilityChange(kind string, payload []byte, maxContext int) (*capabilityChange, *envelope.Error) {
+	c := &capabilityChange{grant: kind == wire.KindGrant}
+	d := json.NewDecoder(bytes.NewReader(payload))
+	if c.grant {
+		if err := d.Decode(&c.g); err != nil || !isObject(payload) {
+			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, `capability/grant takes {"recipient": ID, "capabilities": [PATTERN, …], "context"?: ID, "reason"?}: %v`, err)
+		}
+		if !envelope.ValidParticipantID(c.g.Recipient) {
+			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: recipient must be a participant id")
+		}
+		if len(c.g.Capabilities) == 0 {
+			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: capabilities must list at least one pattern")
+		}
+		if len(c.g.Context) > maxContext {
+			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: context is over %d bytes", maxContext)
+		}
+		set, err := capability.Compile(c.g.Capabilities)
+		if err != nil {
+			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: %v", err)
+		}
+		c.caps = set
+		return c, nil
+	}
+	if err := d.Decode(&c.r); err != nil || !isObject(payload) {
+		return nil, envelope.Errorf(wire.CodeInvalidEnvelope, `capability/revoke takes {"recipient": ID, "grant_id": ID} or {"recipient": ID, "capabilities": [PATTERN, …]}: %v`, err)
+	}
+	switch {
+	case !envelope.ValidParticipantID(c.r.Recipient):
+		return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/revoke: recipient must be a participant id")
+	case (c.r.GrantID == "") == (len(c.r.Capabilities) == 0):
+		return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/revoke names a grant_id or capabilities, one of them")
+	}
+	if len(c.r.Capabilities) > 0 {
+		if _, err := capability.Compile(c.r.Capabilities); err != nil {
+			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/revoke: %v", err)
+		}
+	}
+	return c, nil
+}
+
+// checkCapabilityChange decides, with the order lock held, whether the
+// change may be made by sender: a grant's scope (its payload's context,
+// or the envelope's own, ctx) must be an open context, or the one the
+// envelope opens; a revoke must name a grant in force that sender made.
+// It keeps the answer for the grantor.
+func (p *Pod) checkCapabilityChange(c *capabilityChange, sender, ctx string) *envelope.Error {
+	if c.grant {
+		if n := len(p.grants.For(c.g.Recipient).List()); n >= capability.MaxGrants {
+			return envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: %s holds %d grants in this pod, the most there may be: revoke some first", c.g.Recipient, n)
+		}
+		scope := c.g.Context
+		if scope == "" {
+			scope = ctx
+		}
+		if scope != "" && scope != ctx && !p.Registry.Active(scope) {
+			return envelope.Errorf(wire.CodeInvalidContext, "capability/grant: context %q is not open: a grant may be scoped to an open context only", scope)
+		}
+		c.g.Context = scope
+		c.answer = &wire.CapabilityEvent{Event: wire.CapabilityGranted, Recipient: c.g.Recipient, Grantor: sender,
+			Capabilities: c.caps.Wire(), Context: scope, Reason: c.g.Reason}
+		return nil
+	}
+	g := p.grants.For(c.r.Recipient)
+	if c.r.GrantID != "" {
+		for _, gr := range g.List() {
+			if gr.ID != c.r.GrantID {
+				continue
+			}
+			if gr.Grantor != sender {
+				return envelope.Errorf(wire.CodeCapabilityViolation, "capability/revoke: grant %q was made by %s: only its grantor may revoke it", c.r.GrantID, gr.Grantor)
+			}
+			c.answer = &wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: gr.ID, Recipient: c.r.Recipient,
+				Grantor: sender, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, Reason: c.r.Reason}
+			return nil
+		}
+		return envelope.Errorf(wire.CodeInvalidEnvelope, "capability/revoke: %s holds no grant %q (never made, revoked, or ended)", c.r.Recipient, c.r.GrantID)
+	}
+	if any, _ := g.Revokes(sender, c.r.Capabilities); !any {
+		return envelope.Errorf(wire.CodeInvalidEnvelope, "capability/revoke: you granted %s nothing in force that these capabilities cover", c.r.Recipient)
+	}
+	c.answer = &wire.CapabilityEvent{Event: wire.CapabilityRevoked, Recipient: c.r.Recipient, Grantor: sender,
+		Capabilities: c.r.Capabilities, Reason: c.r.Reason}
+	return nil
+}
+
+// answerCapabilityChange answers the grantor (correlated by the grant's
+// or the revoke's id): what is in force from its next envelope on.
+func (in *ingress) answerCapabilityChange(c *capabilityChange) {
+	if c == nil || c.answer == nil {
+		return
+	}
+	if c.grant {
+		c.answer.GrantID = in.env.ID // the grant's id names it (MEW's grant_id)
+	}
+	if in.from.Conn == nil {
+		// Over HTTP and MCP the envelope's result, which commit added,
+		// carries the answer: one result per envelope.
+		if n := len(in.from.Results); n > 0 && in.from.Results[n-1].ID == in.env.ID {
+			answer, err := json.Marshal(c.answer)
+			if err != nil {
+				panic("pod: a capability answer does not marshal: " + err.Error()) // a bug, never input
+			}
+			in.from.Results[n-1].Answer = answer
+		}
+		return
+	}
+	in.reply(wire.KindCapability, c.answer)
+}
+
+// applyCapability changes the grants as a capability/grant or
+// capability/revoke of the pod's order says, whoever accepted it, and
+// tells the recipient's connections here of a revocation. Call it with
+// mu held.
+func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
+	kind := gjson.GetBytes(body, "kind").String()
+	payload := []byte(gjson.GetBytes(body, "payload").Raw)
+	c, e := parseCapabilityChange(kind, payload, p.node.Config.MaxContextBytes)
+	if e != nil {
+		return // checked when it was accepted; an older gateway's
+	}
+	if c.grant {
+		scope := c.g.Context
+		if scope == "" {
+			scope = m.ContextID
+		}
+		err := p.grants.For(c.g.Recipient).Add(capability.Grant{ID: strings.Clone(m.ID), Grantor: strings.Clone(m.From),
+			Context: strings.Clone(scope), Capabilities: c.caps})
+		if err != nil && !errors.Is(err, capability.ErrDuplicateGrant) {
+			p.node.Log.Warn("a capability/grant could not be applied", "pod", p.Name, "grant", m.ID, "err", err)
+		}
+		return
+	}
+	g := p.grants.For(c.r.Recipient)
+	if c.r.GrantID != "" {
+		if gr, err := g.Revoke(c.r.GrantID, m.From); err == nil && tell {
+			p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: gr.ID,
+				Recipient: c.r.Recipient, Grantor: gr.Grantor, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, Reason: c.r.Reason})
+		}
+		return
+	}
+	revoked, err := g.RevokeCapabilities(m.From, c.r.Capabilities)
+	if err != nil || !tell {
+		return
+	}
+	for _, r := range revoked {
+		p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: r.Grant.ID,
+			Recipient: c.r.Recipient, Grantor: r.Grant.Grantor, Capabilities: r.Removed, Context: r.Grant.Context, Reason: c.r.Reason})
+	}
+}
+
+// endGrants ends the grants scoped to a context that concluded, and tells
+// their recipients' connections here. Call it with mu held.
+func (p *Pod) endGrants(contextID string, tell bool) {
+	for _, e := range p.grants.EndContext(contextID) {
+		if tell {
+			p.tellGrantee(e.Recipient, wire.CapabilityEvent{Event: wire.CapabilityEnded, GrantID: e.ID, Recipient: e.Recipient,
+				Grantor: e.Grantor, Capabilities: e.Capabilities.Wire(), Context: e.Context, Reason: "the context concluded"})
+		}
+	}
+}
+
+// tellGrantee sends ev to the recipient's connection on this node, if it
+// has one. Call it with mu held.
+func (p *Pod) tellGrantee(recipient string, ev wire.CapabilityEvent) {
+	if r := p.members[recipient]; r != nil {
+		r.Answer(direct(r.ID, r.Protocol, wire.KindCapability, "", ev))
+	}
+}
+
+// ban keeps a kicked participant out of the pod until it ends.
+type ban struct {
+	until  time.Time
+	by     string
+	reason string
+}
+
+// banned is the refusal of a join of id while it is banned, or nil.
+// Call it with mu held.
+func (p *Pod) banned(id string, now time.Time) *envelope.Error {
+	b, ok := p.bans[id]
+	if !ok {
+		return nil
+	}
+	if !now.Before(b.until) {
+		delete(p.bans, id)
+		return nil
+	}
+	return envelope.Errorf(wire.CodeForbidden, "%s was kicked from pod %q by %s (%s) and may not join before %s",
+		id, p.Name, b.by, b.reason, b.until.UTC().Format(wire.TimeFormat))
+}
+
+// kickBody is the body of a kick frame.
+type kickBody struct {
+	By     string `json:"by"`
+	Reason string `json:"reason"`
+	Until  int64  `json:"until"` // unix ms; 0: no ban
+}
+
+// kick handles gateway/kick: the participant leaves the pod on every
+// node, with the reason, and is kept out for ban_ms. It returns what the
+// kicker is answered.
+func (in *ingress) kick(k wire.Kick) wire.Kicked {
+	p := in.pod
+	body, _ := json.Marshal(kickBody{By: in.from.ID, Reason: k.Reason})
+	var until time.Time
+	if k.BanMS > 0 {
+		until = in.now.Add(time.Duration(k.BanMS) * time.Millisecond)
+		body, _ = json.Marshal(kickBody{By: in.from.ID, Reason: k.Reason, Until: until.UnixMilli()})
+	}
+	p.lock()
+	defer p.unlock()
+	n := 0
+	if p.members[k.Participant] != nil {
+		n++
+	}
+	if p.guests[k.Participant] != nil {
+		n++
+	}
+	if _, ok := p.remote[k.Participant]; ok {
+		n++ // its connection on another node, which the frame reaches
+	}
+	// Stored in the history (not live), with no entry of the index: a
+	// node that opens the pod later reads its ban there (applyPast).
+	m := envelope.Meta{Kind: envelope.FrameKick, Origin: p.node.ID, From: k.Participant,
+		ID: newID(), Seq: p.node.frameSeq.Add(1)}
+	p.commit(&m, body, envelope.Frame(&m, body), 0, in.now)
+	answer := wire.Kicked{Participant: k.Participant, Connections: n}
+	if !until.IsZero() {
+		s := until.UTC().Format(wire.TimeFormat)
+		answer.BannedUntil = &s
+	}
+	return answer
+}
+
+// applyKick carries out a kick of the pod's order on this node: its ban
+// is kept, and the participant's connection and MCP session here leave
+// the pod (everyone is told, with the reason) and are closed with 4410.
+// Call it with mu held.
+func (p *Pod) applyKick(m *envelope.Meta, body []byte) {
+	if reason, ok := p.keepBan(m, body); ok {
+		p.removeLocked(strings.Clone(m.From), reason, participant.StatusKicked)
+	}
+}
+
+// keepBan keeps the ban of a kick frame, if it has one still running,
+// and returns the reason its participant is told. Call it with mu held.
+func (p *Pod) keepBan(m *envelope.Meta, body []byte) (reason string, ok bool) {
+	var k kickBody
+	if json.Unmarshal(body, &k) != nil {
+		return "", false
+	}
+	reason = fmt.Sprintf("kicked by %s", k.By)
+	if k.Reason != "" {
+		reason += ": " + k.Reason
+	}
+	if k.Until > 0 {
+		if until := time.UnixMilli(k.Until); until.After(timeNow()) {
+			p.bans[strings.Clone(m.From)] = ban{until: until, by: strings.Clone(k.By), reason: k.Reason}
+		}
+	}
+	return reason, true
+}
+
+// Remove takes r out of the pod, unless a newer connection has replaced
+// it: everyone is told it left, with reason, and its connection is
+// closed with code (an expired or revoked token). The caller lets the
+// node forget the pod if it is idle.
+func (p *Pod) Remove(r *participant.Participant, reason string, code participant.CloseStatus) {
+	p.lock()
+	defer p.unlock()
+	if p.members[r.ID] == r {
+		p.removeLocked(r.ID, reason, code)
+	}
+}
+
+// removeLocked takes participant id's connection and MCP session on this
+// node out of the pod, telling the others with reason. Call it with mu
+// held.
+func (p *Pod) removeLocked(id, reason string, code participant.CloseStatus) {
+	if r := p.members[id]; r != nil {
+		delete(p.members, id)
+		p.rebuildSnapshot()
+		p.publishPresenceWhy(envelope.FrameLeave, identityOf(r), 0, reason)
+		r.Close(code, reason)
+	}
+	if g := p.guests[id]; g != nil {
+		delete(p.guests, id)
+		p.publishPresenceWhy(envelope.FrameLeave, g.Identity, 0, reason)
+		g.removed(reason)
+	}
+}
