@@ -106,4 +106,3 @@ func (c *Client) capabilityChange(ctx context.Context, kind, recipient string, p
 	}
 	return out, nil
 }
-

@@ -139,7 +139,11 @@ func folded(t *testing.T, g *harness.Gateway, pod string) ([]string, []int) {
 // the same.
 func TestHistoryTokenBudget(t *testing.T) {
 	t.Parallel()
-	g := histOn(t, func(c *gateway.Config) { c.History = 5000; c.Rate, c.Burst = 100000, 100000; c.ContextCreateRate, c.ContextCreateBurst = 1000, 1000 })
+	g := histOn(t, func(c *gateway.Config) {
+		c.History = 5000
+		c.Rate, c.Burst = 100000, 100000
+		c.ContextCreateRate, c.ContextCreateBurst = 1000, 1000
+	})
 	const pod = "budget"
 	concluded := budgetPod(t, g, pod)
 	all, allTokens := folded(t, g, pod)
@@ -183,8 +187,16 @@ func TestHistoryTokenBudget(t *testing.T) {
 	if next := allTokens[omitted-1]; sum+next <= budget {
 		t.Fatalf("the replay stopped at %d tokens, but the next envelope (%d tokens) would have fitted in %d", sum, next, budget)
 	}
-	t.Logf("1,000 envelopes: %d entries folded, %d tokens; history=tokens:%d replayed %d entries (%d tokens), omitted %d",
-		len(all), total(allTokens), budget, replayed, sum, omitted)
+	rawTokens := 0
+	raws = replayRaw(t, g.Dial(t, pod, "reader-raw", "history=all&fold=0"))
+	for _, raw := range raws {
+		rawTokens += envelope.EstimateTokens(raw)
+	}
+	t.Logf("1,000 envelopes: raw history %d entries, %d tokens; folded %d entries, %d tokens; history=tokens:%d replayed %d entries (%d tokens), omitted %d",
+		len(raws), rawTokens, len(all), total(allTokens), budget, replayed, sum, omitted)
+	if rawTokens <= total(allTokens) {
+		t.Fatalf("folding saved nothing: raw %d tokens, folded %d", rawTokens, total(allTokens))
+	}
 
 	// Every joiner at the same moment gets the same.
 	carol := g.Dial(t, pod, "carol", fmt.Sprintf("history=tokens:%d", budget))

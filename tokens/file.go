@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/wire"
 )
 
