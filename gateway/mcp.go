@@ -65,8 +65,10 @@ func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 			// No logging capability: the gateway sends no log messages. The
 			// tools and the resource template never change (no list
 			// changes to listen for); what a host listens for is its
-			// inbox (mcp_inbox.go), on the session's stream, which is not
-			// activity: its participant still ends when idle.
+			// inbox (mcp_inbox.go): with sessions on the session's GET
+			// stream, which is not activity (the participant still ends
+			// when idle); without, on a subscriptions/listen request,
+			// which is a request under way for as long as it listens.
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false},
 				Resources: &mcp.ResourceCapabilities{Subscribe: true, ListChanged: false}},
 			SubscribeHandler:   e.subscribe,

@@ -27,8 +27,8 @@ const inboxTemplate = "mcpp://pods/{pod}/inbox/{participant}"
 // returns, newest last.
 const inboxReadLimit = 50
 
-// inboxURI is the inbox of participant id in pod, as the template expands
-// it (an id's ":" and "@" escaped).
+// inboxURI is the inbox of participant id in pod, escaped as a path
+// segment (parseInbox takes it escaped or not).
 func inboxURI(podName, id string) string {
 	return "mcpp://pods/" + url.PathEscape(podName) + "/inbox/" + url.PathEscape(id)
 }
@@ -82,7 +82,9 @@ func (e *mcpEndpoint) readInbox(ctx context.Context, req *mcp.ReadResourceReques
 	}
 	x := m.pod.Index()
 	answer := &pod.RawHistory{Envelopes: []json.RawMessage{}}
-	sel := x.Newest(inboxReadLimit, true, func(meta *envelope.Meta) bool { return addressedTo(meta, m.id) })
+	// Unfolded: what was addressed to the participant in a context that
+	// has concluded since is still its mail.
+	sel := x.Newest(inboxReadLimit, false, func(meta *envelope.Meta) bool { return addressedTo(meta, m.id) })
 	answer.More = sel.More
 	n, err := m.pod.Render(ctx, envelope.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
 	if err != nil {

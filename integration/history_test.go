@@ -380,11 +380,11 @@ func TestHistoryOff(t *testing.T) {
 	histLive(t, alice, "live", bob, carol, dave)
 
 	m := histAsk(carol, "q1", map[string]any{"limit": 10})
-	if m.Kind() != "system/history" || !harness.JSONEqual(m.Payload(), map[string]any{"envelopes": []any{}, "more": false}) {
+	if m.Kind() != "system/history" || !harness.JSONEqual(m.Payload(), map[string]any{"envelopes": []any{}, "more": false, "tokens": 0}) {
 		t.Fatalf("gateway/history with history off: %v", m)
 	}
 	res := histPost(t, g, pod, "tool", "application/json", `{"id":"q2","kind":"gateway/history"}`)
-	if len(res) != 1 || !harness.JSONEqual(res[0], map[string]any{"id": "q2", "answer": map[string]any{"envelopes": []any{}, "more": false}}) {
+	if len(res) != 1 || !harness.JSONEqual(res[0], map[string]any{"id": "q2", "answer": map[string]any{"envelopes": []any{}, "more": false, "tokens": 0}}) {
 		t.Fatalf("POST gateway/history with history off: %v", res)
 	}
 }

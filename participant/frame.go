@@ -47,3 +47,11 @@ var writeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); retu
 // maxPooledBuffer keeps a huge write's buffer out of the pool; a write of
 // up to maxBatchBytes (plus frame headers) always fits.
 const maxPooledBuffer = 4 * maxBatchBytes
+
+// putWriteBuffer gives a write's buffer back to the pool.
+func putWriteBuffer(b *[]byte) {
+	if cap(*b) <= maxPooledBuffer {
+		*b = (*b)[:0]
+		writeBuffers.Put(b)
+	}
+}

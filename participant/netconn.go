@@ -68,9 +68,12 @@ func (h *HijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	h.conn = &Conn{Conn: nc, r: r}
 	lib := bufio.NewReaderSize(r, smallBuffer)
 	h.conn.lib = lib
-	if sc, ok := nc.(syscall.Conn); ok && r == io.Reader(nc) {
+	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
-			h.conn.raw = raw
+			h.conn.wraw = raw
+			if r == io.Reader(nc) {
+				h.conn.raw = raw
+			}
 		}
 	}
 	return h.conn, bufio.NewReadWriter(lib, bufio.NewWriterSize(h.conn, controlBuffer)), nil
@@ -99,6 +102,17 @@ type Conn struct {
 	// lib is the library's reader on top of the connection, whose few
 	// bytes come before ahead's.
 	lib *bufio.Reader
+
+	// The write side. Every write goes through Write or tryWrite, under
+	// wmu, so that the library's frames (ping, pong, close) and the
+	// participant's never interleave, even when a write that must not
+	// wait leaves part of itself for later (rest).
+	wmu  sync.Mutex
+	wraw syscall.RawConn // the socket, for writes that must not wait; nil: none (not a socket)
+	// rest is the end of a tryWrite that the socket did not take, from
+	// restOff on: written before anything else. nil when there is none.
+	rest    *[]byte
+	restOff int
 }
 
 // MessageBuffered reports whether the next WebSocket message is already
@@ -227,4 +241,65 @@ func (c *Conn) fill() (b *[]byte, n int, err error) {
 		}
 	}
 	return b, n, err
+}
+
+// Write implements net.Conn for the library's frames and for the
+// participant's writes that may wait: what a tryWrite left goes first.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.writeRestLocked(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+// writeRest writes what a tryWrite left, waiting for the socket.
+func (c *Conn) writeRest() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeRestLocked()
+}
+
+func (c *Conn) writeRestLocked() error {
+	if c.rest == nil {
+		return nil
+	}
+	_, err := c.Conn.Write((*c.rest)[c.restOff:])
+	putWriteBuffer(c.rest)
+	c.rest, c.restOff = nil, 0
+	return err
+}
+
+// tryWriteLocked writes *b, a buffer of writeBuffers that it takes
+// over, with one system call and without waiting on the socket: what the
+// socket does not take at once is kept, to be written before anything
+// else (writeRest, or the next Write), and ok is false. Call it with wmu
+// held (TryLock: a caller that must not wait does not wait for the
+// library's write either), and only when nothing is left (rest is nil).
+func (c *Conn) tryWriteLocked(b *[]byte) (ok bool, err error) {
+	buf := *b
+	var n int
+	var werr error
+	err = c.wraw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), buf)
+			if werr != syscall.EINTR {
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil: // closed
+	case werr == syscall.EAGAIN:
+		n = 0
+	case werr != nil:
+		err = &net.OpError{Op: "write", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", werr)}
+	}
+	if err != nil || n == len(buf) {
+		putWriteBuffer(b)
+		return err == nil, err
+	}
+	c.rest, c.restOff = b, n
+	return false, nil
 }

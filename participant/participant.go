@@ -240,13 +240,69 @@ func (p *Participant) cutFor(reason string) {
 	}
 }
 
-// wakeWriter tells the writer there is something to write, starting it
-// when it is not running.
+// wakeWriter tells the writer there is something to write. When none is
+// at work, the caller becomes it and writes what is queued itself, at
+// once (writeNow): a connection that takes what it is sent holds no
+// writer goroutine, and a delivery waits for no goroutine to be woken.
+// The writer goroutine starts only for what writeNow leaves to it: what
+// the socket did not take at once, a joiner's replay, a drain.
 func (p *Participant) wakeWriter() {
-	p.queue.signal()
-	if p.started.Load() && !p.writerOn.Load() && p.writerOn.CompareAndSwap(false, true) {
+	if !p.started.Load() {
+		return // Start wakes it
+	}
+	if p.writerOn.Load() || !p.writerOn.CompareAndSwap(false, true) {
+		p.queue.signal() // the writer at work takes it
+		return
+	}
+	if !p.writeNow() {
 		go p.writeLoop()
 	}
+}
+
+// writeNow writes what is queued from the caller's goroutine, with the
+// writer's role (writerOn) and without ever waiting: not on the socket,
+// whose rest the writer goroutine writes, and not on a write of the
+// library's under way. It reports false when the writer goroutine must
+// take over (writerOn still held), true when it let the role go.
+func (p *Participant) writeNow() bool {
+	c := p.nc
+	if p.source != nil || p.drain.Load() != nil || c == nil || c.wraw == nil || !c.wmu.TryLock() {
+		return false
+	}
+	if c.rest != nil {
+		c.wmu.Unlock()
+		return false
+	}
+	var small [8][]byte
+	items := p.queue.PopUpTo(small[:0], maxBatchItems, maxBatchBytes)
+	if len(items) > 0 && !p.cut.Load() {
+		msgs, bp := p.frame(items, p.filter.Load().Batch)
+		clear(items)
+		p.writes.Add(1)
+		ok, err := c.tryWriteLocked(bp)
+		c.wmu.Unlock()
+		if err != nil {
+			p.Kill()
+			p.writerOn.Store(false)
+			return true
+		}
+		if p.opts.OnWrite != nil {
+			p.opts.OnWrite(msgs)
+		}
+		if !ok {
+			return false // the socket is full: the writer goroutine waits on it
+		}
+	} else {
+		c.wmu.Unlock()
+	}
+	p.queue.shrink()
+	p.writerOn.Store(false)
+	// What was queued once the queue was popped, by one who saw the role
+	// taken, is still this writer's to write.
+	if p.queue.Len() > 0 && !p.cut.Load() && p.writerOn.CompareAndSwap(false, true) {
+		return false
+	}
+	return true
 }
 
 // Source feeds the writer ahead of the queue: a joiner's welcome and its
@@ -381,6 +437,10 @@ func closeReason(s string) string {
 func (p *Participant) writeLoop() {
 	items := make([][]byte, 0, 16)
 	for {
+		if err := p.writeRest(); err != nil {
+			p.Kill()
+			return
+		}
 		for !p.cut.Load() {
 			if p.source != nil {
 				var err error
@@ -442,6 +502,26 @@ func (p *Participant) writeLoop() {
 // many WebSocket messages it wrote. There is no per-write timer: Watch
 // cuts a write that outlasts WriteTimeout.
 func (p *Participant) write(frames [][]byte, batch bool) (int, error) {
+	msgs, bp := p.frame(frames, batch)
+	p.writeStart.Store(time.Now().UnixNano())
+	p.writes.Add(1)
+	_, err := p.nc.Write(*bp)
+	p.writeStart.Store(0)
+	putWriteBuffer(bp)
+	return msgs, err
+}
+
+// writeRest writes what writeNow left, the write timeout running.
+func (p *Participant) writeRest() error {
+	p.writeStart.Store(time.Now().UnixNano())
+	err := p.nc.writeRest()
+	p.writeStart.Store(0)
+	return err
+}
+
+// frame puts frames into one buffer of writeBuffers, as write sends them,
+// and says how many WebSocket messages that is.
+func (p *Participant) frame(frames [][]byte, batch bool) (int, *[]byte) {
 	bp := writeBuffers.Get().(*[]byte)
 	buf := (*bp)[:0]
 	msgs := len(frames)
@@ -463,13 +543,6 @@ func (p *Participant) write(frames [][]byte, batch bool) (int, error) {
 			buf = append(buf, f...)
 		}
 	}
-	p.writeStart.Store(time.Now().UnixNano())
-	p.writes.Add(1)
-	_, err := p.nc.Conn.Write(buf)
-	p.writeStart.Store(0)
-	if cap(buf) <= maxPooledBuffer {
-		*bp = buf[:0]
-		writeBuffers.Put(bp)
-	}
-	return msgs, err
+	*bp = buf
+	return msgs, bp
 }

@@ -57,10 +57,13 @@ func (q *Queue) signal() {
 	}
 }
 
+// minRing is the smallest ring a queue holds.
+const minRing = 8
+
 func (q *Queue) grow() {
 	size := 2 * len(q.ring)
-	if size < 8 {
-		size = 8
+	if size < minRing {
+		size = minRing
 	}
 	if size > q.limit {
 		size = q.limit
@@ -102,6 +105,19 @@ func (q *Queue) PopUpTo(dst [][]byte, max, maxBytes int) [][]byte {
 func (q *Queue) compact() {
 	q.mu.Lock()
 	if q.n == 0 {
+		q.ring, q.head = nil, 0
+	}
+	q.mu.Unlock()
+}
+
+// shrink gives back a ring that a burst grew, once the queue is empty;
+// the smallest ring stays, so that a connection that is sent one
+// envelope at a time does not allocate one for each. writeNow calls it:
+// a connection written from its senders' goroutines has no writer that
+// goes idle.
+func (q *Queue) shrink() {
+	q.mu.Lock()
+	if q.n == 0 && len(q.ring) > minRing {
 		q.ring, q.head = nil, 0
 	}
 	q.mu.Unlock()

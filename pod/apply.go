@@ -183,10 +183,10 @@ func (p *Pod) applyPast(frame []byte, loc history.Loc, at int64) {
 	}
 }
 
-// orderLost is told by the pod's tail that this node no longer knows
-// the pod's order: its follower of the history stream stopped and could
-// not be restarted where it was, or a gap could not be read back. It must
-// not deliver the pod any more. Its connections are closed with 4503
+// orderLost is told by the pod's log that this node no longer knows the
+// pod's order: its follower of the history stream stayed behind what the
+// stream stored of this node's for lostAfter (checkFollower). It must not
+// deliver the pod any more. Its connections are closed with 4503
 // (they resume, here once the pod is opened again, or on another node),
 // its MCP participants end, and the pod is dead, so that the next join
 // opens it anew, reading the stream again, or is refused while the

@@ -45,6 +45,9 @@ func (p *Pod) wakeInboxes(m *envelope.Meta, body []byte) {
 	}
 	switch m.Kind {
 	case envelope.FrameEnvelope:
+		if m.Live() {
+			return // ephemeral: pod_read would not find it
+		}
 		for _, id := range m.To {
 			if g := p.guests[id]; g != nil && id != m.From {
 				g.knock()

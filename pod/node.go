@@ -91,7 +91,7 @@ func NewMetrics() *Metrics {
 		Conclusions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpp_context_conclusions_total", Help: "Contexts concluded, by reason."}, []string{"reason"}),
 		OrderLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcpp_pod_order_lost_total", Help: "Pods whose delivery order this node lost (its follower of the history stream stayed behind for 5s, or a gap could not be read back); their connections here were closed with 4503, to resume elsewhere or again."}),
+			Name: "mcpp_pod_order_lost_total", Help: "Pods whose delivery order this node lost (its follower of the history stream stayed behind what the stream stored for 5s); their connections here were closed with 4503, to resume elsewhere or again."}),
 		FollowErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpp_history_follow_errors_total", Help: "Errors the node's follower of the history stream retried in place or recovered from (a cluster's route still forming, a consumer made again)."}),
 	}

@@ -53,11 +53,11 @@ func ParseHistoryWant(q url.Values) (HistoryWant, error) {
 			w.N = -1
 		} else if t, ok := strings.CutPrefix(v, "tokens:"); ok {
 			n, err := strconv.ParseInt(t, 10, 32)
-			if err != nil || n < 1 {
+			if err != nil || n < 1 || t[0] == '+' {
 				return w, fmt.Errorf("history=tokens:N takes N from 1 to %d, not %q", math.MaxInt32, t)
 			}
 			w.Tokens = int(n)
-		} else if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		} else if n, err := strconv.Atoi(v); err == nil && n > 0 && v[0] != '+' {
 			w.N = n
 		} else {
 			return w, fmt.Errorf(`history must be a positive number, "all" or "tokens:N", not %q`, v)
