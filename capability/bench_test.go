@@ -12,7 +12,8 @@ import (
 //
 //		go test -run '^$' -bench Allows -count 5 ./capability/ | benchstat -col /check -
 //
-//	  - participant: the check before this package, the baseline;
+//	  - reference: the check before this package (participant.Capabilities,
+//	    kept in reference_test.go), the baseline;
 //	  - plain: the same patterns as a Set, which must cost the same;
 //	  - payload-*: a Set that adds a payload pattern (MEW's example), on an
 //	    envelope of its kind whose payload matches it (match), does not

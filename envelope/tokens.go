@@ -153,11 +153,15 @@ func EstimateTokens(envelope []byte) int {
 // (collapsed, naming its consumer) from the weight of the rest, which it
 // computed when it stored the envelope.
 func TokenWeight(b []byte, prev byte) int {
-	w := 0
-	p := byteClass[prev]
-	for _, c := range b {
-		w += int(tokenWeight[p&15][c])
-		p = byteClass[c]
+	if len(b) == 0 {
+		return 0
+	}
+	// Each byte's weight is looked up from it and the byte before it,
+	// not from the class the previous step found: no step waits for the
+	// one before, so the loads of many bytes are under way at once.
+	w := int(tokenWeight[byteClass[prev]&15][b[0]])
+	for i := 1; i < len(b); i++ {
+		w += int(tokenWeight[byteClass[b[i-1]]&15][b[i]])
 	}
 	return w
 }

@@ -403,7 +403,8 @@ func kickTokens(t *testing.T) string {
 func TestKick(t *testing.T) {
 	t.Parallel()
 	file := kickTokens(t)
-	g := harness.StartGateway(t, func(c *gateway.Config) { c.Tokens = file })
+	// History on whatever MCPP_TEST_HISTORY says: the MCP endpoint needs it.
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.Tokens = file; c.History = 1000 })
 	const pod = "kick-lab"
 	mod := g.DialToken(t, pod, "mod-t", true, "")
 	alice := g.DialToken(t, pod, "alice-t", true, "")

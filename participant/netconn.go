@@ -102,6 +102,10 @@ type Conn struct {
 	// lib is the library's reader on top of the connection, whose few
 	// bytes come before ahead's.
 	lib *bufio.Reader
+	// peek keeps MessageBuffered off the library's reader while a closing
+	// handshake, from the writer's goroutine, reads the peer's close frame
+	// through it (CloseHandshake).
+	peek sync.Mutex
 
 	// The write side. Every write goes through Write or tryWrite, under
 	// wmu, so that the library's frames (ping, pong, close) and the
@@ -124,6 +128,8 @@ type Conn struct {
 // their writes held. Call it from the reading goroutine, between
 // messages.
 func (c *Conn) MessageBuffered() bool {
+	c.peek.Lock()
+	defer c.peek.Unlock()
 	var head [14]byte
 	n, total := 0, 0
 	if c.lib != nil {
@@ -166,6 +172,15 @@ func (c *Conn) MessageBuffered() bool {
 		hl += 4 // the mask
 	}
 	return uint64(total) >= uint64(hl)+size
+}
+
+// CloseHandshake runs close, the library's closing handshake, which reads
+// the peer's answer from another goroutine than the gateway's reader:
+// MessageBuffered waits until it is done.
+func (c *Conn) CloseHandshake(close func()) {
+	c.peek.Lock()
+	defer c.peek.Unlock()
+	close()
 }
 
 // readAhead is the most a Conn reads at once.

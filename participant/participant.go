@@ -335,7 +335,7 @@ func (p *Participant) Close(code websocket.StatusCode, reason string) {
 	p.queue.Close()
 	reason = closeReason(reason) // a frame longer than 123 bytes is not sent at all
 	go func() {
-		_ = p.conn.Close(code, reason)
+		p.closeHandshake(code, reason)
 		p.finish()
 	}()
 }
@@ -346,6 +346,16 @@ func (p *Participant) CloseAfterDrain(code websocket.StatusCode, reason string) 
 	p.drain.CompareAndSwap(nil, &closeFrame{code, closeReason(reason)})
 	p.queue.Drain()
 	p.wakeWriter()
+}
+
+// closeHandshake closes the connection with code and reason, waiting for
+// the peer's close frame as the library does.
+func (p *Participant) closeHandshake(code websocket.StatusCode, reason string) {
+	if p.nc == nil {
+		_ = p.conn.Close(code, reason)
+		return
+	}
+	p.nc.CloseHandshake(func() { _ = p.conn.Close(code, reason) })
 }
 
 // Kill closes the TCP connection without a closing handshake.
@@ -475,7 +485,7 @@ func (p *Participant) writeLoop() {
 			clear(items)
 		}
 		if cf := p.drain.Load(); cf != nil && p.queue.Len() == 0 && !p.cut.Swap(true) {
-			_ = p.conn.Close(cf.code, cf.reason)
+			p.closeHandshake(cf.code, cf.reason)
 			p.finish()
 			return
 		}

@@ -126,9 +126,13 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 			p.applyCapability(m, body, true)
 		}
 	case envelope.FrameJoin:
-		tell := local || p.remoteJoin(m, body)
-		if !tell || m.Flags&envelope.FlagReplace != 0 {
-			return 0 // a replacement: nobody is told
+		// A replacement is told to nobody. Whether a join replaces is this
+		// node's own knowledge: its flag for its own joins, what it knows of
+		// the others' members for theirs (without history, a join on one
+		// node can come before the leave it follows on another, which then
+		// flagged it as replacing a member this node has already seen go).
+		if local && m.Flags&envelope.FlagReplace != 0 || !local && !p.remoteJoin(m, body) {
+			return 0
 		}
 	case envelope.FrameLeave:
 		if !local && !p.remoteLeave(m) {
