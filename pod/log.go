@@ -135,8 +135,8 @@ func (l *coreLog) here() bool { return true }
 
 func (l *coreLog) open(context.Context) error {
 	p := l.p
-	sub, err := p.node.dispatch.subscribe(p.Name, p.subject, func(m *nats.Msg) {
-		p.fromLog(m.Data, history.Loc{}, 0)
+	sub, err := p.node.dispatch.subscribe(p.Name, p.subject, func(m *nats.Msg, burst *Sender) {
+		p.fromLog(m.Data, history.Loc{}, 0, burst)
 	})
 	if err != nil {
 		return err
@@ -280,9 +280,9 @@ func (l *streamLog) close() {
 
 // onMsg takes a message of the stream (the past, then what the follower
 // brings), in the stream's order.
-func (l *streamLog) onMsg(_ string, m history.Msg) {
+func (l *streamLog) onMsg(_ string, m history.Msg, burst *Sender) {
 	err := history.Frames(m.Data, func(off int, frame []byte) error {
-		l.take(parkedFrame{frame: frame, loc: history.Loc{Seq: m.Seq, Off: off}, at: m.Time})
+		l.take(parkedFrame{frame: frame, loc: history.Loc{Seq: m.Seq, Off: off}, at: m.Time}, burst)
 		return nil
 	})
 	if err != nil {
@@ -292,7 +292,7 @@ func (l *streamLog) onMsg(_ string, m history.Msg) {
 
 // take hands the pod one frame of the stream: a marker is replaced by its
 // body; one whose body has not come parks it and what follows.
-func (l *streamLog) take(f parkedFrame) {
+func (l *streamLog) take(f parkedFrame, burst *Sender) {
 	l.deliver.Lock()
 	defer l.deliver.Unlock()
 	l.mu.Lock()
@@ -311,7 +311,7 @@ func (l *streamLog) take(f parkedFrame) {
 		f.frame = body
 	}
 	l.mu.Unlock()
-	l.p.fromLog(f.frame, f.loc, f.at)
+	l.p.fromLog(f.frame, f.loc, f.at, burst)
 }
 
 // bodyOf finds the body of frame when it is a marker: body is nil for a
@@ -339,13 +339,13 @@ func (l *streamLog) bodyOf(frame []byte) (body []byte, key liveKey, waiting bool
 
 // onBody keeps another node's live frame until its marker comes, and
 // lets parked frames go when it is the one they wait for.
-func (l *streamLog) onBody(msg *nats.Msg) {
+func (l *streamLog) onBody(msg *nats.Msg, burst *Sender) {
 	var meta envelope.Meta
 	if _, err := envelope.DecodeFrame(msg.Data, &meta); err != nil || meta.Origin == l.p.node.ID {
 		return // this node's own are kept when published
 	}
 	l.keep(liveKey{meta.Origin, meta.Seq}, msg.Data)
-	l.release(false)
+	l.release(false, burst)
 }
 
 func (l *streamLog) keep(k liveKey, frame []byte) {
@@ -357,12 +357,13 @@ func (l *streamLog) keep(k liveKey, frame []byte) {
 // giveUp delivers the parked frames without the body they wait for.
 func (l *streamLog) giveUp() {
 	l.p.node.Log.Warn("a live frame's body never came; it is not delivered", "pod", l.p.Name)
-	l.release(true)
+	l.release(true, nil)
 }
 
 // release hands the parked frames to the pod, in order, as far as their
 // bodies have come (all of them when skip: the first one's is given up).
-func (l *streamLog) release(skip bool) {
+// burst is the dispatcher's, or nil off the dispatcher.
+func (l *streamLog) release(skip bool, burst *Sender) {
 	l.deliver.Lock()
 	defer l.deliver.Unlock()
 	for {
@@ -398,7 +399,7 @@ func (l *streamLog) release(skip bool) {
 			l.parked = nil
 		}
 		l.mu.Unlock()
-		l.p.fromLog(f.frame, f.loc, f.at)
+		l.p.fromLog(f.frame, f.loc, f.at, burst)
 	}
 }
 

@@ -33,10 +33,13 @@ type Follower struct {
 	mu    sync.RWMutex
 	tails map[string]*Tail // by subject
 
-	handled   atomic.Uint64 // the last stream sequence the consumer handed
-	lastMove  atomic.Int64  // when it moved last (unix ns)
-	errors    atomic.Int64
-	lastError atomic.Pointer[string]
+	handled  atomic.Uint64 // the last stream sequence the consumer handed
+	lastMove atomic.Int64  // when it moved last (unix ns)
+	// behindSince is when the follower was first seen behind what the
+	// stream stored (unix ns; 0: it was not). Under the node's followMu.
+	behindSince int64
+	errors      atomic.Int64
+	lastError   atomic.Pointer[string]
 }
 
 // follower starts the node's follower, once, when the first pod opens.
@@ -83,12 +86,20 @@ func (f *Follower) trouble(err error) {
 }
 
 // behind reports how long the follower has not brought back what the
-// stream stored of this node's (0: it is not behind).
+// stream stored of this node's (0: it is not behind): since it was first
+// seen behind, or since it last moved if that is later. Not since it last
+// moved alone: a follower idle while the stream had no leader, and so
+// stored nothing, is not behind the moment the new leader stores what
+// was held. Call it with the node's followMu held, every second or so.
 func (f *Follower) behind(now time.Time, stored uint64) time.Duration {
 	if f.handled.Load() >= stored {
+		f.behindSince = 0
 		return 0
 	}
-	return now.Sub(time.Unix(0, f.lastMove.Load()))
+	if f.behindSince == 0 {
+		f.behindSince = now.UnixNano()
+	}
+	return now.Sub(time.Unix(0, max(f.behindSince, f.lastMove.Load())))
 }
 
 func (f *Follower) close() {
@@ -103,7 +114,7 @@ type Tail struct {
 	f        *Follower
 	key      string
 	subjects []string
-	fn       func(subject string, m history.Msg)
+	fn       func(subject string, m history.Msg, burst *Sender)
 
 	// order makes the calls of fn one at a time, in the stream's order,
 	// whoever hands them (the dispatcher, Follow).
@@ -122,13 +133,14 @@ type tailMsg struct {
 	m       history.Msg
 }
 
-func (tm tailMsg) run() { tm.t.handle(tm) }
+func (tm tailMsg) run(burst *Sender) { tm.t.handle(tm, burst) }
 
 // Follow hands fn every message stored on the pod's subjects, from the
 // oldest the stream holds, in the stream's order, one at a time; the
 // messages stored before Follow returns (the pod's past) are handed
-// before it returns. key names the pod for the dispatcher.
-func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.Msg)) (*Tail, error) {
+// before it returns. key names the pod for the dispatcher. fn's burst is
+// the dispatcher's (nil for the past, handed on the caller's goroutine).
+func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.Msg, burst *Sender)) (*Tail, error) {
 	tl := &Tail{f: f, key: key, subjects: subjects, fn: fn, last: map[string]uint64{}}
 	// Listen first: what is stored while the past is read arrives here
 	// and is handed after it.
@@ -140,7 +152,7 @@ func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn
 	tl.order.Lock()
 	defer tl.order.Unlock()
 	err := f.n.History.Scan(ctx, subjects, 1, func(subject string, m history.Msg) error {
-		tl.deliver(subject, m)
+		tl.deliver(subject, m, nil)
 		return nil
 	})
 	if err != nil {
@@ -158,7 +170,7 @@ func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn
 		}
 		tl.mu.Unlock()
 		for _, tm := range buffered {
-			tl.deliver(tm.subject, tm.m)
+			tl.deliver(tm.subject, tm.m, nil)
 		}
 	}
 }
@@ -178,7 +190,7 @@ func (tl *Tail) Stop() {
 }
 
 // handle takes one message from the follower, on the pod's dispatcher.
-func (tl *Tail) handle(tm tailMsg) {
+func (tl *Tail) handle(tm tailMsg, burst *Sender) {
 	tl.mu.Lock()
 	if tl.stopped {
 		tl.mu.Unlock()
@@ -192,11 +204,11 @@ func (tl *Tail) handle(tm tailMsg) {
 	tl.mu.Unlock()
 	tl.order.Lock()
 	defer tl.order.Unlock()
-	tl.deliver(tm.subject, tm.m)
+	tl.deliver(tm.subject, tm.m, burst)
 }
 
 // deliver hands m unless it was handed already. Call it with order held.
-func (tl *Tail) deliver(subject string, m history.Msg) {
+func (tl *Tail) deliver(subject string, m history.Msg, burst *Sender) {
 	tl.mu.Lock()
 	if m.Seq <= tl.last[subject] || tl.stopped {
 		tl.mu.Unlock()
@@ -204,5 +216,5 @@ func (tl *Tail) deliver(subject string, m history.Msg) {
 	}
 	tl.last[subject] = m.Seq
 	tl.mu.Unlock()
-	tl.fn(subject, m)
+	tl.fn(subject, m, burst)
 }
