@@ -9,6 +9,28 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
+// FuzzValidJSON holds validJSON to encoding/json.Valid's answer, on both
+// sides of gjsonValidMax.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"a":[1,-0.5e+3,"x\u00e9\n",true,false,null,{}]}`, ` {} `, "\t[]\r\n", `01`, `-`, `1.`, `1e`, `1e+`,
+		`"\x"`, `"\u12"`, "\"a\x01\"", `{"a"}`, `{"a":1,}`, `[1,]`, `[`, `"`, ``, ` `, `nul`, `truex`,
+		"\xff", `"\xff"`, `{"a":1}{`, `[[[[[[[[[[]]]]]]]]]]`, `{"a":"b" "c":1}`,
+	} {
+		f.Add([]byte(s), 0)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, pad int) {
+		if got, want := validJSON(data), json.Valid(data); got != want {
+			t.Fatalf("validJSON(%q) = %v, encoding/json.Valid %v", data, got, want)
+		}
+		// The same value past gjsonValidMax, padded with white space.
+		big := append(bytes.Repeat([]byte{' '}, gjsonValidMax+1+pad%64), data...)
+		if got, want := validJSON(big), json.Valid(big); got != want {
+			t.Fatalf("validJSON(padded %q) = %v, encoding/json.Valid %v", data, got, want)
+		}
+	})
+}
+
 // FuzzParse checks that no input crashes the parser, that an accepted
 // envelope stays valid JSON once filled, and that filling keeps every byte
 // the sender wrote.

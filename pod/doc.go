@@ -18,8 +18,10 @@
 //	                   and is recorded and queued then
 //	     several nodes each node queues its own at once and the others' as the pod's core NATS
 //	     no history    subject brings them
-//	  ── the lock is let go: each member's writer is woken once for all it was queued (unlock) ─────────
-//	writer goroutine of each member (participant): everything queued in one system call
+//	  ── the lock is let go: each member's writer is woken once for all it was queued (unlock), or at ─
+//	     the end of the burst: a reader with more messages read (Sender.Hold), the dispatcher that
+//	     brings the stream's frames (dispatch.go)
+//	writer of each member (participant): everything queued in one system call
 //
 // So on one node an envelope is in its members' queues before its sender
 // reads its next one, with nothing but the node's own memory on the way,
