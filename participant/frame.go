@@ -3,16 +3,12 @@ package participant
 import "sync"
 
 // The participant's writer sends text frames it builds itself rather than
-// one library call per message: the same frame of an envelope (a server's
-// frames are not masked) is then built once by the pod's fan-out and
-// shared by every recipient that takes it as its own message, and a
-// writer sends everything queued for its connection in one Write.
-
-// TextFrame returns body as a complete WebSocket text frame (FIN set, not
-// masked): the form in which the queue holds what is to be written.
-func TextFrame(body []byte) []byte {
-	return append(AppendTextHeader(make([]byte, 0, 10+len(body)), len(body)), body...)
-}
+// one library call per message: the queue holds the messages' bodies, the
+// same bytes of an envelope shared by every recipient that takes it (never
+// a copy per recipient, nor a frame of its own), and a writer frames
+// everything queued for its connection into one buffer (a server's frames
+// are not masked, so a header is all a frame adds) and sends it in one
+// Write.
 
 // AppendTextHeader appends the header of a final text frame of n bytes.
 func AppendTextHeader(dst []byte, n int) []byte {
@@ -27,17 +23,6 @@ func AppendTextHeader(dst []byte, n int) []byte {
 			byte(uint64(n)>>56), byte(uint64(n)>>48), byte(uint64(n)>>40), byte(uint64(n)>>32),
 			byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
-}
-
-// frameBody is the payload of a frame built by TextFrame.
-func frameBody(frame []byte) []byte {
-	switch frame[1] {
-	case 126:
-		return frame[4:]
-	case 127:
-		return frame[10:]
-	}
-	return frame[2:]
 }
 
 // writeBuffers hold one write's frames; pooled, so that an idle connection

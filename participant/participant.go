@@ -171,13 +171,13 @@ func (p *Participant) Done() <-chan struct{} { return p.done }
 // Queued is the number of messages waiting to be written, and their bytes.
 func (p *Participant) Queued() (n, bytes int) { return p.queue.Size() }
 
-// Deliver queues frame, an envelope of the pod as a text frame
-// (TextFrame), which the caller must never change afterwards (it is shared
-// with every other recipient), and wakes the writer. When the queue is
+// Deliver queues body, an envelope of the pod, which the caller must never
+// change afterwards (it is shared with every other recipient and written
+// as it is, framed by the writer), and wakes the writer. When the queue is
 // full the participant is cut with 4008 and Deliver reports false; once
 // the participant is closing it takes no more.
-func (p *Participant) Deliver(frame []byte) bool {
-	if !p.Enqueue(frame) {
+func (p *Participant) Deliver(body []byte) bool {
+	if !p.Enqueue(body) {
 		return false
 	}
 	p.wakeWriter()
@@ -191,8 +191,8 @@ func (p *Participant) Deliver(frame []byte) bool {
 // write part of the burst: the way nats-server's writer waits while
 // producers that queued for it are about to flush, so that a busy pod's
 // envelopes go out in fewer, larger writes; nothing waits on a timer.
-func (p *Participant) Enqueue(frame []byte) bool {
-	if !p.push(frame, false) {
+func (p *Participant) Enqueue(body []byte) bool {
+	if !p.push(body, false) {
 		return false
 	}
 	p.flushDue.Store(true)
@@ -209,9 +209,10 @@ func (p *Participant) Flush() {
 // (its welcome, an error, the answer to a request), and wakes the writer:
 // like Deliver, but also while the participant is closing, until its close
 // frame is written, so that what it sent in the meantime is still
-// answered.
+// answered. As with Deliver, body is written as it is: never change it
+// afterwards.
 func (p *Participant) Answer(body []byte) bool {
-	if !p.push(TextFrame(body), true) {
+	if !p.push(body, true) {
 		return false
 	}
 	p.wakeWriter()
@@ -505,10 +506,10 @@ func (p *Participant) writeLoop() {
 	}
 }
 
-// write sends frames (each a whole text frame), in one system call: what
-// queued up while the previous write was on its way goes out together, with
-// no timer and so no added latency. With batch (and more than one) it
-// sends their bodies as one message instead, a line each. It reports how
+// write sends the queued bodies, each as a text frame, in one system call:
+// what queued up while the previous write was on its way goes out
+// together, with no timer and so no added latency. With batch (and more
+// than one) it sends them as one message instead, a line each. It reports how
 // many WebSocket messages it wrote. There is no per-write timer: Watch
 // cuts a write that outlasts WriteTimeout.
 func (p *Participant) write(frames [][]byte, batch bool) (int, error) {
@@ -529,28 +530,29 @@ func (p *Participant) writeRest() error {
 	return err
 }
 
-// frame puts frames into one buffer of writeBuffers, as write sends them,
-// and says how many WebSocket messages that is.
-func (p *Participant) frame(frames [][]byte, batch bool) (int, *[]byte) {
+// frame puts the queued bodies into one buffer of writeBuffers as the
+// text frames write sends (one for all of them with batch, their lines
+// joined by newlines), and says how many WebSocket messages that is.
+func (p *Participant) frame(bodies [][]byte, batch bool) (int, *[]byte) {
 	bp := writeBuffers.Get().(*[]byte)
 	buf := (*bp)[:0]
-	msgs := len(frames)
-	if batch && len(frames) > 1 {
-		n := len(frames) - 1
-		for _, f := range frames {
-			n += len(frameBody(f))
+	msgs := len(bodies)
+	if batch && len(bodies) > 1 {
+		n := len(bodies) - 1
+		for _, b := range bodies {
+			n += len(b)
 		}
 		buf = AppendTextHeader(buf, n)
-		for i, f := range frames {
+		for i, b := range bodies {
 			if i > 0 {
 				buf = append(buf, '\n')
 			}
-			buf = append(buf, frameBody(f)...)
+			buf = append(buf, b...)
 		}
 		msgs = 1
 	} else {
-		for _, f := range frames {
-			buf = append(buf, f...)
+		for _, b := range bodies {
+			buf = append(AppendTextHeader(buf, len(b)), b...)
 		}
 	}
 	*bp = buf

@@ -5,26 +5,25 @@ import (
 	"github.com/mcpp/gateway/participant"
 )
 
-// deliver queues body for the local members that take it, as one text
-// frame built once and shared by all of them (MCPx participants share one
-// with the protocol rewritten), and returns how many took it. Their
+// deliver queues body for the local members that take it, the same bytes
+// for all of them (MCPx participants share one copy with the protocol
+// rewritten), and returns how many took it. body is the frame's (or, on
+// a node that needs no frame, a copy of its own: ingress.commit), which
+// nobody changes: the writers write it as it is. Their
 // writers are woken once, when the order lock is let go (unlock), or
 // when a sender that holds its flushes flushes (Sender.Hold), so that
 // what a burst queued goes out in one write per connection. Call it with
 // mu held.
 func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
-	var frame, mcpx []byte
+	var mcpx []byte
 	pick := func(r *participant.Participant) []byte {
 		if r.Protocol == envelope.ProtocolMCPX {
 			if mcpx == nil {
-				mcpx = participant.TextFrame(asMCPX(body, m.Protocol))
+				mcpx = asMCPX(body, m.Protocol)
 			}
 			return mcpx
 		}
-		if frame == nil {
-			frame = participant.TextFrame(body)
-		}
-		return frame
+		return body
 	}
 	take := func(r *participant.Participant) bool {
 		if !r.Enqueue(pick(r)) {

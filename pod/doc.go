@@ -11,7 +11,7 @@
 //	  → frame = header + envelope bytes (envelope.AppendFrame)
 //	  → the pod's log decides where the order comes from (log.go):
 //	     one node      the order is the node's: record it in the history index, queue it for every
-//	                   member whose filter admits it (one text frame shared by all), hand it to the
+//	                   member whose filter admits it (the frame's body, shared by all), hand it to the
 //	                   history writer (history.Writer), which stores it behind, in the same order
 //	     several nodes the order is the history stream's: send it into the stream; it comes back to
 //	     with history  every node, through the node's one ordered consumer of the stream (Follower),

@@ -178,12 +178,15 @@ func BenchmarkFollowLatency(b *testing.B) {
 	}
 }
 
-// benchStream is an embedded JetStream with the history stream's shape.
-func benchStream(b testing.TB, republish bool) (*nats.Conn, jetstream.JetStream) {
+// benchServer starts an embedded NATS server with JetStream on opts (its
+// store in a temporary directory, wide limits), for the length of the
+// benchmark, and connects to it in process.
+func benchServer(b testing.TB, opts *server.Options) *nats.Conn {
 	dir, _ := os.MkdirTemp("", "follow-bench")
 	b.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ns, err := server.NewServer(&server.Options{ServerName: "bench", DontListen: true, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: dir, JetStreamMaxMemory: 1 << 30, MaxPending: 1 << 30})
+	opts.NoSigs, opts.NoLog, opts.JetStream, opts.StoreDir = true, true, true, dir
+	opts.JetStreamMaxMemory, opts.MaxPending = 1<<30, 1<<30
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -195,6 +198,12 @@ func benchStream(b testing.TB, republish bool) (*nats.Conn, jetstream.JetStream)
 		b.Fatal(err)
 	}
 	b.Cleanup(nc.Close)
+	return nc
+}
+
+// benchStream is an embedded JetStream with the history stream's shape.
+func benchStream(b testing.TB, republish bool) (*nats.Conn, jetstream.JetStream) {
+	nc := benchServer(b, &server.Options{ServerName: "bench", DontListen: true})
 	js, _ := jetstream.New(nc)
 	sc := jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"mcpp.pod.>"}, Storage: jetstream.MemoryStorage,
 		MaxMsgsPerSubject: 2024, MaxBytes: 512 << 20, Discard: jetstream.DiscardOld, AllowDirect: true}
@@ -289,23 +298,8 @@ func benchCluster(b testing.TB, republish bool) []*nats.Conn {
 	}
 	var conns []*nats.Conn
 	for i, p := range ports {
-		dir, _ := os.MkdirTemp("", "follow-cluster")
-		b.Cleanup(func() { _ = os.RemoveAll(dir) })
-		ns, err := server.NewServer(&server.Options{ServerName: fmt.Sprint("s", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
-			NoSigs: true, NoLog: true, JetStream: true, StoreDir: dir, JetStreamMaxMemory: 1 << 30, MaxPending: 1 << 30,
-			Cluster: server.ClusterOpts{Name: "bench", Host: "127.0.0.1", Port: p}, Routes: server.RoutesFromStr(strings.Join(routes, ","))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		go ns.Start()
-		ns.ReadyForConnections(10 * time.Second)
-		b.Cleanup(ns.Shutdown)
-		nc, err := nats.Connect("", nats.InProcessServer(ns))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(nc.Close)
-		conns = append(conns, nc)
+		conns = append(conns, benchServer(b, &server.Options{ServerName: fmt.Sprint("s", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			Cluster: server.ClusterOpts{Name: "bench", Host: "127.0.0.1", Port: p}, Routes: server.RoutesFromStr(strings.Join(routes, ","))}))
 	}
 	js, _ := jetstream.New(conns[0])
 	sc := jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"mcpp.pod.>"}, Storage: jetstream.MemoryStorage, Replicas: 3,

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -339,9 +340,13 @@ func (in *ingress) commit(body []byte) {
 	var frame []byte
 	if p.framed {
 		// Kept by the history writer until stored, or sent to the other
-		// nodes: a frame of its own, the body in it.
+		// nodes: a frame of its own, the body in it, which the members'
+		// queues share too.
 		frame = envelope.Frame(m, body)
 		body = frame[len(frame)-len(body):]
+	} else {
+		// The members' queues keep it: not the read buffer's memory.
+		body = bytes.Clone(body)
 	}
 	if !p.log.here() && p.index != nil && !m.Live() {
 		p.sending[strings.Clone(m.ID)] = struct{}{} // until it comes back (fromLog); not the read buffer's memory

@@ -156,7 +156,7 @@ const ReadTimeout = 10 * time.Second
 // Next implements participant.Source.
 func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
 	if s.first != nil {
-		dst = append(dst, participant.TextFrame(s.first))
+		dst = append(dst, s.first)
 		s.first = nil
 		return dst, nil
 	}
@@ -168,7 +168,7 @@ func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
 	chunk := s.sel[:n]
 	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
 	defer cancel()
-	done, err := s.p.Render(ctx, s.r.Protocol, chunk, func(b []byte) { dst = append(dst, participant.TextFrame(b)) })
+	done, err := s.p.Render(ctx, s.r.Protocol, chunk, func(b []byte) { dst = append(dst, b) })
 	var missing *MissingError
 	switch {
 	case errors.As(err, &missing) && !s.resume:
