@@ -21,6 +21,28 @@ import (
 // envelope, and the context's ancestry.
 func maxFrameBytes(cfg *Config) int { return 2*cfg.MaxMessageBytes + 64<<10 }
 
+// natsReadyWait is how long the gateway waits for its embedded NATS
+// server to listen before it gives up.
+const natsReadyWait = 30 * time.Second
+
+// natsReady waits for ns to listen: at most natsReadyWait (a loaded
+// machine may take a while to start JetStream's cluster), less when the
+// server reports that it cannot (fatal).
+func natsReady(ns *server.Server, fatal <-chan string) error {
+	deadline := time.Now().Add(natsReadyWait)
+	for !ns.ReadyForConnections(100 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			return fmt.Errorf("embedded NATS: %s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("embedded NATS: not ready after %v", natsReadyWait)
+		}
+	}
+	return nil
+}
+
 // startNATS starts the embedded NATS server, joined to its cluster when
 // one is configured, and connects to it in process; with --nats-url it
 // connects to the external deployment instead and embeds nothing.
@@ -171,10 +193,12 @@ func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, te
 	if err != nil {
 		return nil, nil, tempDir, fmt.Errorf("embedded NATS: %w", err)
 	}
+	logger := newNATSLogger(cfg.logger())
+	ns.SetLoggerV2(logger, false, false, false)
 	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
+	if err := natsReady(ns, logger.fatal); err != nil {
 		ns.Shutdown()
-		return nil, nil, tempDir, fmt.Errorf("embedded NATS: not ready after 10s")
+		return nil, nil, tempDir, err
 	}
 	nc, err = nats.Connect("", append(connectOpts, nats.InProcessServer(ns))...)
 	if err != nil {

@@ -2,9 +2,12 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -13,41 +16,219 @@ import (
 // the stream with one ordered consumer for every pod's subjects (Follow),
 // and hands each message to the pod it is for, if that pod is open on
 // the node. One consumer per node, not per pod: the stream's limit on
-// consumers (1,000) bounds nodes, not pods. nats.go's ordered consumer
-// delivers each message once, in order, and starts again after the last
-// one when its consumer is lost (a leader that died), so a node sees no
-// gap. (Measured against the stream's RePublish, one core subscription
-// per pod: the consumer cost less per message, alone and in a cluster of
-// three, and never drops; BENCHMARKS.md.)
+// consumers (1,000) bounds nodes, not pods. (Measured against the
+// stream's RePublish, one core subscription per pod: the consumer cost
+// less per message, alone and in a cluster of three, and never drops;
+// BENCHMARKS.md.)
+//
+// The consumer is ordered, like nats.go's OrderedConsumer: ephemeral,
+// without acknowledgements, and a new one from the next sequence whenever
+// the delivery has a gap or the consumer is lost (its server died, the
+// stream's leader changed). nats.go's own waits 1, 2, 4, 8 and then 10
+// seconds between its attempts to make the new one, and the stream has
+// no leader to make it for some seconds after its leader died: every pod
+// of the node delivers nothing meanwhile, so this one tries every
+// followRetry.
 
 // followHeartbeat is how often the stream tells an idle consumer it is
-// still there; the ordered consumer starts again after two missed ones.
-const followHeartbeat = 2 * time.Second
+// still there; two missed heartbeats and the follower starts again from
+// the last sequence it handled. The pull expiry must be at least twice it.
+const (
+	followHeartbeat = time.Second
+	followExpiry    = 5 * time.Second
+)
 
-// Follow calls fn, on one goroutine and in the stream's order, with every
-// message stored on subjects (wildcards allowed) after the call, until
-// stop is called; onErr hears of the consumer's troubles (it recovers from
-// them by itself).
+// followRetry is how often a follower that lost its consumer tries to make
+// another.
+const followRetry = 250 * time.Millisecond
+
+// followBuffer bounds what the stream sends the follower ahead of what it
+// has handled. It is large on purpose: the stream discards a pod's oldest
+// entries past its limit whether the follower has them or not, and once
+// an entry is in the follower's buffer no discard can take it, so the
+// stream must be free to push a burst (thousands of contexts concluding
+// at once) into it at once. Bytes bound it for large envelopes.
+const (
+	followMaxMessages = 1 << 16
+	followMaxBytes    = 8 << 20
+)
+
+// followInactive is how long the stream keeps a consumer whose gateway
+// vanished without deleting it (a killed node).
+const followInactive = 30 * time.Second
+
+// follower is one Follow: its consumer of the moment, and where it is.
+type follower struct {
+	s        *Stream
+	subjects []string
+	fn       func(subject string, m Msg)
+	onErr    func(error)
+
+	// deliverMu makes the calls of fn one at a time, across the
+	// consumers of successive generations, in the stream's order.
+	deliverMu  sync.Mutex
+	mu         sync.Mutex
+	generation int
+	next       uint64 // the next stream sequence to ask for
+	delivered  uint64 // the consumer's delivery count seen last
+	cons       jetstream.Consumer
+	cc         jetstream.ConsumeContext
+	restarting bool
+	stopped    bool
+	stop       chan struct{}
+}
+
+// Follow calls fn, on one goroutine at a time and in the stream's order,
+// with every message stored on subjects (wildcards allowed) after the
+// call, until stop is called; onErr hears of the consumer's troubles (it
+// recovers from them by itself).
 func (s *Stream) Follow(ctx context.Context, subjects []string, fn func(subject string, m Msg), onErr func(error)) (stop func(), err error) {
-	c, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverNewPolicy,
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
+	}
+	f := &follower{s: s, subjects: subjects, fn: fn, onErr: onErr, next: info.State.LastSeq + 1, stop: make(chan struct{})}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.startLocked(ctx); err != nil {
+		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
+	}
+	return f.Stop, nil
+}
+
+// startLocked makes a consumer from f.next on and consumes it.
+func (f *follower) startLocked(ctx context.Context) error {
+	cons, err := f.s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubjects: f.subjects, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: f.next,
+		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: followInactive,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
+		return err
 	}
-	cc, err := c.Consume(func(m jetstream.Msg) {
-		md, err := m.Metadata()
-		if err != nil {
+	f.generation++
+	gen := f.generation
+	cc, err := cons.Consume(func(m jetstream.Msg) { f.handle(gen, m) },
+		jetstream.PullHeartbeat(followHeartbeat), jetstream.PullExpiry(followExpiry),
+		jetstream.PullMaxMessagesWithBytesLimit(followMaxMessages, followMaxBytes),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { f.trouble(gen, err) }))
+	if err != nil {
+		f.deleteAsync(cons)
+		return err
+	}
+	f.cons, f.cc, f.delivered = cons, cc, 0
+	return nil
+}
+
+// errGap is a delivery that skipped one of the consumer's messages.
+var errGap = errors.New("history: a gap in the delivery")
+
+func (f *follower) handle(gen int, m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		return // not a stream message
+	}
+	f.deliverMu.Lock()
+	defer f.deliverMu.Unlock()
+	f.mu.Lock()
+	if gen != f.generation || f.stopped {
+		f.mu.Unlock()
+		return // from a consumer given up on
+	}
+	if md.Sequence.Consumer != f.delivered+1 {
+		// A gap in the delivery: start again after the last one handled.
+		f.mu.Unlock()
+		f.trouble(gen, errGap)
+		return
+	}
+	f.delivered = md.Sequence.Consumer
+	f.next = md.Sequence.Stream + 1
+	f.mu.Unlock()
+	f.fn(m.Subject(), Msg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()})
+}
+
+// trouble hears of a consumer's error: the ones that mean it is lost
+// start a new one.
+func (f *follower) trouble(gen int, err error) {
+	lost := errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, errGap)
+	if f.onErr != nil {
+		f.onErr(err)
+	}
+	if !lost {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if gen != f.generation || f.restarting || f.stopped {
+		return
+	}
+	f.restarting = true
+	f.cc.Stop()
+	f.deleteAsync(f.cons)
+	go f.restart()
+}
+
+// restart makes a new consumer from the next sequence, every followRetry
+// until it works or the follower stops.
+func (f *follower) restart() {
+	for {
+		f.mu.Lock()
+		if f.stopped {
+			f.restarting = false
+			f.mu.Unlock()
 			return
 		}
-		fn(m.Subject(), Msg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()})
-	}, jetstream.PullHeartbeat(followHeartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if onErr != nil {
-			onErr(err)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := f.startLocked(ctx)
+		cancel()
+		if err == nil {
+			f.restarting = false
+			f.mu.Unlock()
+			return
 		}
-	}))
-	if err != nil {
-		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
+		f.mu.Unlock()
+		if f.onErr != nil {
+			f.onErr(err)
+		}
+		select {
+		case <-f.stop:
+		case <-time.After(followRetry):
+		}
 	}
-	return cc.Stop, nil
+}
+
+func (f *follower) deleteAsync(cons jetstream.Consumer) {
+	if cons == nil {
+		return
+	}
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = f.s.stream.DeleteConsumer(ctx, info.Name)
+	}()
+}
+
+// Stop ends the follower and deletes its consumer from the stream. A call
+// of fn in progress may still finish.
+func (f *follower) Stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
+	f.stopped = true
+	close(f.stop)
+	if f.cc != nil {
+		f.cc.Stop()
+	}
+	if info := f.cons.CachedInfo(); info != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = f.s.stream.DeleteConsumer(ctx, info.Name)
+	}
 }

@@ -21,9 +21,10 @@ func startCluster(t *testing.T, n int, extra ...string) []*harness.GatewayProc {
 	return startClusterEach(t, n, nil, extra...)
 }
 
-// startClusterEach is startCluster with perNode's arguments for node i as
-// well (none when perNode is nil).
-func startClusterEach(t *testing.T, n int, perNode func(i int) []string, extra ...string) []*harness.GatewayProc {
+// tryStartCluster starts the nodes of startClusterEach on cluster ports
+// that were free a moment ago, and stops them when one cannot start (one
+// of those ports was taken meanwhile: startClusterEach tries others).
+func tryStartCluster(t *testing.T, n int, perNode func(i int) []string, extra ...string) ([]*harness.GatewayProc, error) {
 	t.Helper()
 	cports := make([]int, n)
 	var routes []string
@@ -39,7 +40,29 @@ func startClusterEach(t *testing.T, n int, perNode func(i int) []string, extra .
 		if perNode != nil {
 			args = append(args, perNode(i)...)
 		}
-		nodes[i] = harness.StartGatewayProc(t, nil, args...)
+		var err error
+		if nodes[i], err = harness.TryStartGatewayProc(t, nil, args...); err != nil {
+			for _, started := range nodes[:i+1] {
+				started.Stop()
+			}
+			return nil, err
+		}
+	}
+	return nodes, nil
+}
+
+// startClusterEach is startCluster with perNode's arguments for node i as
+// well (none when perNode is nil).
+func startClusterEach(t *testing.T, n int, perNode func(i int) []string, extra ...string) []*harness.GatewayProc {
+	t.Helper()
+	var nodes []*harness.GatewayProc
+	for try := 1; ; try++ {
+		var err error
+		if nodes, err = tryStartCluster(t, n, perNode, extra...); err == nil {
+			break
+		} else if !harness.PortTaken(err) || try == 3 {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		if t.Failed() {

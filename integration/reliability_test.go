@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -251,15 +253,28 @@ func TestFirstBurstDelivered(t *testing.T) {
 	for i := 0; i < 60; i++ {
 		pod := fmt.Sprintf("first-%d", i)
 		bob := g.Dial(t, pod, "bob", "")
+		posted := make(chan string, 1)
+		start := time.Now()
 		go func() {
 			body := strings.NewReader(`{"kind":"chat","id":"hello"}`)
 			resp, err := http.Post(fmt.Sprintf("%s/pods/%s/envelopes?participant=alice", g.URL, pod), "application/json", body)
-			if err == nil {
-				resp.Body.Close()
+			if err != nil {
+				posted <- err.Error()
+				return
 			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			posted <- fmt.Sprintf("%d %s after %v", resp.StatusCode, bytes.TrimSpace(b), time.Since(start))
 		}()
-		if m := bob.NextNonPresence(2 * time.Second); m == nil || m.Str("id") != "hello" {
-			t.Fatalf("%s: bob got %v, want hello", pod, m)
+		// Nothing else is sent in the pod: an envelope whose writer was
+		// not woken would never arrive, however long bob waits.
+		if m := bob.NextNonPresence(10 * time.Second); m == nil || m.Str("id") != "hello" {
+			answer := "no answer in 10 s more"
+			select {
+			case answer = <-posted:
+			case <-time.After(10 * time.Second):
+			}
+			t.Fatalf("%s: bob got %v after %v, want hello (the POST: %s)", pod, m, time.Since(start), answer)
 		}
 		_ = bob.Conn.CloseNow()
 	}

@@ -21,8 +21,11 @@ import (
 
 // lostAfter is how long the follower may stay behind what this node
 // stored (the stream acknowledged it, and the follower did not bring it
-// back) before the node counts the order of its pods lost.
-const lostAfter = 5 * time.Second
+// back) before the node counts the order of its pods lost. It leaves
+// room for the follower's own recovery when its consumer's server died
+// (two missed heartbeats, then a new consumer, which may wait for the
+// stream's new leader).
+const lostAfter = 10 * time.Second
 
 // Follower is the node's reader of the history stream.
 type Follower struct {

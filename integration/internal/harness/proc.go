@@ -90,6 +90,19 @@ func EnvWithoutMCPP() []string {
 // listens. It is stopped with SIGTERM when the test ends.
 func StartGatewayProc(t *testing.T, env []string, args ...string) *GatewayProc {
 	t.Helper()
+	p, err := TryStartGatewayProc(t, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TryStartGatewayProc is StartGatewayProc that reports a gateway that
+// exited or did not listen instead of failing the test: a cluster test
+// picks its ports before its nodes bind them (FreePort), and tries again
+// with others when one was taken meanwhile (PortTaken).
+func TryStartGatewayProc(t *testing.T, env []string, args ...string) (*GatewayProc, error) {
+	t.Helper()
 	p := &GatewayProc{t: t, bin: BuildCommand(t, "mcpp-gateway"), args: args, Stderr: &SyncBuffer{}}
 	p.env = EnvWithoutMCPP()
 	if HistoryOff() {
@@ -97,21 +110,25 @@ func StartGatewayProc(t *testing.T, env []string, args ...string) *GatewayProc {
 	}
 	p.env = append(p.env, env...)
 	t.Cleanup(p.stop)
-	p.start()
-	return p
+	return p, p.start()
+}
+
+// PortTaken reports whether a gateway that did not start says that a
+// port it was to listen on was taken.
+func PortTaken(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "address already in use")
 }
 
 // start runs the gateway and waits until it listens.
-func (p *GatewayProc) start() {
-	p.t.Helper()
+func (p *GatewayProc) start() error {
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = p.env
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	exited := make(chan struct{})
 	p.Cmd, p.Exited = cmd, exited
@@ -131,15 +148,20 @@ func (p *GatewayProc) start() {
 		_ = cmd.Wait()
 		close(exited)
 	}()
+	// The gateway waits up to 30 s for its embedded NATS server.
 	select {
 	case a := <-addr:
 		p.GW = GatewayAt(a)
+		return nil
 	case <-exited:
-		p.t.Fatalf("mcpp-gateway exited (%v) before listening:\n%s", cmd.ProcessState, p.Stderr)
-	case <-time.After(30 * time.Second):
-		p.t.Fatalf("mcpp-gateway did not listen within 30s:\n%s", p.Stderr)
+		return fmt.Errorf("mcpp-gateway exited (%v) before listening:\n%s", cmd.ProcessState, p.Stderr)
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("mcpp-gateway did not listen within 60s:\n%s", p.Stderr)
 	}
 }
+
+// Stop ends the gateway now, as the test's end would (stop).
+func (p *GatewayProc) Stop() { p.stop() }
 
 // stop ends the gateway with SIGTERM, as an operator restarting it does,
 // and kills it when it has not exited within 20s.
@@ -162,7 +184,9 @@ func (p *GatewayProc) stop() {
 func (p *GatewayProc) Restart() {
 	p.t.Helper()
 	p.stop()
-	p.start()
+	if err := p.start(); err != nil {
+		p.t.Fatal(err)
+	}
 	p.WaitHealthy(30 * time.Second)
 }
 
