@@ -391,19 +391,19 @@ func (g *Gateway) lookupPod(name string) *pod.Pod {
 
 // maybeRemovePod forgets a pod with no member, no pending join and no
 // context, so that memory follows the pods in use.
-func (g *Gateway) maybeRemovePod(p *pod.Pod) { g.removePod(p, (*pod.Pod).RemoveIfIdle) }
+func (g *Gateway) maybeRemovePod(p *pod.Pod) { g.removePod(p, true) }
 
 // forgetPod removes a pod that died by itself (it lost its order, or
 // could not read its past), so that the next join opens it anew.
-func (g *Gateway) forgetPod(p *pod.Pod) { g.removePod(p, nil) }
+func (g *Gateway) forgetPod(p *pod.Pod) { g.removePod(p, false) }
 
 // removePod removes p from the pod table if it is still the pod of its
-// name there and when says so (nil: always), asked under the table
-// shard's lock, and closes it.
-func (g *Gateway) removePod(p *pod.Pod, when func(*pod.Pod) bool) {
+// name there (and, with idleOnly, if it is idle: Pod.RemoveIfIdle, asked
+// under the table shard's lock), and closes it.
+func (g *Gateway) removePod(p *pod.Pod, idleOnly bool) {
 	s := g.shard(p.Name)
 	s.mu.Lock()
-	remove := s.pods[p.Name] == p && (when == nil || when(p))
+	remove := s.pods[p.Name] == p && (!idleOnly || p.RemoveIfIdle())
 	if remove {
 		delete(s.pods, p.Name)
 		g.metrics.pods.Set(float64(g.podCount.Add(-1)))

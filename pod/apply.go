@@ -58,13 +58,8 @@ func (p *Pod) commitEvent(m *envelope.Meta, body, frame []byte, id string, at ti
 // burst is the dispatcher's, which wakes the writers at the end of its
 // burst; nil (off the dispatcher) wakes them when the lock goes.
 func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Sender) {
-	if burst != nil {
-		p.lockFor(burst)
-		defer p.unlockFor(burst)
-	} else {
-		p.lock()
-		defer p.unlock()
-	}
+	p.lockFor(burst)
+	defer p.unlockFor(burst)
 	if !p.caughtUp {
 		p.applyPast(frame, loc, at)
 		return

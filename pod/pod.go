@@ -176,9 +176,9 @@ func (p *Pod) lock() {
 }
 
 // lockFor takes the order lock for a sender's envelope: a sender that
-// holds its flushes goes on with its scope.
+// holds its flushes goes on with its scope (nil: none, as lock).
 func (p *Pod) lockFor(s *Sender) {
-	if !s.Hold {
+	if s == nil || !s.Hold {
 		p.lock()
 		return
 	}
@@ -192,7 +192,7 @@ func (p *Pod) lockFor(s *Sender) {
 // unlockFor lets the order lock go, handing a sender that holds its
 // flushes the members to wake when it flushes.
 func (p *Pod) unlockFor(s *Sender) {
-	if !s.Hold {
+	if s == nil || !s.Hold {
 		p.unlock()
 		return
 	}
