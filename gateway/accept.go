@@ -120,10 +120,17 @@ func (g *Gateway) originAllowed(r *http.Request) bool {
 }
 
 func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
-	if !g.accepting.Load() {
+	if !g.enter() {
 		g.refuse(w, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down: connect to another gateway, or later"))
 		return
 	}
+	// Shutdown waits for this handler, then for its connection's reader.
+	reading := false
+	defer func() {
+		if !reading {
+			g.handlers.Done()
+		}
+	}()
 	a, e := g.admit(req)
 	if e != nil {
 		g.refuse(w, e)
@@ -186,11 +193,16 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 	g.metrics.connections.Inc()
 	p.Settle()
 	p.Join(r, a.history)
+	if !g.accepting.Load() {
+		// Shutdown closes the members it finds after turning accepting
+		// off; this one joined after it looked.
+		r.CloseAfterDrain(participant.StatusGoingAway, "gateway shutting down")
+	}
 
 	// The connection is read by a goroutine of its own, and the HTTP
 	// handler returns: the server's per-request state and its goroutine's
 	// grown stack are freed for the life of the connection.
-	g.handlers.Add(1)
+	reading = true
 	go func() {
 		defer g.handlers.Done()
 		defer g.connCount.Add(-1)

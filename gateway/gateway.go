@@ -69,7 +69,8 @@ type Gateway struct {
 	podCount    atomic.Int64
 	connCount   atomic.Int64
 	accepting   atomic.Bool
-	handlers    sync.WaitGroup
+	handlers    sync.WaitGroup // WebSocket handlers and their readers (enter)
+	enterMu     sync.Mutex     // orders each handlers.Add before Shutdown's Wait
 	janitorDone chan struct{}
 	janitorStop chan struct{}
 
@@ -275,6 +276,20 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
 	mux.Handle("/", viewerHandler())
 	return mux
+}
+
+// enter counts a WebSocket handler in handlers, unless the gateway is
+// shutting down. A WaitGroup's Add from zero must come before its Wait:
+// under enterMu, every Add that enter makes comes before Shutdown turns
+// accepting off, which comes before its Wait; after that none is made.
+func (g *Gateway) enter() bool {
+	g.enterMu.Lock()
+	defer g.enterMu.Unlock()
+	if !g.accepting.Load() {
+		return false
+	}
+	g.handlers.Add(1)
+	return true
 }
 
 // ListenAndServe listens on the configured address and serves until
@@ -524,7 +539,10 @@ func (g *Gateway) historyFirstSeq(pods []*pod.Pod) uint64 {
 // section 7). MCP participants leave as the drain begins, so that the
 // others hear of it before their own connections close.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	if !g.accepting.Swap(false) {
+	g.enterMu.Lock()
+	was := g.accepting.Swap(false)
+	g.enterMu.Unlock()
+	if !was {
 		return nil
 	}
 	g.node.SetDraining(true)

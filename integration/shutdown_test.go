@@ -1,15 +1,19 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/mcpp/gateway/integration/internal/harness"
 	"github.com/mcpp/gateway/wire"
 )
@@ -125,5 +129,75 @@ func TestShutdownSIGTERM(t *testing.T) {
 	}
 	if log := stderr.String(); strings.Contains(log, "timed out") || strings.Contains(log, "dropped") {
 		t.Fatalf("shutdown dropped connections:\n%s", log)
+	}
+}
+
+// TestShutdownDuringUpgrades keeps participants connecting while the
+// gateway shuts down. Each is refused (503 shutting_down, or the listener
+// is gone) or welcomed and then closed with 1001, also one that joined
+// after the shutdown had collected the members to close; Shutdown returns
+// before its deadline, leaving no connection open.
+func TestShutdownDuringUpgrades(t *testing.T) {
+	t.Parallel()
+	g := harness.StartGateway(t, nil)
+	const dialers = 8
+	ended := make(chan websocket.StatusCode, 1<<16)
+	var welcomed atomic.Int64
+	after := make(chan struct{}) // closed 5 s after Shutdown returned
+	stop := make(chan struct{})
+	var dialing sync.WaitGroup
+	for d := 0; d < dialers; d++ {
+		dialing.Add(1)
+		go func() {
+			defer dialing.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				q := url.Values{"pod": {fmt.Sprintf("upgrades-%d", i%4)}, "participant": {fmt.Sprintf("d%d-%d", d, i)}}
+				c, _, err := harness.DialWebSocket(g.WS, q, nil)
+				if err != nil {
+					continue // refused, or the listener is closed
+				}
+				welcomed.Add(1)
+				go func() {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					go func() { <-after; cancel() }()
+					for {
+						if _, _, err := c.Read(ctx); err != nil {
+							ended <- websocket.CloseStatus(err) // -1: still open when the wait ended
+							_ = c.CloseNow()
+							return
+						}
+					}
+				}()
+			}
+		}()
+	}
+	harness.Eventually(t, 10*time.Second, "20 participants connected", func() bool { return welcomed.Load() >= 20 })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	err := g.Shutdown(ctx)
+	cancel()
+	close(stop)
+	dialing.Wait()
+	if err != nil {
+		t.Errorf("Shutdown: %v (it waited for a connection nobody closed)", err)
+	}
+	time.AfterFunc(5*time.Second, func() { close(after) })
+	n := welcomed.Load()
+	open := 0
+	for i := int64(0); i < n; i++ {
+		if code := <-ended; code != websocket.StatusGoingAway {
+			open++
+			if open == 1 {
+				t.Errorf("a participant welcomed during the shutdown ended with %d, not 1001 (-1: its connection was still open 5 s after Shutdown returned)", code)
+			}
+		}
+	}
+	if open > 0 {
+		t.Errorf("%d of %d participants were not closed with 1001", open, n)
 	}
 }

@@ -298,9 +298,10 @@ func (p *Participant) writeNow() bool {
 	}
 	p.queue.shrink()
 	p.writerOn.Store(false)
-	// What was queued once the queue was popped, by one who saw the role
-	// taken, is still this writer's to write.
-	if p.queue.Len() > 0 && !p.cut.Load() && p.writerOn.CompareAndSwap(false, true) {
+	// What was queued once the queue was popped, or a drain begun, by one
+	// who saw the role taken is still this writer's to do: the writer
+	// goroutine writes it, or sends the drain's close frame.
+	if (p.queue.Len() > 0 || p.drain.Load() != nil) && !p.cut.Load() && p.writerOn.CompareAndSwap(false, true) {
 		return false
 	}
 	return true
