@@ -196,7 +196,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 	if !g.accepting.Load() {
 		// Shutdown closes the members it finds after turning accepting
 		// off; this one joined after it looked.
-		r.CloseAfterDrain(participant.StatusGoingAway, "gateway shutting down")
+		goAway(r)
 	}
 
 	// The connection is read by a goroutine of its own, and the HTTP

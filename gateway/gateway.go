@@ -292,6 +292,12 @@ func (g *Gateway) enter() bool {
 	return true
 }
 
+// goAway closes r with 1001 once what is queued for it is written: the
+// close a shutdown gives every participant (docs/protocol.md section 7).
+func goAway(r *participant.Participant) {
+	r.CloseAfterDrain(participant.StatusGoingAway, "gateway shutting down")
+}
+
 // ListenAndServe listens on the configured address and serves until
 // Shutdown.
 func (g *Gateway) ListenAndServe() error {
@@ -571,7 +577,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		all = append(all, p.Members()...)
 	}
 	for _, r := range all {
-		r.CloseAfterDrain(participant.StatusGoingAway, "gateway shutting down")
+		goAway(r)
 	}
 	for _, r := range all {
 		select {
