@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,15 @@ type Options struct {
 	// Protocol is wire.ProtocolMCPP (the default) or wire.ProtocolMCPX;
 	// the gateway writes to an MCPx participant in MCPx.
 	Protocol string
+	// Serves says what the participant answers requests of
+	// (wire.ServesMCP: it is an MCP server, as mcpp bridge is); the
+	// gateway shows it in the participant's identity, in welcomes and
+	// presence events.
+	Serves []string
+	// Observe joins without being present (observe=1): no presence event,
+	// no place in welcomes or participant lists. It needs the
+	// gateway/observe capability (wire.CapabilityObserve).
+	Observe bool
 	// HTTPHeader is added to the upgrade request.
 	HTTPHeader http.Header
 	// HTTPClient makes the upgrade request; nil is http.DefaultClient.
@@ -231,6 +241,12 @@ func baseURL(raw string, o *Options) (*url.URL, string, error) {
 	}
 	if o.Protocol != "" {
 		q.Set(wire.QueryProtocol, o.Protocol)
+	}
+	if len(o.Serves) > 0 {
+		q.Set(wire.QueryServes, strings.Join(o.Serves, ","))
+	}
+	if o.Observe {
+		q.Set(wire.QueryObserve, "1")
 	}
 	u.RawQuery = q.Encode()
 	return u, secret, nil

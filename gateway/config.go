@@ -19,15 +19,26 @@ import (
 // Config holds every setting of the gateway. Each field is a flag of
 // mcpp-gateway (RegisterFlags) and an MCPP_ environment variable.
 type Config struct {
-	Listen              string
-	Tokens              string
-	JWTSecretFile       string
-	JWTPublicKeyFile    string
-	JWTJWKSURL          string
-	JWTIssuer           string
-	JWTAudience         string
+	Listen           string
+	Tokens           string
+	JWTSecretFile    string
+	JWTPublicKeyFile string
+	JWTJWKSURL       string
+	JWTIssuer        string
+	JWTAudience      string
+	// DefaultCapabilities are the capabilities in open mode and of a
+	// token without its own; "" is DefaultCapabilitiesOpen in open mode
+	// and DefaultCapabilitiesTokens where tokens are required.
 	DefaultCapabilities string
-	AllowedOrigins      string
+	// JWTAllowNoExp accepts JWTs without exp (unsafe: such a token lives
+	// until its key changes).
+	JWTAllowNoExp  bool
+	AllowedOrigins string
+
+	// TLSCert and TLSKey are PEM files: with both, the gateway serves
+	// HTTPS and WSS only (reloaded on SIGHUP and when they change).
+	TLSCert string
+	TLSKey  string
 
 	MaxMessageBytes int
 	MaxContextBytes int
@@ -77,6 +88,17 @@ type Config struct {
 	// has made no request for this long; its participant leaves the pod.
 	MCPSessionTimeout time.Duration
 
+	// MCPRequestTimeout is how long the gateway waits for the answer to
+	// an mcp/request before it answers the requester itself
+	// (docs/protocol.md section 11); the Max… bound the requests in
+	// flight, per requester and per pod.
+	MCPRequestTimeout            time.Duration
+	MaxMCPRequestsPerParticipant int
+	MaxMCPRequestsPerPod         int
+	ProposalTimeout              time.Duration
+	MaxProposalsPerParticipant   int
+	MaxProposalsPerPod           int
+
 	// Logger receives the gateway's logs; nil means slog.Default().
 	Logger *slog.Logger `flag:"-"`
 }
@@ -84,38 +106,53 @@ type Config struct {
 // DefaultConfig returns the defaults of docs/protocol.md sections 5 and 7.
 func DefaultConfig() Config {
 	return Config{
-		Listen:                    "127.0.0.1:8080",
-		DefaultCapabilities:       "*",
-		MaxMessageBytes:           1 << 20,
-		MaxContextBytes:           4096,
-		MaxDepth:                  5,
-		ContextTimeout:            5 * time.Minute,
-		ContextRetention:          10 * time.Minute,
-		ConclusionKinds:           "conclusion,reasoning/conclusion,reasoning/end",
-		MaxContextsPerParticipant: 256,
-		MaxContextsPerPod:         10000,
-		Rate:                      100,
-		Burst:                     200,
-		ContextRate:               50,
-		ContextBurst:              100,
-		ContextCreateRate:         10,
-		ContextCreateBurst:        20,
-		SendQueue:                 1024,
-		SendQueueBytes:            8 << 20,
-		MaxConnections:            10000,
-		MaxParticipantsPerPod:     1000,
-		MaxPods:                   0, // what the node's memory holds (PodsMemoryHolds)
-		PingInterval:              30 * time.Second,
-		WriteTimeout:              10 * time.Second,
-		HandshakeTimeout:          10 * time.Second,
-		ShutdownTimeout:           10 * time.Second,
-		ClusterHeartbeat:          time.Second,
-		History:                   1000,
-		HistoryAge:                24 * time.Hour,
-		HistoryBytes:              256 << 20,
-		MCPSessionTimeout:         30 * time.Minute,
+		Listen:                       "127.0.0.1:8080",
+		MaxMessageBytes:              1 << 20,
+		MaxContextBytes:              4096,
+		MaxDepth:                     5,
+		ContextTimeout:               5 * time.Minute,
+		ContextRetention:             10 * time.Minute,
+		ConclusionKinds:              "conclusion,reasoning/conclusion,reasoning/end",
+		MaxContextsPerParticipant:    256,
+		MaxContextsPerPod:            10000,
+		Rate:                         100,
+		Burst:                        200,
+		ContextRate:                  50,
+		ContextBurst:                 100,
+		ContextCreateRate:            10,
+		ContextCreateBurst:           20,
+		SendQueue:                    1024,
+		SendQueueBytes:               8 << 20,
+		MaxConnections:               10000,
+		MaxParticipantsPerPod:        1000,
+		MaxPods:                      0, // what the node's memory holds (PodsMemoryHolds)
+		PingInterval:                 30 * time.Second,
+		WriteTimeout:                 10 * time.Second,
+		HandshakeTimeout:             10 * time.Second,
+		ShutdownTimeout:              10 * time.Second,
+		ClusterHeartbeat:             time.Second,
+		History:                      1000,
+		HistoryAge:                   24 * time.Hour,
+		HistoryBytes:                 256 << 20,
+		MCPSessionTimeout:            30 * time.Minute,
+		MCPRequestTimeout:            60 * time.Second,
+		MaxMCPRequestsPerParticipant: 128,
+		MaxMCPRequestsPerPod:         1024,
+		ProposalTimeout:              10 * time.Minute,
+		MaxProposalsPerParticipant:   32,
+		MaxProposalsPerPod:           256,
 	}
 }
+
+// The default capabilities (--default-capabilities left empty): everything
+// in open mode, for development; where tokens are required, a token
+// without capabilities of its own (a JWT minted for another application,
+// say) may chat and propose calls, which someone allowed must approve,
+// and nothing more: no kick, no grant, no call.
+const (
+	DefaultCapabilitiesOpen   = "*"
+	DefaultCapabilitiesTokens = "chat,mcp/proposal"
+)
 
 // RegisterFlags defines one flag per setting on fs, with c's values as
 // defaults.
@@ -127,7 +164,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.JWTJWKSURL, "jwt-jwks-url", c.JWTJWKSURL, "URL of a JSON Web Key Set; fetched at start, hourly, on SIGHUP and when a token names an unknown kid")
 	fs.StringVar(&c.JWTIssuer, "jwt-issuer", c.JWTIssuer, "the iss a JWT must have (empty: any)")
 	fs.StringVar(&c.JWTAudience, "jwt-audience", c.JWTAudience, "an aud a JWT must list (empty: any)")
-	fs.StringVar(&c.DefaultCapabilities, "default-capabilities", c.DefaultCapabilities, "capabilities in open mode and of JWTs without a caps claim: comma-separated kind patterns, or a JSON list of patterns and {kind, payload} objects")
+	fs.StringVar(&c.DefaultCapabilities, "default-capabilities", c.DefaultCapabilities, "capabilities in open mode and of JWTs without a caps claim: comma-separated kind patterns, or a JSON list of patterns and {kind, payload} objects (empty: "+DefaultCapabilitiesOpen+" in open mode, "+DefaultCapabilitiesTokens+" where tokens are required)")
+	fs.BoolVar(&c.JWTAllowNoExp, "jwt-allow-no-exp", c.JWTAllowNoExp, "accept JWTs without an exp claim (unsafe: such a token is valid until its key changes)")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve HTTPS and WSS (with --tls-key; reloaded on SIGHUP and when the files change)")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", c.AllowedOrigins, "browser origins allowed besides the gateway's own host (comma-separated host patterns, e.g. app.example.com,*.example.org)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest envelope accepted, in bytes")
 	fs.IntVar(&c.MaxContextBytes, "max-context-bytes", c.MaxContextBytes, "largest context field, in bytes")
@@ -165,6 +205,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HistoryDir, "history-dir", c.HistoryDir, "keep the history on disk in this directory, so that it survives a restart (default: in memory)")
 	fs.IntVar(&c.HistoryReplicas, "history-replicas", c.HistoryReplicas, "copies of the history over the embedded cluster's nodes (0: 1 alone, 3 or the cluster's size in a cluster)")
 	fs.DurationVar(&c.MCPSessionTimeout, "mcp-session-timeout", c.MCPSessionTimeout, "an MCP session (/mcp) with no request for this long ends, and its participant leaves the pod")
+	fs.DurationVar(&c.MCPRequestTimeout, "mcp-request-timeout", c.MCPRequestTimeout, "an mcp/request not answered within this long is answered by the gateway with a timeout error")
+	fs.IntVar(&c.MaxMCPRequestsPerParticipant, "max-mcp-requests-per-participant", c.MaxMCPRequestsPerParticipant, "mcp/requests one participant may have in flight in a pod (request_limit_exceeded past it)")
+	fs.IntVar(&c.MaxMCPRequestsPerPod, "max-mcp-requests-per-pod", c.MaxMCPRequestsPerPod, "mcp/requests in flight in one pod (request_limit_exceeded past it)")
+	fs.DurationVar(&c.ProposalTimeout, "proposal-timeout", c.ProposalTimeout, "a proposal (mcp/proposal) nobody decided within this long expires")
+	fs.IntVar(&c.MaxProposalsPerParticipant, "max-proposals-per-participant", c.MaxProposalsPerParticipant, "pending proposals of one participant in a pod (proposal_limit_exceeded past it)")
+	fs.IntVar(&c.MaxProposalsPerPod, "max-proposals-per-pod", c.MaxProposalsPerPod, "pending proposals in one pod (proposal_limit_exceeded past it)")
 }
 
 // ApplyEnv sets every flag of fs that was not given on the command line
@@ -243,6 +289,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--history-replicas above 1 needs a cluster (--cluster-name) or an external NATS (--nats-url)")
 	case c.MCPSessionTimeout <= 0:
 		return fmt.Errorf("--mcp-session-timeout must be positive")
+	case c.MCPRequestTimeout < 10*time.Millisecond || c.ProposalTimeout < time.Second:
+		return fmt.Errorf("--mcp-request-timeout must be at least 10ms and --proposal-timeout at least 1s")
+	case c.MCPRequestTimeout > maxContextLifetime || c.ProposalTimeout > maxContextLifetime:
+		return fmt.Errorf("--mcp-request-timeout and --proposal-timeout must be at most %v", maxContextLifetime)
+	case c.MaxMCPRequestsPerParticipant < 1 || c.MaxMCPRequestsPerPod < 1 || c.MaxProposalsPerParticipant < 1 || c.MaxProposalsPerPod < 1:
+		return fmt.Errorf("--max-mcp-requests-per-participant, --max-mcp-requests-per-pod, --max-proposals-per-participant and --max-proposals-per-pod must be at least 1")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fmt.Errorf("--tls-cert and --tls-key go together")
 	case c.History == 0 && (c.HistoryDir != "" || c.HistoryReplicas > 0):
 		return fmt.Errorf("--history-dir and --history-replicas need history on (--history above 0)")
 	}
@@ -251,9 +305,15 @@ func (c *Config) Validate() error {
 
 // defaultCapabilities reads --default-capabilities: a JSON list when it
 // starts with "[" (payload patterns need one), comma-separated kind
-// patterns otherwise.
+// patterns otherwise; empty is the default of the mode.
 func (c *Config) defaultCapabilities() ([]wire.Capability, error) {
 	s := strings.TrimSpace(c.DefaultCapabilities)
+	if s == "" {
+		s = DefaultCapabilitiesOpen
+		if c.tokensRequired() {
+			s = DefaultCapabilitiesTokens
+		}
+	}
 	if strings.HasPrefix(s, "[") {
 		var caps []wire.Capability
 		if err := json.Unmarshal([]byte(s), &caps); err != nil {
@@ -271,6 +331,9 @@ func (c *Config) defaultCapabilitiesError() error {
 	}
 	return err
 }
+
+// tokensRequired reports whether every join and publish needs a token.
+func (c *Config) tokensRequired() bool { return c.Tokens != "" || c.jwtOn() }
 
 // jwtOn reports whether JWTs are verified.
 func (c *Config) jwtOn() bool {

@@ -12,24 +12,31 @@ type Code string
 // docs/protocol.md section 5: when an envelope breaks several rules, the
 // first of them in this order is the one reported.
 const (
-	CodeInvalidJSON          Code = "invalid_json"           // the message is not one JSON object (or is binary)
-	CodeInvalidEnvelope      Code = "invalid_envelope"       // a field breaks section 2, or a request's payload does not fit it
-	CodeUnsupportedProtocol  Code = "unsupported_protocol"   // protocol is neither mcpp/v0.1 nor mcpx/v0.1
-	CodeAuthViolation        Code = "auth_violation"         // from is not the sender
-	CodeReservedKind         Code = "reserved_kind"          // a system/* kind
-	CodeCapabilityViolation  Code = "capability_violation"   // no capability matches the kind; see AttemptedKind
-	CodeMessageTooLarge      Code = "message_too_large"      // over the max_message_bytes limit
-	CodeInvalidContext       Code = "invalid_context"        // the context field breaks section 3
-	CodeContextConflict      Code = "context_conflict"       // another type or parent than the context was created with
-	CodeContextCycle         Code = "context_cycle"          // the context's parent chain contains its own id
-	CodeContextDepthExceeded Code = "context_depth_exceeded" // deeper than max_depth
-	CodeDuplicateID          Code = "duplicate_id"           // the pod's history already holds this id; the first one stands
-	CodeContextLimitExceeded Code = "context_limit_exceeded" // too many active contexts (retryable)
-	CodeRateLimited          Code = "rate_limited"           // over the sender's rate (retryable, with retry_after_ms)
-	CodeContextRateLimited   Code = "context_rate_limited"   // over a context's rate or the context creation rate (retryable, with retry_after_ms)
-	CodeUnknownRequest       Code = "unknown_request"        // a gateway/* kind the gateway does not know
-	CodeInvalidFilter        Code = "invalid_filter"         // a filter that does not parse (also an upgrade refusal, 400)
-	CodeShuttingDown         Code = "shutting_down"          // the gateway is draining; the envelope was not accepted (retryable)
+	CodeInvalidJSON           Code = "invalid_json"            // the message is not one JSON object (or is binary)
+	CodeInvalidEnvelope       Code = "invalid_envelope"        // a field breaks section 2, or a request's payload does not fit it
+	CodeAmbiguousPayload      Code = "ambiguous_payload"       // a payload the gateway reads has an object with two keys equal ignoring case
+	CodeInvalidRecipient      Code = "invalid_recipient"       // an mcp/request names not exactly one recipient, or an mcp/response not its requester
+	CodeUnsupportedProtocol   Code = "unsupported_protocol"    // protocol is neither mcpp/v0.1 nor mcpx/v0.1
+	CodeAuthViolation         Code = "auth_violation"          // from is not the sender
+	CodeReservedKind          Code = "reserved_kind"           // a system/* kind
+	CodeCapabilityViolation   Code = "capability_violation"    // no capability matches the kind; see AttemptedKind
+	CodeMessageTooLarge       Code = "message_too_large"       // over the max_message_bytes limit
+	CodeForbidden             Code = "forbidden"               // the sender was kicked from the pod (or replaced) after it began: not relayed; also a 403 upgrade refusal
+	CodeInvalidContext        Code = "invalid_context"         // the context field breaks section 3
+	CodeContextConflict       Code = "context_conflict"        // another type or parent than the context was created with
+	CodeContextCycle          Code = "context_cycle"           // the context's parent chain contains its own id
+	CodeContextDepthExceeded  Code = "context_depth_exceeded"  // deeper than max_depth
+	CodeDuplicateID           Code = "duplicate_id"            // the pod's history already holds this id; the first one stands
+	CodeProposalNotPending    Code = "proposal_not_pending"    // a decision on a proposal that is not pending (ended, or never made)
+	CodeNoPendingRequest      Code = "no_pending_request"      // an mcp/response answers no request in flight (answered, timed out, or its requester left): dropped
+	CodeContextLimitExceeded  Code = "context_limit_exceeded"  // too many active contexts (retryable)
+	CodeRequestLimitExceeded  Code = "request_limit_exceeded"  // too many mcp/requests in flight, the sender's or the pod's (retryable)
+	CodeProposalLimitExceeded Code = "proposal_limit_exceeded" // too many pending proposals, the sender's or the pod's (retryable)
+	CodeRateLimited           Code = "rate_limited"            // over the sender's rate (retryable, with retry_after_ms)
+	CodeContextRateLimited    Code = "context_rate_limited"    // over a context's rate or the context creation rate (retryable, with retry_after_ms)
+	CodeUnknownRequest        Code = "unknown_request"         // a gateway/* kind the gateway does not know
+	CodeInvalidFilter         Code = "invalid_filter"          // a filter that does not parse (also an upgrade refusal, 400)
+	CodeShuttingDown          Code = "shutting_down"           // the gateway is draining; the envelope was not accepted (retryable)
 )
 
 // The codes of a refused upgrade (docs/protocol.md section 1), besides
@@ -39,17 +46,21 @@ const (
 	CodeInvalidPod         Code = "invalid_pod"         // 400: the pod name is not 1 to 64 of [A-Za-z0-9._-]
 	CodeInvalidParticipant Code = "invalid_participant" // 400: the participant id is malformed (or missing, for publishing in open mode)
 	CodeUnauthorized       Code = "unauthorized"        // 401: no token, or an unknown one
-	CodeForbidden          Code = "forbidden"           // 403: the token may not join this pod (or the browser origin is not allowed)
-	CodeOverCapacity       Code = "over_capacity"       // 503: a connection, participant or pod cap is reached, or the pod (or the history stream) is not ready yet
+	// CodeForbidden (above) is 403: the token may not join this pod, the
+	// participant is banned from it, the browser origin is not allowed, or
+	// observe=1 without the gateway/observe capability.
+	CodeOverCapacity Code = "over_capacity" // 503: a connection, participant or pod cap is reached, or the pod (or the history stream) is not ready yet
 )
 
 // EnvelopeCodes are the codes of system/error in the order of the table
 // of docs/protocol.md section 5.
 var EnvelopeCodes = []Code{
-	CodeInvalidJSON, CodeInvalidEnvelope, CodeUnsupportedProtocol, CodeAuthViolation,
-	CodeReservedKind, CodeCapabilityViolation, CodeMessageTooLarge, CodeInvalidContext,
+	CodeInvalidJSON, CodeInvalidEnvelope, CodeAmbiguousPayload, CodeInvalidRecipient, CodeUnsupportedProtocol, CodeAuthViolation,
+	CodeReservedKind, CodeCapabilityViolation, CodeMessageTooLarge, CodeForbidden, CodeInvalidContext,
 	CodeContextConflict, CodeContextCycle, CodeContextDepthExceeded, CodeDuplicateID,
-	CodeContextLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeUnknownRequest,
+	CodeProposalNotPending, CodeNoPendingRequest,
+	CodeContextLimitExceeded, CodeRequestLimitExceeded, CodeProposalLimitExceeded,
+	CodeRateLimited, CodeContextRateLimited, CodeUnknownRequest,
 	CodeInvalidFilter, CodeShuttingDown,
 }
 
@@ -66,7 +77,7 @@ var UpgradeCodes = []Code{
 // upgrade, is retryable too: the caps it names free up as others leave.
 func (c Code) Retryable() bool {
 	switch c {
-	case CodeContextLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeShuttingDown, CodeOverCapacity:
+	case CodeContextLimitExceeded, CodeRequestLimitExceeded, CodeProposalLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeShuttingDown, CodeOverCapacity:
 		return true
 	}
 	return false

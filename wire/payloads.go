@@ -11,9 +11,15 @@ import (
 // section 5).
 //
 //	{"id": "alice", "capabilities": ["mcp/*", "chat"]}
+//	{"id": "files", "capabilities": ["mcp/response", "mcp/notification"], "serves": ["mcp"]}
 type Identity struct {
 	ID           string       `json:"id" jsonschema:"the participant's id: use it in to"`
 	Capabilities []Capability `json:"capabilities" jsonschema:"what it may send: kind patterns (* matches all, mcp/* a prefix), or objects {kind, payload} whose payload pattern the payload must match too"`
+	// Serves says what the participant answers requests of, as it said
+	// when it joined (QueryServes): ServesMCP for an MCP server (mcpp
+	// bridge), whom an agent asks for tools/list. Absent for plain
+	// participants.
+	Serves []string `json:"serves,omitempty" jsonschema:"what it answers requests of: mcp for an MCP server (send it mcp/request envelopes, e.g. tools/list); absent for plain participants"`
 }
 
 // Welcome is the payload of system/welcome, the first message of every

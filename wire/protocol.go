@@ -78,7 +78,14 @@ const (
 	QueryHistory     = "history"     // N (a positive number) or HistoryAll: replay the pod's past after the welcome
 	QueryFold        = "fold"        // "0": replay history unfolded and uncollapsed
 	QueryResume      = "resume"      // the id of the last envelope received: replay what was missed
+	QueryServes      = "serves"      // what the participant answers requests of (ServesMCP), shown in its Identity
+	QueryObserve     = "observe"     // "1": watch the pod without being present in it (capability CapabilityObserve)
 )
+
+// CapabilityObserve is the capability that lets a participant join with
+// observe=1: no presence event, no place in welcomes or participant
+// lists (docs/protocol.md section 1).
+const CapabilityObserve = "gateway/observe"
 
 // HistoryAll is the value of the history query parameter that asks for
 // all of the pod's history (docs/protocol.md section 8).
