@@ -27,6 +27,7 @@ func newVerifier(ctx context.Context, cfg *Config, defaults []wire.Capability) (
 	v, err := tokens.New(ctx, tokens.Config{
 		File: cfg.Tokens, JWTSecretFile: cfg.JWTSecretFile, JWTPublicKeyFile: cfg.JWTPublicKeyFile,
 		JWKSURL: cfg.JWTJWKSURL, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
+		AllowNoExp:          cfg.JWTAllowNoExp,
 		DefaultCapabilities: defaults, Logger: cfg.logger(),
 	})
 	if err != nil {

@@ -35,15 +35,19 @@
 //     RSA key; ES256, ES384, ES512 with an ECDSA key of the matching
 //     curve; EdDSA with an Ed25519 key. "none" never is, and a public key
 //     is never used as an HMAC secret.
-//  3. The key: with a kid and a JWKS, the JWKS's key of that kid, whose
-//     kind and own alg must fit ("kid", "alg"), else the key file's keys
-//     that fit; without a kid, every key of the file and of the JWKS
-//     that fits the alg.
+//  3. The key: with a kid and a JWKS, the JWKS's key of that kid, which
+//     must be for signatures and meet the minimums of a key file's (an
+//     RSA key of 2048 bits or more: "kid"), and whose kind and own alg
+//     must fit ("alg"); a kid that the JWKS lacks is tried with the key
+//     file's keys that fit. Without a kid, every key of the file and of
+//     the JWKS that fits the alg (a JWKS key below the minimums never
+//     is).
 //  4. The signature (ClaimSignature).
-//  5. The claims: exp and nbf, with Leeway; iss and aud, when
+//  5. The claims: exp, required unless Config.AllowNoExp, and nbf, with
+//     Leeway; iat, not later than now plus Leeway; iss and aud, when
 //     configured; sub, a valid participant id; pods, a list of pod
-//     patterns; caps, a list of capabilities (each "exp", "nbf", "iss",
-//     "aud", "sub", "pods", "caps").
+//     patterns; caps, a list of capabilities (each "exp", "nbf", "iat",
+//     "iss", "aud", "sub", "pods", "caps").
 //  6. The pod: the token's pods must allow it (403, "pods").
 //
 // Every refusal is 401 (wire.CodeUnauthorized) but the last, which is 403
@@ -58,11 +62,15 @@
 //	 "pods": ["lab", "lab-*"],              // the pods it may join (absent: every pod)
 //	 "caps": ["chat", {"kind": "mcp/request", "payload": {"method": "tools/call"}}],
 //	                                        // its capabilities (absent: Config.DefaultCapabilities)
-//	 "exp": 1795000000, "nbf": 1794990000,  // honoured, with Leeway
+//	 "exp": 1795000000,                     // required (unless AllowNoExp), with Leeway
+//	 "nbf": 1794990000, "iat": 1794990000,  // honoured when present, with Leeway
 //	 "iss": "https://idp/", "aud": "mcpp"}  // checked when configured (aud may be a list)
 //
 // Identity.Expires is exp plus Leeway: the gateway ends a connection then,
-// unless its client sent a fresh token first.
+// unless its client sent a fresh token first. A JWT without exp would
+// never end, and is refused ("exp: the token has no exp claim; …")
+// unless Config.AllowNoExp (--jwt-allow-no-exp, unsafe) accepts it, with
+// a zero Expires. Tokens of the token file have no exp.
 //
 // # Keys that change
 //
@@ -71,6 +79,14 @@
 // UnknownKIDInterval, however many such tokens come). A key that leaves
 // the JWKS refuses new tokens from then on; the identities already
 // verified with it are not revoked, and end at their own exp.
+//
+// A fetch fails when the server answers other than 200, when it answers
+// with a redirect (which is not followed: the JWKS's address alone says
+// where the keys come from), when its answer is larger than MaxJWKSBytes
+// (1 MiB), and when the JWKS has keys for signatures but none that meets
+// the minimums. A key below them beside good ones is logged and never
+// used. A failed fetch at New is an error (the gateway does not start);
+// later, the keys of the last good fetch stay in use.
 //
 // Reload (the gateway's SIGHUP) reads the token file and the key files
 // again and fetches the JWKS again, all or nothing: when one fails, the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/MicahParks/jwkset"
@@ -18,7 +19,9 @@ type jwksKeys struct {
 
 // fetchJWKS fetches the JWKS once and reads its keys. jwkset fetches and
 // parses it (RSA, EC, OKP Ed25519 keys; keys of unsupported kinds are
-// skipped); a status other than 200, or a key it cannot read, fails the
+// skipped) with v.client (jwksClient: no redirect, at most MaxJWKSBytes);
+// a status other than 200, a redirect, a larger answer, a key it cannot
+// read, or keys for signatures that all fall short (checkKeys) fail the
 // fetch.
 func (v *Verifier) fetchJWKS(ctx context.Context) (*jwksKeys, error) {
 	ctx, cancel := context.WithTimeout(ctx, JWKSTimeout)
@@ -31,9 +34,71 @@ func (v *Verifier) fetchJWKS(ctx context.Context) (*jwksKeys, error) {
 		HTTPTimeout: JWKSTimeout,
 	})
 	if err != nil {
+		// A redirect or an answer too large says all there is to say;
+		// what the library and net/http wrap around it does not.
+		var answer *jwksAnswerError
+		if errors.As(err, &answer) {
+			err = answer
+		}
 		return nil, fmt.Errorf("fetching %s: %w", v.jwksURL, err)
 	}
-	return &jwksKeys{store: store}, nil
+	keys := &jwksKeys{store: store}
+	if err := v.checkKeys(ctx, keys); err != nil {
+		return nil, fmt.Errorf("fetching %s: %w", v.jwksURL, err)
+	}
+	return keys, nil
+}
+
+// forSignatures reports whether a key of the JWKS is meant to verify
+// signatures: its use is "sig", or not given.
+func forSignatures(j jwkset.JWK) bool {
+	use := j.Marshal().USE
+	return use == "" || use == jwkset.UseSig
+}
+
+// checkJWKSKey holds a key of the JWKS to the minimums of a key file's
+// (checkPublicKey). A JWKS may also hold symmetric (oct) keys: those are
+// never used, since an HMAC secret comes from --jwt-secret-file alone, and
+// one that a JWKS publishes is no secret.
+func checkJWKSKey(key any) error {
+	if _, ok := key.([]byte); ok {
+		return errors.New("a symmetric (oct) key, which is never used: HMAC secrets come from --jwt-secret-file only")
+	}
+	return checkPublicKey(key)
+}
+
+// checkKeys finds the keys for signatures of a fetched JWKS that fall
+// short of checkJWKSKey. They are not used (all and jwksKey leave them
+// out) and are logged; when every key for signatures falls short, the
+// fetch fails, as a key file of such keys stops the gateway. A JWKS
+// without keys for signatures (none yet, or only keys for encryption) is
+// not a failed fetch.
+func (v *Verifier) checkKeys(ctx context.Context, keys *jwksKeys) error {
+	all, err := keys.store.KeyReadAll(ctx)
+	if err != nil {
+		return err
+	}
+	var refused []string
+	usable := 0
+	for _, j := range all {
+		if !forSignatures(j) {
+			continue
+		}
+		if err := checkJWKSKey(publicOf(j.Key())); err != nil {
+			refused = append(refused, fmt.Sprintf("key %q: %v", clip(j.Marshal().KID), err))
+			continue
+		}
+		usable++
+	}
+	switch {
+	case len(refused) == 0:
+	case usable == 0:
+		return fmt.Errorf("no key of the JWKS may verify a JWT: %s", strings.Join(refused, "; "))
+	default:
+		v.log.Warn("keys of the JWKS fall short of the minimums and are not used",
+			"flag", "--jwt-jwks-url", "url", v.jwksURL, "keys", strings.Join(refused, "; "))
+	}
+	return nil
 }
 
 // all returns the public keys of the JWKS that may verify a signature.
@@ -44,8 +109,8 @@ func (k *jwksKeys) all() []any {
 	}
 	keys := make([]any, 0, len(jwks))
 	for _, j := range jwks {
-		if use := j.Marshal().USE; use == "" || use == jwkset.UseSig {
-			keys = append(keys, publicOf(j.Key()))
+		if key := publicOf(j.Key()); forSignatures(j) && checkJWKSKey(key) == nil {
+			keys = append(keys, key)
 		}
 	}
 	return keys
@@ -53,9 +118,10 @@ func (k *jwksKeys) all() []any {
 
 // jwksKey finds the key of kid, fetching the JWKS again when it lacks kid
 // (see unknownKID), and checks that it may verify method: a key for
-// signatures, of the kind of method, whose own alg (when the JWKS gives
-// one) is method.
-func (v *Verifier) jwksKey(ctx context.Context, keys *jwksKeys, kid, method string) (any, *Refusal) {
+// signatures, that meets the minimums (checkJWKSKey), of the kind of
+// method, whose own alg (when the JWKS gives one) is method. known is
+// false when the JWKS has no key of kid.
+func (v *Verifier) jwksKey(ctx context.Context, keys *jwksKeys, kid, method string) (key any, r *Refusal, known bool) {
 	j, err := keys.store.KeyRead(ctx, kid)
 	if errors.Is(err, jwkset.ErrKeyNotFound) {
 		// keys may be older than those in use: a fetch may have ended
@@ -69,20 +135,23 @@ func (v *Verifier) jwksKey(ctx context.Context, keys *jwksKeys, kid, method stri
 		}
 	}
 	if err != nil {
-		return nil, unauthorized("kid", "kid: no key of the JWKS (--jwt-jwks-url) has kid %q", clip(kid))
+		return nil, unauthorized("kid", "kid: no key of the JWKS (--jwt-jwks-url) has kid %q", clip(kid)), false
 	}
 	m := j.Marshal()
-	if m.USE != "" && m.USE != jwkset.UseSig {
-		return nil, unauthorized("kid", "kid: the key %q of the JWKS is for %q, not for signatures", clip(kid), m.USE)
+	if !forSignatures(j) {
+		return nil, unauthorized("kid", "kid: the key %q of the JWKS is for %q, not for signatures", clip(kid), m.USE), true
 	}
-	key := publicOf(j.Key())
+	key = publicOf(j.Key())
+	if err := checkJWKSKey(key); err != nil {
+		return nil, unauthorized("kid", "kid: the key %q of the JWKS is not used: %v", clip(kid), err), true
+	}
 	if m.ALG != "" && string(m.ALG) != method {
-		return nil, unauthorized("alg", "alg: the key %q of the JWKS is for %s, not %q", clip(kid), m.ALG, method)
+		return nil, unauthorized("alg", "alg: the key %q of the JWKS is for %s, not %q", clip(kid), m.ALG, method), true
 	}
 	if !fits(key, method) {
-		return nil, unauthorized("alg", "alg: the key %q of the JWKS is an %s key, which does not verify %q", clip(kid), keyKind(key), method)
+		return nil, unauthorized("alg", "alg: the key %q of the JWKS is an %s key, which does not verify %q", clip(kid), keyKind(key), method), true
 	}
-	return key, nil
+	return key, nil, true
 }
 
 // clip shortens a value taken from a token before a refusal quotes it.

@@ -130,7 +130,7 @@ func parsePublicKeys(data []byte) ([]any, error) {
 // RSA keys too short to be safe.
 func checkPublicKey(key any) error {
 	if k, ok := key.(*rsa.PublicKey); ok && k.N.BitLen() < MinRSABits {
-		return fmt.Errorf("the RSA key has %d bits; at least %d are needed", k.N.BitLen(), MinRSABits)
+		return fmt.Errorf("the RSA key has %d bits, too weak: at least %d are needed", k.N.BitLen(), MinRSABits)
 	}
 	if methodsOf(key) == nil {
 		return fmt.Errorf("a %T verifies no JWT algorithm: use an RSA, ECDSA (P-256, P-384, P-521) or Ed25519 key", key)
@@ -140,8 +140,8 @@ func checkPublicKey(key any) error {
 
 // claims are a JWT's claims as they came, each decoded when asked for, so
 // that a claim of the wrong type is refused by name rather than as a
-// malformed token. The library checks exp, nbf, iss and aud through the
-// jwt.Claims methods; Validate checks the rest. Every check of a claim is
+// malformed token. The library checks exp, nbf, iat, iss and aud through
+// the jwt.Claims methods; Validate checks the rest. Every check of a claim is
 // here or in the library, nowhere else.
 type claims struct {
 	Iss  json.RawMessage `json:"iss"`
@@ -276,8 +276,8 @@ func (v *Verifier) verifyJWT(ctx context.Context, s *state, token string) (*Iden
 // refusalOf turns the library's error into the refusal that names the
 // claim. The library stops at the first of: a malformed token, an
 // unknown or refused alg, the key function, the signature; then it checks
-// every claim and joins what failed, of which exp, nbf, iss and aud are
-// named first.
+// every claim and joins what failed, of which exp, nbf, iat, iss and aud
+// are named first.
 func (v *Verifier) refusalOf(s *state, tok *jwt.Token, c *claims, err error) *Refusal {
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
@@ -292,12 +292,18 @@ func (v *Verifier) refusalOf(s *state, tok *jwt.Token, c *claims, err error) *Re
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
 		nbf, _ := c.GetNotBefore()
 		return unauthorized("nbf", "nbf: the token is not valid before %s", nbf.UTC().Format(time.RFC3339))
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		iat, _ := c.GetIssuedAt()
+		return unauthorized("iat", "iat: the token was issued at %s, in the future (clocks may differ by %s)", iat.UTC().Format(time.RFC3339), Leeway)
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
 		return unauthorized("iss", "iss: the token's issuer is not %q (--jwt-issuer)", v.cfg.Issuer)
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
 		return unauthorized("aud", "aud: the token's audience does not include %q (--jwt-audience)", v.cfg.Audience)
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		// Only iss and aud are required, and only when configured.
+		// exp is required unless AllowNoExp; iss and aud when configured.
+		if exp, err := c.GetExpirationTime(); !v.cfg.AllowNoExp && exp == nil && err == nil {
+			return unauthorized("exp", "exp: the token has no exp claim; this gateway takes only tokens that expire (see --jwt-allow-no-exp)")
+		}
 		if iss, _ := c.GetIssuer(); v.cfg.Issuer != "" && iss == "" {
 			return unauthorized("iss", "iss: the token has no iss claim; it must be %q (--jwt-issuer)", v.cfg.Issuer)
 		}
@@ -340,11 +346,12 @@ func (v *Verifier) keyFunc(ctx context.Context, s *state) jwt.Keyfunc {
 			}
 		}
 		if kid != "" && s.jwks != nil {
-			key, r := v.jwksKey(ctx, s.jwks, kid, method)
+			key, r, known := v.jwksKey(ctx, s.jwks, kid, method)
 			switch {
-			case r != nil && r.Claim == "kid" && len(keys) > 0:
+			case r != nil && !known && len(keys) > 0:
 				// Not a key of the JWKS: perhaps one of the file, which
-				// has no kids.
+				// has no kids. A key of the JWKS that is refused is not
+				// tried with the file's.
 			case r != nil:
 				return nil, &refusalError{r}
 			default:

@@ -98,8 +98,8 @@ func TestPublicKeyFiles(t *testing.T) {
 	mustRefuse(t, v, sign(t, jwt.SigningMethodES384, p384, "", claimsFor(nil)), "lab", 401, "alg")
 }
 
-// TestClaims: pods and caps as a JWT gives them; aud as a list; a token
-// without exp never expires.
+// TestClaims: pods and caps as a JWT gives them; aud as a list. (A token
+// without exp: TestJWTWithoutExp.)
 func TestClaims(t *testing.T) {
 	path := writeFile(t, t.TempDir(), "jwt.secret", secret)
 	v := newVerifier(t, Config{JWTSecretFile: path, Audience: "mcpp", Issuer: "https://idp.test/", DefaultCapabilities: wire.Kinds("*")})
@@ -136,9 +136,6 @@ func TestClaims(t *testing.T) {
 	mustRefuse(t, v, token(func(c jwt.MapClaims) { c["pods"] = []string{} }), "lab", 403, "pods")
 
 	mustVerify(t, v, token(func(c jwt.MapClaims) { c["aud"] = []string{"other", "mcpp"} }), "lab")
-	if id := mustVerify(t, v, token(func(c jwt.MapClaims) { delete(c, "exp") }), "lab"); !id.Expires.IsZero() {
-		t.Errorf("no exp: expires %s", id.Expires)
-	}
 	if id := mustVerify(t, v, token(func(c jwt.MapClaims) { c["sub"] = "bot@lab.example:7" }), ""); id.Participant != "bot@lab.example:7" || id.Pod != "" {
 		t.Errorf("identity: %+v", id)
 	}

@@ -25,9 +25,10 @@ import (
 
 // The verifier's fixed durations, each with its reason.
 const (
-	// Leeway is how far exp and nbf may be missed: the clocks of the
+	// Leeway is how far exp, nbf and iat may be missed: the clocks of the
 	// gateway and of whoever signs the tokens differ by a little. A token
-	// is valid from nbf - Leeway until exp + Leeway (Identity.Expires).
+	// is valid from nbf - Leeway until exp + Leeway (Identity.Expires),
+	// and one whose iat is later than now + Leeway is refused.
 	Leeway = 1 * time.Second
 
 	// UnknownKIDInterval is the least time between two fetches of the
@@ -44,6 +45,12 @@ const (
 	// JWKSTimeout bounds one fetch of the JWKS, at start, at Reload and
 	// later.
 	JWKSTimeout = 10 * time.Second
+
+	// MaxJWKSBytes is the largest JWKS answer read (1 MiB): a JWKS of a
+	// few keys takes a few KiB, and a server that answers with more must
+	// not make the gateway hold it all. A larger answer is a failed
+	// fetch.
+	MaxJWKSBytes = 1 << 20
 
 	// MinSecretBytes is the shortest HMAC secret accepted: RFC 7518
 	// section 3.2 asks for a key at least as long as the hash (HS256: 32
@@ -89,10 +96,21 @@ type Config struct {
 	// DefaultJWKSRefresh, a negative value never.
 	JWKSRefresh time.Duration
 	// Logger receives warnings: a secret readable by others, a JWKS
-	// fetched over plain HTTP, a refresh that failed. Nil: slog.Default().
+	// fetched over plain HTTP, keys of the JWKS that are not used, a
+	// refresh that failed, JWTs accepted without exp. Nil:
+	// slog.Default().
 	Logger *slog.Logger
-	// HTTPClient fetches the JWKS. Nil: a client with JWKSTimeout.
+	// HTTPClient fetches the JWKS. Nil: a client with JWKSTimeout. New
+	// uses a copy that follows no redirect (a 3xx answer is a failed
+	// fetch) and reads at most MaxJWKSBytes of an answer.
 	HTTPClient *http.Client
+	// AllowNoExp accepts JWTs without an exp claim
+	// (--jwt-allow-no-exp). Unsafe: such a token is valid for as long as
+	// its key is trusted, and one that leaks cannot be made to end short
+	// of changing the key. Without it, a JWT without exp is refused
+	// ("exp"). Tokens of the token file have no exp and are not
+	// concerned.
+	AllowNoExp bool
 }
 
 // Source says where an identity comes from.
@@ -121,8 +139,8 @@ type Identity struct {
 	Pod string
 	// Expires is the instant from which Verify refuses the token: a JWT's
 	// exp plus Leeway. Zero: never (a token of the file, or a JWT without
-	// exp). A connection should end by then unless its client sent a
-	// fresh token.
+	// exp under Config.AllowNoExp). A connection should end by then
+	// unless its client sent a fresh token.
 	Expires time.Time
 	// Source is where the identity comes from.
 	Source Source
@@ -132,7 +150,7 @@ type Identity struct {
 }
 
 // Claims that a Refusal names besides the JWT's own claims (exp, nbf,
-// iss, aud, sub, pods, caps) and header parameters (alg, kid).
+// iat, iss, aud, sub, pods, caps) and header parameters (alg, kid).
 const (
 	// ClaimToken: the token is missing, unknown, or not a JWT at all.
 	ClaimToken = "token"
@@ -148,8 +166,8 @@ type Refusal struct {
 	Status int
 	// Code is wire.CodeUnauthorized (401) or wire.CodeForbidden (403).
 	Code wire.Code
-	// Claim is what failed: "exp", "nbf", "iss", "aud", "sub", "pods",
-	// "caps", "alg", "kid", ClaimSignature or ClaimToken.
+	// Claim is what failed: "exp", "nbf", "iat", "iss", "aud", "sub",
+	// "pods", "caps", "alg", "kid", ClaimSignature or ClaimToken.
 	Claim string
 	// Message is the refusal in words, for the client.
 	Message string
@@ -212,16 +230,13 @@ func New(ctx context.Context, cfg Config) (*Verifier, error) {
 	v := &Verifier{
 		cfg:        cfg,
 		log:        cfg.Logger,
-		client:     cfg.HTTPClient,
+		client:     jwksClient(cfg.HTTPClient),
 		now:        time.Now,
 		seen:       make(map[string]fileStamp),
 		kidLimiter: rate.NewLimiter(rate.Every(UnknownKIDInterval), 1),
 	}
 	if v.log == nil {
 		v.log = slog.Default()
-	}
-	if v.client == nil {
-		v.client = &http.Client{Timeout: JWKSTimeout}
 	}
 	if err := v.checkConfig(); err != nil {
 		return nil, err
@@ -251,6 +266,10 @@ func (v *Verifier) checkConfig() error {
 	}
 	if c.Audience != "" && !jwtKeys {
 		return errors.New("--jwt-audience: no JWT can be verified without --jwt-secret-file, --jwt-public-key-file or --jwt-jwks-url")
+	}
+	if c.AllowNoExp && jwtKeys {
+		v.log.Warn("JWTs without an exp claim are accepted: such a token is valid for as long as its key is trusted, and one that leaks cannot be ended short of changing the key",
+			"flag", "--jwt-allow-no-exp")
 	}
 	if c.JWKSURL != "" {
 		u, err := url.Parse(c.JWKSURL)
@@ -435,6 +454,11 @@ func (v *Verifier) build(s *state) {
 		jwt.WithValidMethods(s.methods),
 		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return v.now() }),
+		// iat must be a number, and not later than now (with Leeway).
+		jwt.WithIssuedAt(),
+	}
+	if !v.cfg.AllowNoExp {
+		opts = append(opts, jwt.WithExpirationRequired())
 	}
 	if v.cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(v.cfg.Issuer))

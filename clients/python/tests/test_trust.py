@@ -61,7 +61,7 @@ async def test_refresh_extends_the_connection_past_exp(trust_gateway: Gateway, p
 
             # A token of another participant is refused; the connection keeps its token.
             with pytest.raises(mcpp.GatewayError) as refused:
-                await alice.refresh(sign_hs256(JWT_SECRET, {"sub": "mallory"}))
+                await alice.refresh(sign_hs256(JWT_SECRET, {"sub": "mallory", "exp": exp + 3600}))
             assert refused.value.code == "auth_violation"
             fresh = sign_hs256(JWT_SECRET, {"sub": "alice", "exp": exp + 3600, "caps": ["chat", "tool/*"]})
             answer = await alice.refresh(fresh)
