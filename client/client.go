@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,12 @@ type Options struct {
 	HTTPHeader http.Header
 	// HTTPClient makes the upgrade request; nil is http.DefaultClient.
 	HTTPClient *http.Client
+	// TLSConfig checks a wss:// (or https://) gateway's certificate in
+	// place of Go's defaults (the system's roots, or those of
+	// SSL_CERT_FILE and SSL_CERT_DIR when set): set its RootCAs to trust
+	// a private CA (see "TLS" in the package's documentation). It is for
+	// the client's own transport, so HTTPClient must then be nil.
+	TLSConfig *tls.Config
 	// Reconnect says what to do when the connection is lost.
 	Reconnect Reconnect
 	// DialTimeout bounds each dial up to the welcome (default
@@ -175,6 +182,11 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 	base, secret, err := baseURL(url, &opts)
 	if err != nil {
 		return nil, err
+	}
+	// One transport for every connection of the client, and its
+	// reconnections.
+	if opts.HTTPClient, err = tlsClient(opts.HTTPClient, opts.TLSConfig); err != nil {
+		return nil, fmt.Errorf("client: dial pod %s: %w", opts.Pod, err)
 	}
 	opts.DialTimeout = orDefault(opts.DialTimeout, DefaultDialTimeout)
 	opts.EventBuffer = orDefault(opts.EventBuffer, DefaultEventBuffer)

@@ -39,6 +39,9 @@ func DialConn(ctx context.Context, gatewayURL string, opts Options) (*Conn, erro
 	if err != nil {
 		return nil, err
 	}
+	if opts.HTTPClient, err = tlsClient(opts.HTTPClient, opts.TLSConfig); err != nil {
+		return nil, fmt.Errorf("client: dial pod %s: %w", opts.Pod, err)
+	}
 	var filter url.Values
 	if opts.Filter != nil {
 		filter = opts.Filter.Query()

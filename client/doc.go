@@ -98,6 +98,24 @@
 // Ask sends one gateway/contexts or gateway/history request the same way
 // and returns the answer's payload. PublishRaw sends JSON as it is.
 //
+// # TLS
+//
+// A gateway that serves TLS (mcpp-gateway --tls-cert, --tls-key) is
+// reached at wss:// (or https://) for Dial and Publish alike. Its
+// certificate is checked against the system's roots, which Go reads from
+// SSL_CERT_FILE and SSL_CERT_DIR when they are set; a gateway whose
+// certificate a private CA signed is trusted with Options.TLSConfig
+// (PublishOptions.TLSConfig), the system's roots plus that CA:
+//
+//	roots, err := x509.SystemCertPool()
+//	if err != nil {
+//		roots = x509.NewCertPool()
+//	}
+//	roots.AppendCertsFromPEM(caPEM) // the private CA, PEM
+//	c, err := client.Dial(ctx, "wss://gateway.example:8443/ws", client.Options{
+//		Pod: "lab", Token: token, TLSConfig: &tls.Config{RootCAs: roots},
+//	})
+//
 // # Sub-contexts
 //
 // Branch opens a sub-context (a new UUID, a type, a parent); envelopes

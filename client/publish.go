@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,12 @@ type PublishOptions struct {
 	// request is bounded by the context given to Publish and by the
 	// client's Timeout.
 	HTTPClient *http.Client
+	// TLSConfig checks an https:// (or wss://) gateway's certificate, as
+	// Options.TLSConfig does, with HTTPClient nil. Each call then makes
+	// its own connection: a program that publishes often gives an
+	// HTTPClient whose transport has the TLS configuration instead, and
+	// keeps its connections.
+	TLSConfig *tls.Config
 	// ReadLimit is the largest answer read (default DefaultReadLimit).
 	ReadLimit int64
 }
@@ -142,9 +149,14 @@ func publish(ctx context.Context, gatewayURL string, opts PublishOptions, envs [
 	if opts.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+opts.Token)
 	}
-	hc := opts.HTTPClient
+	hc, err := tlsClient(opts.HTTPClient, opts.TLSConfig)
+	if err != nil {
+		return nil, err
+	}
 	if hc == nil {
 		hc = http.DefaultClient
+	} else if opts.TLSConfig != nil {
+		defer hc.CloseIdleConnections() // its own transport, used once
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

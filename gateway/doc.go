@@ -21,6 +21,7 @@
 //	accept.go    the upgrade: its checks, answered in JSON, then the reader
 //	publish.go   POST /pods/NAME/envelopes
 //	auth.go      tokens, JWTs, refresh, expiry, revocation (SIGHUP)
+//	tls.go       HTTPS and WSS (--tls-cert, --tls-key), reloaded on SIGHUP and file change
 //	mcp*.go      the MCP endpoint: tools, sessions, the inbox resource
 //	nats.go      the embedded NATS server (or the connection to an external one)
 //	cluster.go   the other nodes of an embedded cluster

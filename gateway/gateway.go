@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -75,6 +76,7 @@ type Gateway struct {
 	janitorStop chan struct{}
 
 	httpServer *http.Server
+	certs      *certificates // --tls-cert and --tls-key; nil without TLS
 	listenerMu sync.Mutex
 	listener   net.Listener
 }
@@ -105,6 +107,9 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("--default-capabilities: %w", err)
 	}
 	g.defaultCaps = capability.MustCompile(defaults) // Validate compiled it
+	if g.certs, err = newCertificates(&cfg); err != nil {
+		return nil, err
+	}
 	g.life, g.endLife = context.WithCancel(context.Background())
 	if g.verifier, err = newVerifier(g.life, &cfg, defaults); err != nil {
 		g.endLife()
@@ -167,6 +172,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.accepting.Store(true)
 	go g.janitor()
 	go g.watchTokens(g.life)
+	go g.watchTLS(g.life)
 	return g, nil
 }
 
@@ -308,11 +314,16 @@ func (g *Gateway) ListenAndServe() error {
 	return g.Serve(ln)
 }
 
-// Serve accepts connections on ln until Shutdown.
+// Serve accepts connections on ln until Shutdown: over TLS alone when the
+// gateway has a certificate (--tls-cert), ln being a plain TCP listener.
 func (g *Gateway) Serve(ln net.Listener) error {
 	g.listenerMu.Lock()
 	g.listener = ln
 	g.listenerMu.Unlock()
+	g.announceTLS(ln.Addr())
+	if conf := g.serverTLS(); conf != nil {
+		ln = tls.NewListener(ln, conf)
+	}
 	err := g.httpServer.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

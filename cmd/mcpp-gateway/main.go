@@ -3,7 +3,8 @@
 // others through an embedded NATS server.
 //
 // Every setting is a flag and an MCPP_<FLAG> environment variable; the
-// command line wins. SIGTERM or SIGINT stops it gracefully.
+// command line wins. SIGTERM or SIGINT stops it gracefully; SIGHUP reads
+// the token files, the JWT keys and the TLS certificate again.
 package main
 
 import (
@@ -93,7 +94,11 @@ func run(args []string) int {
 		log.Error("cannot listen", "addr", cfg.Listen, "err", err)
 		return 1
 	}
-	log.Info("mcpp-gateway listening", "addr", ln.Addr().String(), "ws", fmt.Sprintf("ws://%s/ws?pod=NAME", ln.Addr()),
+	scheme := "ws"
+	if cfg.TLSCert != "" {
+		scheme = "wss"
+	}
+	log.Info("mcpp-gateway listening", "addr", ln.Addr().String(), "ws", fmt.Sprintf("%s://%s/ws?pod=NAME", scheme, ln.Addr()),
 		"auth", g.DescribeAuth())
 
 	sigs := make(chan os.Signal, 1)
@@ -112,10 +117,13 @@ wait:
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
 				// Reload the token file and the JWT keys; whoever's token
-				// is gone is disconnected (Reload logs the outcome).
+				// is gone is disconnected (Reload logs the outcome). The
+				// TLS certificate too: new connections get the one the
+				// files now hold (ReloadTLS logs the outcome).
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				_ = g.Reload(ctx)
 				cancel()
+				_ = g.ReloadTLS()
 				continue
 			}
 			log.Info("shutting down", "signal", s.String(), "timeout", cfg.ShutdownTimeout.String())

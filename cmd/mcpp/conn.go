@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -36,6 +40,10 @@ const connectionUsage = `Connection flags (every command):
                       /pods/NAME/envelopes (nobody sees a join or a leave),
                       and without an id they use a new anon-XXXXXXXXXXXX
   --token TOKEN       sent as Authorization: Bearer TOKEN (default $MCPP_TOKEN)
+  --ca-file FILE      for a wss:// or https:// gateway: trust the CA
+                      certificates in FILE (PEM) besides the system's roots
+                      (default $MCPP_CA_FILE; the system's roots are read
+                      from SSL_CERT_FILE or SSL_CERT_DIR when set)
 `
 
 // connFlags are the flags every command takes to reach a pod.
@@ -44,6 +52,11 @@ type connFlags struct {
 	token       string
 	pod         string
 	participant string
+	caFile      string
+	// httpClient makes every request (the upgrade, the POSTs) when
+	// --ca-file is given, with the system's roots and the file's CAs;
+	// nil is the client package's default. check sets it.
+	httpClient *http.Client
 }
 
 func (c *connFlags) register(fs *flag.FlagSet, e *env) {
@@ -55,6 +68,7 @@ func (c *connFlags) register(fs *flag.FlagSet, e *env) {
 	fs.StringVar(&c.token, "token", e.getenv("MCPP_TOKEN"), "")
 	fs.StringVar(&c.pod, "pod", e.getenv("MCPP_POD"), "")
 	fs.StringVar(&c.participant, "participant", e.getenv("MCPP_PARTICIPANT"), "")
+	fs.StringVar(&c.caFile, "ca-file", e.getenv("MCPP_CA_FILE"), "")
 }
 
 // check reports what is missing from the connection flags, as a usage
@@ -63,8 +77,36 @@ func (c *connFlags) check() error {
 	if c.pod == "" {
 		return usagef("--pod is required (or set MCPP_POD)")
 	}
-	_, err := c.url(nil)
-	return err
+	if _, err := c.url(nil); err != nil {
+		return err
+	}
+	if c.caFile != "" {
+		roots, err := trustedRoots(c.caFile)
+		if err != nil {
+			return usagef("--ca-file: %v", err)
+		}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		c.httpClient = &http.Client{Transport: t}
+	}
+	return nil
+}
+
+// trustedRoots is the system's roots plus the CA certificates of the PEM
+// file at path.
+func trustedRoots(path string) (*x509.CertPool, error) {
+	pemData, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool() // a system without roots: the file's alone
+	}
+	if !roots.AppendCertsFromPEM(pemData) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return roots, nil
 }
 
 // gatewayURL normalizes --gateway into the URL of the WebSocket endpoint.
@@ -128,6 +170,9 @@ func (c *connFlags) endpoint() string {
 func (c *connFlags) dial(ctx context.Context, opts client.Options) (*client.Client, error) {
 	opts.Pod, opts.Participant, opts.Token = c.pod, c.participant, c.token
 	opts.DialTimeout = dialTimeout
+	if c.httpClient != nil {
+		opts.HTTPClient = c.httpClient
+	}
 	cl, err := client.Dial(ctx, c.endpoint(), opts)
 	if err != nil {
 		return nil, c.explain(ctx, err, "connection")
@@ -144,7 +189,7 @@ func (c *connFlags) publishOptions() client.PublishOptions {
 	if c.participant == "" {
 		c.participant = "anon-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	}
-	return client.PublishOptions{Pod: c.pod, Participant: c.participant, Token: c.token}
+	return client.PublishOptions{Pod: c.pod, Participant: c.participant, Token: c.token, HTTPClient: c.httpClient}
 }
 
 // explain turns an error of the client package into what mcpp says: a
@@ -160,6 +205,8 @@ func (c *connFlags) explain(ctx context.Context, err error, what string) error {
 		return ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("no answer from the gateway in time: %v", err)
+	case errors.As(err, new(x509.UnknownAuthorityError)):
+		return fmt.Errorf("cannot reach the gateway: %v (when a private CA signed its certificate, give that CA with --ca-file)", err)
 	}
 	return fmt.Errorf("cannot reach the gateway: %v", err) // the client's error names the URL, without a token
 }

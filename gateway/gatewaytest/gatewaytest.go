@@ -20,11 +20,12 @@ import (
 	"github.com/mcpp/gateway/gateway"
 )
 
-// Server is a gateway serving on 127.0.0.1.
+// Server is a gateway serving on 127.0.0.1. With Config's TLSCert and
+// TLSKey (see CA) it serves TLS, and its URLs are https:// and wss://.
 type Server struct {
 	*gateway.Gateway
-	URL string // http://127.0.0.1:PORT
-	WS  string // ws://127.0.0.1:PORT/ws
+	URL string // http://127.0.0.1:PORT (https:// with TLS)
+	WS  string // ws://127.0.0.1:PORT/ws (wss:// with TLS)
 }
 
 // Config is gateway.DefaultConfig as a test wants it: no pings (a test
@@ -67,5 +68,8 @@ func Serve(cfg gateway.Config) (s *Server, stop func(), err error) {
 		_ = g.Shutdown(ctx)
 	}
 	addr := ln.Addr().String()
+	if cfg.TLSCert != "" {
+		return &Server{Gateway: g, URL: "https://" + addr, WS: "wss://" + addr + "/ws"}, stop, nil
+	}
 	return &Server{Gateway: g, URL: "http://" + addr, WS: "ws://" + addr + "/ws"}, stop, nil
 }

@@ -164,7 +164,8 @@ JWT_SECRET = "a-test-secret-of-more-than-32-bytes-for-hs256"
 
 TRUST_TOKENS = {
     "mod-token": {"participant": "mod", "capabilities": ["chat", "gateway/kick"], "pods": ["*"]},
-    "granter-token": {"participant": "granter", "capabilities": ["chat", "capability/grant"], "pods": ["*"]},
+    # The granter holds what it grants: a grant never gives more than its grantor holds.
+    "granter-token": {"participant": "granter", "capabilities": ["chat", "capability/grant", "tool/*"], "pods": ["*"]},
     "bob-token": {"participant": "bob", "capabilities": ["chat"], "pods": ["*"]},
 }
 

@@ -20,6 +20,7 @@ import {
 } from "./errors.js";
 import { newId } from "./id.js";
 import { Stream } from "./stream.js";
+import { trustedCAs, type CACertificate } from "./tls.js";
 import {
   CloseCodes,
   GATEWAY_ID,
@@ -107,6 +108,13 @@ export interface ConnectOptions {
    * polyfill. With it the token travels in the query.
    */
   WebSocket?: StandardWebSocketConstructor;
+  /**
+   * A CA certificate (PEM, a string or a Buffer) to trust for a wss://
+   * gateway besides Node's default roots: a gateway whose certificate a
+   * private CA signed (Node only; NODE_EXTRA_CA_CERTS does the same for
+   * the whole process).
+   */
+  ca?: CACertificate;
   /** Aborts connect() (not the client once connected: use close()). */
   signal?: AbortSignal;
 }
@@ -225,6 +233,8 @@ export class Client implements AsyncIterable<StreamItem> {
   private readonly opts: ConnectOptions;
   private readonly reconnectOpts: Required<ReconnectOptions> | undefined;
   private readonly tokenInQuery: boolean;
+  /** What a connection's certificate is checked against (ConnectOptions.ca), or undefined for Node's defaults. */
+  private ca: Array<string | Buffer> | undefined;
   private readonly stream = new Stream<StreamItem>();
   /** Aborts dials and waits when the client is closed. */
   private readonly stopping = new AbortController();
@@ -268,11 +278,15 @@ export class Client implements AsyncIterable<StreamItem> {
     }
     // Checks the URL and the filter now, so that a mistake is a TypeError of connect().
     upgradeURL(url, { pod: options.pod, filter: this.filter }, this.tokenInQuery, true);
+    if (options.ca !== undefined && options.WebSocket !== undefined) {
+      throw new TypeError("ca is for the ws package's connections: a standard WebSocket trusts what its platform trusts");
+    }
   }
 
   /** @internal: connect() itself, which alone may construct a client. */
   static async open(url: string, options: ConnectOptions): Promise<Client> {
     const client = new Client(url, options);
+    client.ca = await trustedCAs(options.ca);
     const { conn, welcome } = await dial(client.upgrade(client.resumeId, true), client.dialOptions(options.signal));
     client.stream.push(welcome);
     client.adopt(conn, welcome);
@@ -565,6 +579,7 @@ export class Client implements AsyncIterable<StreamItem> {
     return {
       headers,
       WebSocket: this.opts.WebSocket,
+      ca: this.ca,
       timeoutMs: positive(this.opts.timeoutMs, DEFAULT_TIMEOUT_MS),
       signal,
     };

@@ -35,6 +35,8 @@ export interface DialOptions {
   headers: Record<string, string>;
   /** The standard WebSocket to use instead of the ws package. */
   WebSocket: StandardWebSocketConstructor | undefined;
+  /** The CAs a wss:// gateway's certificate is checked against (trustedCAs), in place of Node's defaults (ws package only). */
+  ca: Array<string | Buffer> | undefined;
   /** Bounds the dial, up to the welcome. */
   timeoutMs: number;
   signal: AbortSignal | undefined;
@@ -277,7 +279,7 @@ export async function dial(url: string, opts: DialOptions): Promise<Dialed> {
     };
 
     try {
-      if (node !== undefined) openNode(node.WebSocket, url, opts.headers, conn, first, closedEarly);
+      if (node !== undefined) openNode(node.WebSocket, url, opts.headers, opts.ca, conn, first, closedEarly);
       else if (WS !== undefined) openStandard(WS, url, conn, first, closedEarly);
     } catch (err) {
       fail(err);
@@ -293,11 +295,12 @@ function openNode(
   WebSocket: typeof import("ws").WebSocket,
   url: string,
   headers: Record<string, string>,
+  ca: Array<string | Buffer> | undefined,
   conn: Connection,
   first: (text: string) => void,
   failed: (why: Error) => void,
 ): void {
-  const ws = new WebSocket(url, { headers, maxPayload: READ_LIMIT, perMessageDeflate: false });
+  const ws = new WebSocket(url, { headers, maxPayload: READ_LIMIT, perMessageDeflate: false, ...(ca !== undefined ? { ca } : {}) });
   let welcomed = false;
   let cause: Error | undefined;
   conn.attach({

@@ -43,6 +43,7 @@ export {
 } from "./errors.js";
 export { newId } from "./id.js";
 export { publish, resultError, type PublishOptions } from "./publish.js";
+export type { CACertificate } from "./tls.js";
 export {
   CloseCodes,
   GATEWAY_ID,

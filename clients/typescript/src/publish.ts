@@ -5,6 +5,7 @@
 import { gatewayURL, refusal } from "./connection.js";
 import { DisconnectedError, GatewayError, MCPPError } from "./errors.js";
 import { newId } from "./id.js";
+import { trustedCAs, type CACertificate } from "./tls.js";
 import type { Envelope, ErrorPayload, PublishResult } from "./types.js";
 
 /** Which pod publish writes to, and as whom. */
@@ -17,6 +18,12 @@ export interface PublishOptions {
   token?: string;
   /** Extra headers of the request. */
   headers?: Record<string, string>;
+  /**
+   * A CA certificate (PEM, a string or a Buffer) to trust for an https://
+   * gateway besides Node's default roots (Node only; the request is then
+   * made with node:https, as fetch takes no CA).
+   */
+  ca?: CACertificate;
   signal?: AbortSignal;
 }
 
@@ -57,16 +64,21 @@ export async function publish(url: string, options: PublishOptions, envelopes: E
   if (options.token !== undefined) headers["Authorization"] = `Bearer ${options.token}`;
   const init: RequestInit = { method: "POST", headers, body: lines.length === 1 ? lines[0] : lines.join("\n") + "\n" };
   if (options.signal !== undefined) init.signal = options.signal;
-  let res: Response;
+  const ca = u.protocol === "https:" ? await trustedCAs(options.ca) : undefined;
+  let status: number;
   let body: string;
   try {
-    res = await fetch(u, init);
-    body = await res.text();
+    if (ca !== undefined) ({ status, body } = await postTrusting(u, init, ca, options.signal));
+    else {
+      const res = await fetch(u, init);
+      status = res.status;
+      body = await res.text();
+    }
   } catch (err) {
     if (options.signal?.aborted) throw options.signal.reason;
-    throw new DisconnectedError(`the gateway could not be reached at ${u.origin}: ${String((err as Error)?.message ?? err)}`, { cause: err });
+    throw new DisconnectedError(`the gateway could not be reached at ${u.origin}: ${reason(err)}`, { cause: err });
   }
-  if (res.status !== 200) throw refusal(res.status, body.slice(0, 4096));
+  if (status !== 200) throw refusal(status, body.slice(0, 4096));
   let answer: { results?: unknown };
   try {
     answer = JSON.parse(body) as { results?: unknown };
@@ -77,6 +89,28 @@ export async function publish(url: string, options: PublishOptions, envelopes: E
     throw new MCPPError(`the gateway answered ${Array.isArray(answer?.results) ? answer.results.length : "no"} results for ${lines.length} envelopes`);
   }
   return answer.results as PublishResult[];
+}
+
+/** What a failed request says, with its cause (fetch says "fetch failed", its cause why: a certificate refused). */
+function reason(err: unknown): string {
+  const e = err as { message?: unknown; cause?: { message?: unknown } } | undefined;
+  const msg = String(e?.message ?? err);
+  return typeof e?.cause?.message === "string" ? `${msg}: ${e.cause.message}` : msg;
+}
+
+/** POSTs init's body to u with node:https, trusting ca, and reads the answer whole. */
+async function postTrusting(u: URL, init: RequestInit, ca: Array<string | Buffer>, signal: AbortSignal | undefined): Promise<{ status: number; body: string }> {
+  const https = await import("node:https");
+  return new Promise((resolve, reject) => {
+    const req = https.request(u, { method: "POST", headers: init.headers as Record<string, string>, ca, ...(signal !== undefined ? { signal } : {}) }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (b: Buffer) => chunks.push(b));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(init.body as string);
+  });
 }
 
 /**

@@ -71,7 +71,7 @@ test("refresh extends a connection past its first token's exp, and later reconne
   assert.equal(await sends(alice, "tool/run"), false, "the first token allows chat alone");
 
   // A token of another participant is refused, and the connection keeps its token.
-  await assert.rejects(alice.refresh(signHS256(secret, { sub: "mallory" })), (err: unknown) => {
+  await assert.rejects(alice.refresh(signHS256(secret, { sub: "mallory", exp: exp + 3600 })), (err: unknown) => {
     assert.ok(err instanceof GatewayError);
     assert.equal(err.code, "auth_violation");
     return true;
@@ -180,7 +180,8 @@ test("kick with a ban: the kicked client ends with KickedError and does not reco
 
 test("grant lets the recipient send a kind it could not, and revoke takes it back", async (t) => {
   const gw = await startGateway(t, ["--tokens", tokenFile([
-    { token: "alice-t", participant: "alice", capabilities: ["chat", "capability/grant"], pods: ["*"] },
+    // alice holds what she grants: a grant never gives more than its grantor holds.
+    { token: "alice-t", participant: "alice", capabilities: ["chat", "capability/grant", "tool/*"], pods: ["*"] },
     { token: "bob-t", participant: "bob", capabilities: ["chat"], pods: ["*"] },
   ])]);
   const pod = podName();

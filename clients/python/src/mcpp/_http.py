@@ -66,17 +66,20 @@ async def request(
     body: bytes,
     *,
     limit: int,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
     """Makes one HTTP/1.1 request on a connection of its own (closed
     after the answer) and returns the answer's status and body (at most
-    ``limit`` bytes and one more). ``url`` is ``http://`` or ``https://``."""
+    ``limit`` bytes and one more). ``url`` is ``http://`` or ``https://``;
+    an ``https://`` gateway's certificate is checked with ``ssl_context``,
+    or the default context (the system's roots)."""
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ValueError(f"not an http or https URL: {url!r}")
     tls = u.scheme == "https"
     port = u.port or (443 if tls else 80)
     reader, writer = await asyncio.open_connection(
-        u.hostname, port, ssl=ssl.create_default_context() if tls else None, limit=_MAX_HEADER_LINE
+        u.hostname, port, ssl=(ssl_context or ssl.create_default_context()) if tls else None, limit=_MAX_HEADER_LINE
     )
     try:
         target = (u.path or "/") + (f"?{u.query}" if u.query else "")

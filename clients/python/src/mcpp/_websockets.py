@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import ssl
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
@@ -63,6 +64,15 @@ def close_frame(exc: ConnectionClosed) -> tuple[int, str] | None:
     return int(rcvd.code), str(rcvd.reason)
 
 
+def _tls_argument(url: str, ssl_context: ssl.SSLContext | None) -> dict[str, Any]:
+    """The ``ssl`` argument of either API's connect: the context, for a
+    ``wss://`` URL alone (both refuse one for ``ws://``); none leaves the
+    library's default context."""
+    if ssl_context is None or not url.startswith("wss://"):
+        return {}
+    return {"ssl": ssl_context}
+
+
 try:
     # Imported by name, so that type checkers see the same module whichever
     # version is installed.
@@ -70,10 +80,12 @@ try:
     from websockets.exceptions import InvalidStatus
 
     async def open_websocket(
-        url: str, headers: Sequence[tuple[str, str]], *, open_timeout: float, max_size: int
+        url: str, headers: Sequence[tuple[str, str]], *, open_timeout: float, max_size: int, ssl_context: ssl.SSLContext | None = None
     ) -> WebSocket:
         """Opens a WebSocket connection at ``url``; a refused upgrade is a
-        :class:`RefusedError` with the gateway's status and code."""
+        :class:`RefusedError` with the gateway's status and code. A
+        ``wss://`` gateway's certificate is checked with ``ssl_context``, or
+        the default context (the system's roots)."""
         try:
             ws: Any = await _connect(
                 url,
@@ -81,6 +93,7 @@ try:
                 open_timeout=open_timeout,
                 max_size=max_size,
                 compression=None,  # the gateway does not negotiate it
+                **_tls_argument(url, ssl_context),
             )
         except InvalidStatus as exc:
             response = exc.response
@@ -108,10 +121,12 @@ except ImportError:  # websockets before 13: the legacy API alone
             return status, headers
 
     async def open_websocket(
-        url: str, headers: Sequence[tuple[str, str]], *, open_timeout: float, max_size: int
+        url: str, headers: Sequence[tuple[str, str]], *, open_timeout: float, max_size: int, ssl_context: ssl.SSLContext | None = None
     ) -> WebSocket:
         """Opens a WebSocket connection at ``url``; a refused upgrade is a
-        :class:`RefusedError` with the gateway's status and code."""
+        :class:`RefusedError` with the gateway's status and code. A
+        ``wss://`` gateway's certificate is checked with ``ssl_context``, or
+        the default context (the system's roots)."""
         try:
             ws: Any = await _legacy_connect(
                 url,
@@ -120,6 +135,7 @@ except ImportError:  # websockets before 13: the legacy API alone
                 open_timeout=open_timeout,
                 max_size=max_size,
                 compression=None,  # the gateway does not negotiate it
+                **_tls_argument(url, ssl_context),
             )
         except InvalidStatusCode as exc:  # pragma: no cover - _Protocol raises first
             raise RefusedError(exc.status_code, None, "") from None

@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl as _ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from ._tls import client_context
 from ._websockets import ConnectionClosed, WebSocketException
 from .connection import FILTER_NAMES, GATEWAY_ID, Connection, base_url, dial_url, filter_query, without_token
 from .envelope import Context, Envelope, new_id
@@ -216,8 +218,10 @@ class Client:
         open_timeout: float,
         max_size: int,
         buffer: int,
+        ssl_context: _ssl.SSLContext | None = None,
     ) -> None:
         self._base = base
+        self._ssl = ssl_context  # for wss://; None: the system's roots
         self._headers = headers
         self._filter_query = filter
         self._reconnect = reconnect
@@ -254,7 +258,9 @@ class Client:
 
     async def _start(self, history: int | str | None, fold: bool | None) -> None:
         url = dial_url(self._base, self._filter_query, self._resume_id, history, fold)
-        conn = await Connection.open(url, self._headers, open_timeout=self._open_timeout, max_size=self._max_size)
+        conn = await Connection.open(
+            url, self._headers, open_timeout=self._open_timeout, max_size=self._max_size, ssl_context=self._ssl
+        )
         self._use(conn)
         self._items.append(conn.welcome)
         self._readable.set()
@@ -331,7 +337,9 @@ class Client:
             resume = self._resume_id
             url = dial_url(self._base, self._filter_query, resume, None, None)
             try:
-                conn = await Connection.open(url, self._headers, open_timeout=self._open_timeout, max_size=self._max_size)
+                conn = await Connection.open(
+                    url, self._headers, open_timeout=self._open_timeout, max_size=self._max_size, ssl_context=self._ssl
+                )
             except RefusedError as err:
                 if not err.temporary:
                     raise
@@ -930,6 +938,8 @@ def connect(
     open_timeout: float = DEFAULT_OPEN_TIMEOUT,
     max_size: int = DEFAULT_MAX_SIZE,
     buffer: int = DEFAULT_BUFFER,
+    ssl: _ssl.SSLContext | None = None,
+    ca_file: str | None = None,
 ) -> Connecting:
     """Joins a pod: ``client = await connect(...)`` returns once the
     gateway has welcomed the client; ``async with connect(...) as client``
@@ -955,9 +965,14 @@ def connect(
       no end): what to do when the connection is lost. ``open_timeout``
       bounds each dial up to the welcome, ``max_size`` the largest
       message read, ``buffer`` the items read ahead of the stream.
+    - ``ca_file``: for a ``wss://`` gateway whose certificate a private CA
+      signed, a PEM file of CA certificates trusted besides the system's
+      roots (which OpenSSL reads from ``SSL_CERT_FILE`` when it is set).
+      ``ssl``: an :class:`ssl.SSLContext` of your own instead.
 
     A refused upgrade raises :class:`RefusedError` (``status``,
-    ``code``); ``connect`` does not retry.
+    ``code``); ``connect`` does not retry. A certificate that is not
+    trusted raises :class:`ssl.SSLCertVerificationError`.
     """
     checked_history = _check_history(history)
     query = filter_query(filter or {})
@@ -967,6 +982,7 @@ def connect(
         hdrs.append(("Authorization", f"Bearer {token}"))
     if buffer < 1:
         raise ValueError(f"buffer is at least 1, not {buffer}")
+    context = client_context(ssl, ca_file)
 
     async def make() -> Client:
         client = Client(
@@ -981,6 +997,7 @@ def connect(
             open_timeout=open_timeout,
             max_size=max_size,
             buffer=buffer,
+            ssl_context=context,
         )
         await client._start(checked_history, fold)
         return client

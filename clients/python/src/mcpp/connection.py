@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -151,12 +152,16 @@ class Connection:
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     @classmethod
-    async def open(cls, url: str, headers: Sequence[tuple[str, str]], *, open_timeout: float, max_size: int) -> Connection:
+    async def open(
+        cls, url: str, headers: Sequence[tuple[str, str]], *, open_timeout: float, max_size: int, ssl_context: ssl.SSLContext | None = None
+    ) -> Connection:
         """Upgrades at ``url`` and reads the welcome, all within
         ``open_timeout`` seconds (``TimeoutError`` past it). A refused
-        upgrade is a :class:`mcpp.RefusedError`."""
+        upgrade is a :class:`mcpp.RefusedError`; a ``wss://`` gateway's
+        certificate is checked with ``ssl_context`` (None: the system's
+        roots)."""
         async with asyncio.timeout(open_timeout):
-            ws = await open_websocket(url, headers, open_timeout=open_timeout, max_size=max_size)
+            ws = await open_websocket(url, headers, open_timeout=open_timeout, max_size=max_size, ssl_context=ssl_context)
             try:
                 message = await ws.recv()
             except ConnectionClosed as exc:

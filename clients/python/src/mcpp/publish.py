@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl as _ssl
 import urllib.parse
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
 from . import _http
+from ._tls import client_context
 from .envelope import new_id
 from .errors import GatewayError, ProtocolError, RefusedError
 
@@ -52,6 +54,8 @@ async def publish(
     headers: Mapping[str, str] | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     max_size: int = DEFAULT_MAX_SIZE,
+    ssl: _ssl.SSLContext | None = None,
+    ca_file: str | None = None,
 ) -> list[dict[str, Any]]:
     """Sends envelopes to a pod without joining it, in one HTTP request,
     and returns one result per envelope, in order.
@@ -69,6 +73,12 @@ async def publish(
     :class:`GatewayError`. A refused envelope does not make ``publish``
     fail; a request refused as a whole (401, 403, 400 ``invalid_pod``,
     503, ...) raises :class:`RefusedError`.
+
+    An ``https://`` (or ``wss://``) gateway's certificate is checked
+    against the system's roots, plus the CA certificates of the PEM file
+    ``ca_file`` when given; ``ssl`` is an :class:`ssl.SSLContext` of your
+    own instead. One that is not trusted raises
+    :class:`ssl.SSLCertVerificationError`.
     """
     envs = [envelopes] if isinstance(envelopes, Mapping) else list(envelopes)
     if not envs:
@@ -93,8 +103,9 @@ async def publish(
     hdrs["Accept"] = "application/json"
     if token:
         hdrs["Authorization"] = f"Bearer {token}"
+    context = client_context(ssl, ca_file)
     async with asyncio.timeout(timeout):
-        status, data = await _http.request("POST", publish_url(url, pod, participant), hdrs, body, limit=max_size)
+        status, data = await _http.request("POST", publish_url(url, pod, participant), hdrs, body, limit=max_size, ssl_context=context)
     if status != 200:
         raise RefusedError.from_body(status, data[:4096], publish=True)
     if len(data) > max_size:
