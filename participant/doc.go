@@ -1,10 +1,16 @@
 // Package participant is one WebSocket connection in one pod: who it is
 // (id, capabilities, the protocol it speaks), what it wants (its filter) and
-// what is on its way to it (a bounded send queue drained by one writer).
+// what is on its way to it (a bounded send queue, written by one writer at
+// a time).
 //
-// The pod's fan-out never blocks on a participant: Deliver either queues the
-// shared bytes of an envelope or, when the queue is full, cuts the
-// participant as a slow consumer (close code 4008). Memory per connection is
-// so bounded by the queue's length times the message size, and one stalled
-// reader cannot slow the others.
+// The pod's fan-out never blocks on a participant: Enqueue either queues
+// the shared bytes of an envelope or, when the queue is full, cuts the
+// participant as a slow consumer (close code 4008), and one Flush at the
+// end of the fan-out's burst has what it queued written. Memory per
+// connection is so bounded by the queue's limits (a number of messages and
+// their bytes), and one stalled reader cannot slow the others.
+//
+// The writer frames what is queued itself (frame.go) and writes it on the
+// connection the upgrade hijacked, whose buffers it keeps small
+// (netconn.go); the WebSocket library reads, pings and closes.
 package participant

@@ -6,9 +6,9 @@ import "sync"
 // one library call per message: the queue holds the messages' bodies, the
 // same bytes of an envelope shared by every recipient that takes it (never
 // a copy per recipient, nor a frame of its own), and a writer frames
-// everything queued for its connection into one buffer (a server's frames
-// are not masked, so a header is all a frame adds) and sends it in one
-// Write.
+// what is queued for its connection, up to the write limits
+// (maxBatchItems, maxBatchBytes), into one buffer (a server's frames are
+// not masked, so a header is all a frame adds) and sends it in one Write.
 
 // AppendTextHeader appends the header of a final text frame of n bytes.
 func AppendTextHeader(dst []byte, n int) []byte {

@@ -14,15 +14,15 @@ import (
 // A WebSocket library keeps a 4 KiB bufio.Reader and a 4 KiB bufio.Writer
 // per connection for its whole life, which is half of what an idle
 // connection costs. SmallBuffers hands it small ones instead: a 16-byte
-// reader (incoming messages pay one or two extra reads for their header;
-// incoming traffic is one read per envelope, while outgoing is one write
-// per recipient, so that is the side kept cheap), and a writer just large
-// enough for a control frame (ping, pong, close: at most 139 bytes), which
-// the library flushes per frame, so that each of its frames reaches the
-// socket in one Write. The participant's writer writes its data frames
-// itself (frame.go), each burst in one Write too, and net.Conn keeps
-// concurrent Writes whole: the library's frames and the writer's never
-// interleave.
+// reader (incoming messages pay one or two extra reads for their header,
+// served from Conn's read-ahead rather than the socket), and a writer
+// just large enough for a control frame (ping, pong, close: at most 139
+// bytes), which the library flushes per frame, so that each of its frames
+// reaches the socket in one Write. The participant's writer writes its
+// data frames itself (frame.go), each burst in one Write too, and Conn's
+// write lock keeps the Writes whole: the library's frames and the
+// writer's never interleave, even where a write that must not wait left
+// part of itself for later.
 const (
 	smallBuffer = 16 // the least bufio accepts
 	// controlBuffer holds a whole control frame: a header of at most 14

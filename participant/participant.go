@@ -50,8 +50,10 @@ type Options struct {
 	OnWrite func(messages int)
 }
 
-// Batch limits: a batched message never holds more than this, so one
-// participant's backlog turns into a few large messages, not one huge one.
+// Write limits: one write (and so one batched message) holds at most
+// maxBatchItems messages and maxBatchBytes (or one message larger than
+// that), so that one participant's backlog goes out in a few large writes,
+// not one huge one.
 const (
 	maxBatchItems = 256
 	// 64 KiB per write amortizes the system call over 256 small
@@ -88,8 +90,9 @@ type Participant struct {
 	// replay); set by Start, read and cleared by the writer alone.
 	source Source
 
-	// cut is set when the connection is closed at once (replaced, slow
-	// consumer, fatal error): nothing more is queued or written.
+	// cut is set once the connection is ending (Close, Kill, Finish, or
+	// the drain's close under way): nothing more is queued, and nothing
+	// more is written but the close frame.
 	cut       atomic.Bool
 	closeOnce sync.Once
 	drain     atomic.Pointer[closeFrame] // set at shutdown: write what is queued, then close
@@ -100,9 +103,10 @@ type Participant struct {
 	writerOn atomic.Bool
 	started  atomic.Bool // no writer runs before Start
 	park     chan struct{}
-	writes   atomic.Uint64 // messages written, for Watch
+	writes   atomic.Uint64 // writes made, for Watch
 	seen     uint64        // writes at the previous Watch
-	// writeStart is when the write in progress began (unix ns), or 0.
+	// writeStart is when the writer goroutine's write in progress began
+	// (unix ns), or 0; writeNow never waits on the socket, and sets none.
 	writeStart atomic.Int64
 	pinging    atomic.Bool
 	reported   atomic.Bool // a cut was reported
@@ -171,26 +175,19 @@ func (p *Participant) Done() <-chan struct{} { return p.done }
 // Queued is the number of messages waiting to be written, and their bytes.
 func (p *Participant) Queued() (n, bytes int) { return p.queue.Size() }
 
-// Deliver queues body, an envelope of the pod, which the caller must never
+// Enqueue queues body, an envelope of the pod, which the caller must never
 // change afterwards (it is shared with every other recipient and written
-// as it is, framed by the writer), and wakes the writer. When the queue is
-// full the participant is cut with 4008 and Deliver reports false; once
-// the participant is closing it takes no more.
-func (p *Participant) Deliver(body []byte) bool {
-	if !p.Enqueue(body) {
-		return false
-	}
-	p.wakeWriter()
-	return true
-}
-
-// Enqueue is Deliver without waking the writer: the pod's fan-out queues a
-// burst of envelopes for each participant and then calls Flush once for
-// each, so that the burst goes out in one write per connection. Until
-// then a writer woken by an earlier flush waits for this one rather than
-// write part of the burst: the way nats-server's writer waits while
-// producers that queued for it are about to flush, so that a busy pod's
-// envelopes go out in fewer, larger writes; nothing waits on a timer.
+// as it is, framed by the writer). When the queue is full the participant
+// is cut with 4008 and Enqueue reports false; once the participant is
+// closing it takes no more.
+//
+// Enqueue does not wake the writer: the pod's fan-out queues a burst of
+// envelopes for each participant and then calls Flush once for each, so
+// that the burst goes out in one write per connection. Until then a
+// writer woken by an earlier flush waits for this one rather than write
+// part of the burst: the way nats-server's writer waits while producers
+// that queued for it are about to flush, so that a busy pod's envelopes
+// go out in fewer, larger writes; nothing waits on a timer.
 func (p *Participant) Enqueue(body []byte) bool {
 	if !p.push(body, false) {
 		return false
@@ -207,10 +204,10 @@ func (p *Participant) Flush() {
 
 // Answer queues body, a message of the gateway to this participant alone
 // (its welcome, an error, the answer to a request), and wakes the writer:
-// like Deliver, but also while the participant is closing, until its close
-// frame is written, so that what it sent in the meantime is still
-// answered. As with Deliver, body is written as it is: never change it
-// afterwards.
+// like Enqueue and Flush, but also while the participant is closing, until
+// its close frame is written, so that what it sent in the meantime is
+// still answered. As with Enqueue, body is written as it is: never change
+// it afterwards.
 func (p *Participant) Answer(body []byte) bool {
 	if !p.push(body, true) {
 		return false
@@ -328,14 +325,16 @@ func (p *Participant) Start(src Source) {
 	p.wakeWriter()
 }
 
-// Close ends the connection now with code, dropping what is queued. It
-// returns at once; the closing handshake runs in the background.
+// Close ends the connection now with code, dropping what is queued; a
+// write under way is finished first, so that the close frame never cuts a
+// message. It returns at once; the closing handshake runs in the
+// background.
 func (p *Participant) Close(code websocket.StatusCode, reason string) {
 	if p.cut.Swap(true) {
 		return
 	}
 	p.queue.Close()
-	reason = closeReason(reason) // a frame longer than 123 bytes is not sent at all
+	reason = closeReason(reason) // for a longer reason the library sends no close frame at all
 	go func() {
 		p.closeHandshake(code, reason)
 		p.finish()
@@ -402,12 +401,16 @@ func (p *Participant) Watch(now time.Time) {
 	}
 }
 
+// defaultPingTimeout is how long a ping waits for its pong when Options
+// sets no WriteTimeout.
+const defaultPingTimeout = 30 * time.Second
+
 // Ping sends a WebSocket ping in the background; a peer that does not
-// answer within WriteTimeout is dropped. A connection being written to is
-// not pinged: its writes show whether it is alive (Watch cuts one that
-// stalls), and the library gives a control frame only 5 seconds, so a ping
-// stuck behind a slow reader's backlog would cut a reader that is still
-// making progress.
+// answer within WriteTimeout (defaultPingTimeout without one) is dropped.
+// A connection being written to is not pinged: its writes show whether it
+// is alive (Watch cuts one that stalls), and the library gives a control
+// frame only 5 seconds, so a ping stuck behind a slow reader's backlog
+// would cut a reader that is still making progress.
 func (p *Participant) Ping() {
 	if p.cut.Load() || p.writerOn.Load() || p.queue.Len() > 0 || !p.pinging.CompareAndSwap(false, true) {
 		return
@@ -416,7 +419,7 @@ func (p *Participant) Ping() {
 		defer p.pinging.Store(false)
 		timeout := p.opts.WriteTimeout
 		if timeout <= 0 {
-			timeout = 30 * time.Second
+			timeout = defaultPingTimeout
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -431,7 +434,9 @@ func (p *Participant) Ping() {
 	}()
 }
 
-// closeReason fits s in a close frame's 123 bytes.
+// closeReason fits s in the 123 bytes a close frame has for its reason:
+// a longer one is cut to at most 120 bytes, never within a character, and
+// ends in "...".
 func closeReason(s string) string {
 	if len(s) <= 123 {
 		return s
@@ -507,7 +512,7 @@ func (p *Participant) writeLoop() {
 	}
 }
 
-// write sends the queued bodies, each as a text frame, in one system call:
+// write sends the queued bodies, each as a text frame, in one Write:
 // what queued up while the previous write was on its way goes out
 // together, with no timer and so no added latency. With batch (and more
 // than one) it sends them as one message instead, a line each. It reports how
