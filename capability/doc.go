@@ -27,8 +27,8 @@
 //
 // Set.Allows(kind, payload) runs for every envelope, so its cost is
 // arranged around the common case. The plain kind patterns come first, in
-// a loop like participant.Capabilities.Allows's: no allocation, the
-// payload not looked at (BenchmarkAllows shows the two cost the same).
+// a loop like the kind-only check that preceded this package: no
+// allocation, the payload not looked at (BenchmarkAllows shows the two cost the same).
 // Only when none allows the kind are the payload patterns whose kind
 // pattern matches looked at, and only then is the payload read, with gjson,
 // in place, field by field: it is never decoded whole.
@@ -78,6 +78,8 @@
 //     (lookaround, backreferences) are refused (ErrSyntax).
 //   - A payload that repeats a key the pattern names matches only if
 //     every copy does: JSON leaves to each receiver which copy counts.
+//     The gateway refuses such payloads before any pattern sees them
+//     (section 5 below).
 //   - A lone "/" is a literal, not an empty regular expression that
 //     matches everything; micromatch's allowance for a trailing "/" in
 //     the value ("a/*" matching "a/b/") is not made.
@@ -107,4 +109,21 @@
 // after it returns. The operations are deterministic: applied in the
 // order of the pod's log, they leave every node of a cluster with the
 // same grants.
+//
+// Delegation never amplifies (delegation.go): a grantor gives only what
+// it holds where the grant applies. Set.Covers decides, conservatively,
+// whether one capability list holds another's capability;
+// Grants.Allowing and Grants.Covering say which grant a grantor holds
+// something through, which the new grant records in Via; and
+// PodGrants.EndThrough ends, down the chain, the grants made through
+// grants that ended.
+//
+// # 5. One reading of a payload
+//
+// A pattern matches keys exactly; Go's encoding/json matches them
+// ignoring case and takes the last. Ambiguous finds, in one pass that
+// never recurses, an object with two keys equal ignoring case at any
+// depth, which the gateway refuses wherever it reads a payload, so that
+// what a pattern matched is what every receiver reads (FuzzOneReading
+// holds the two readings together).
 package capability

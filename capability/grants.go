@@ -45,6 +45,10 @@ type Grant struct {
 	Context string
 	// Capabilities are what it grants.
 	Capabilities *Set
+	// Via are the grants of its grantor it was made through: those that
+	// gave the grantor capability/grant, or a capability it granted, where
+	// its token did not. It ends when one of them ends (EndThrough).
+	Via []string
 }
 
 // Grants are the grants one participant holds in one pod, enforced from
@@ -133,6 +137,17 @@ func inScope(scope, contextID string, ancestors []string) bool {
 func (g *Grants) Scoped() bool {
 	l := g.cur.Load()
 	return l != nil && l.scoped
+}
+
+// HoldsKind reports whether a grant in force, in any scope, has a
+// capability whose kind pattern matches kind (Set.CoversKind).
+func (g *Grants) HoldsKind(kind string) bool {
+	for _, gr := range g.load() {
+		if gr.Capabilities.CoversKind(kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // List is the grants in force, in the order they were made.

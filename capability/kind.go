@@ -9,7 +9,8 @@ import "strings"
 // pod patterns too, written for the loop of Set.Allows: the lengths
 // and first bytes, compared inline, turn most patterns down without the
 // call that a string comparison costs, so that the loop stays as cheap as
-// participant.Capabilities.Allows though Set.Allows has a payload to keep.
+// the kind-only check that preceded it (referenceMatch in the tests) though
+// Set.Allows has a payload to keep.
 func MatchKind(pattern, kind string) bool {
 	n := len(pattern)
 	if n > 0 && pattern[n-1] == '*' {

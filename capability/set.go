@@ -78,13 +78,16 @@ func (e *PatternError) Unwrap() error { return e.Err }
 type Set struct {
 	// kinds are the plain kind patterns, and those whose payload pattern
 	// is {} (any payload), in the order given: Allows looks at them first,
-	// with the loop participant.Capabilities.Allows runs.
+	// with the loop the kind-only check before this package ran.
 	kinds []string
 	// shaped are the capabilities with a payload pattern, looked at only
 	// when no plain pattern allows the kind.
 	shaped []shaped
-	// caps is the list as given, for Wire.
-	caps []wire.Capability
+	// caps is the list as given, for Wire, and nodes their compiled
+	// payload patterns, nil for none (or {}), by the same index: what
+	// Covers compares.
+	caps  []wire.Capability
+	nodes []*node
 }
 
 // shaped is one capability with a payload pattern.
@@ -97,7 +100,7 @@ type shaped struct {
 // capability it cannot check is returned as a *PatternError; see the
 // constants above for the bounds, and docs/protocol.md for the rules.
 func Compile(caps []wire.Capability) (*Set, error) {
-	s := &Set{caps: make([]wire.Capability, len(caps))}
+	s := &Set{caps: make([]wire.Capability, len(caps)), nodes: make([]*node, len(caps))}
 	for i, c := range caps {
 		// A copy, so that a caller reusing its byte slices cannot change
 		// what the Set says it holds.
@@ -123,6 +126,7 @@ func Compile(caps []wire.Capability) (*Set, error) {
 			return fail("payload", fmt.Errorf("%w: more than %d capabilities with a payload pattern", ErrTooLarge, MaxPayloadPatterns))
 		default:
 			s.shaped = append(s.shaped, shaped{kind: c.Kind, payload: p})
+			s.nodes[i] = p
 		}
 	}
 	return s, nil
@@ -160,6 +164,20 @@ func (s *Set) Allows(kind string, payload []byte) bool {
 		return false
 	}
 	return s.allowsShaped(kind, payload)
+}
+
+// AllowsKind reports whether a plain kind pattern allows kind, so that
+// Allows would not read the payload.
+func (s *Set) AllowsKind(kind string) bool {
+	if s == nil || reserved(kind) {
+		return false
+	}
+	for _, p := range s.kinds {
+		if MatchKind(p, kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // allowsShaped is the rest of Allows, apart so that the work state stays

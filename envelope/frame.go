@@ -51,7 +51,15 @@ const (
 	FlagCapability uint8 = 1 << 6
 )
 
-const frameVersion = 2
+// The versions of the frame's header. A frame of version 3 carries Via
+// after the protocol's span; one without Via is written as version 2, as
+// before, so that its header costs the history index nothing more.
+const (
+	frameVersion    = 2
+	frameVersionVia = 3
+)
+
+func knownVersion(v byte) bool { return v == frameVersion || v == frameVersionVia }
 
 // Meta is the header of a frame: what ingress decided about an envelope, so
 // that the fan-out decides per recipient without parsing the envelope again.
@@ -95,12 +103,17 @@ type Meta struct {
 	// Protocol is the span of the protocol string token in the body, which
 	// the fan-out rewrites once for participants that speak MCPx.
 	Protocol Span
+
+	// Via are, for a capability/grant, the grants it was made through
+	// (capability.Grant.Via): the grantor's node alone knows its token's
+	// capabilities, so it decides them and every node reads them here.
+	Via []string
 }
 
 // Reset clears m, keeping the capacity of its slices.
 func (m *Meta) Reset() {
-	to, anc, cons := m.To[:0], m.Ancestors[:0], m.Consumes[:0]
-	*m = Meta{To: to, Ancestors: anc, Consumes: cons}
+	to, anc, cons, via := m.To[:0], m.Ancestors[:0], m.Consumes[:0], m.Via[:0]
+	*m = Meta{To: to, Ancestors: anc, Consumes: cons, Via: via}
 }
 
 // Live reports whether FlagLive is set.
@@ -138,7 +151,14 @@ func frameSize(m *Meta, body []byte) int {
 	for _, c := range m.Consumes {
 		n += strSize(c)
 	}
-	return n + uvarintSize(uint64(m.Protocol.Start)) + uvarintSize(uint64(m.Protocol.End)) + len(body)
+	n += uvarintSize(uint64(m.Protocol.Start)) + uvarintSize(uint64(m.Protocol.End))
+	if len(m.Via) > 0 {
+		n += uvarintSize(uint64(len(m.Via)))
+		for _, v := range m.Via {
+			n += strSize(v)
+		}
+	}
+	return n + len(body)
 }
 
 func strSize(s string) int { return uvarintSize(uint64(len(s))) + len(s) }
@@ -154,7 +174,11 @@ func uvarintSize(v uint64) int {
 
 // AppendFrame appends the frame of meta and body to dst.
 func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
-	dst = append(dst, frameVersion, byte(m.Kind), m.Flags)
+	version := byte(frameVersion)
+	if len(m.Via) > 0 {
+		version = frameVersionVia
+	}
+	dst = append(dst, version, byte(m.Kind), m.Flags)
 	dst = appendString(dst, m.Origin)
 	dst = appendString(dst, m.From)
 	dst = binary.AppendUvarint(dst, uint64(len(m.To)))
@@ -177,6 +201,12 @@ func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.Start))
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.End))
+	if len(m.Via) > 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Via)))
+		for _, v := range m.Via {
+			dst = appendString(dst, v)
+		}
+	}
 	return append(dst, body...)
 }
 
@@ -204,7 +234,7 @@ func DecodeHeader(head []byte, m *Meta) error {
 // HeaderID is the envelope id in a frame's header (its memory), or "":
 // what the history index keys its entries by, without decoding the rest.
 func HeaderID(head []byte) string {
-	if len(head) < 3 || head[0] != frameVersion {
+	if len(head) < 3 || !knownVersion(head[0]) {
 		return ""
 	}
 	d := frameDecoder{b: head[3:]}
@@ -230,7 +260,7 @@ func HeaderID(head []byte) string {
 func decodeHeader(data []byte, m *Meta) ([]byte, error) {
 	m.Reset()
 	d := frameDecoder{b: data}
-	if len(data) < 3 || data[0] != frameVersion {
+	if len(data) < 3 || !knownVersion(data[0]) {
 		return nil, ErrBadFrame
 	}
 	m.Kind, m.Flags = FrameKind(data[1]), data[2]
@@ -254,6 +284,11 @@ func decodeHeader(data []byte, m *Meta) ([]byte, error) {
 	}
 	m.Protocol.Start = int(d.uvarint())
 	m.Protocol.End = int(d.uvarint())
+	if data[0] == frameVersionVia {
+		for n := d.uvarint(); n > 0 && d.err == nil; n-- {
+			m.Via = append(m.Via, d.string())
+		}
+	}
 	if d.err != nil || m.Protocol.Start > m.Protocol.End {
 		return nil, ErrBadFrame
 	}

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -189,10 +190,25 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		},
 		OnWrite: func(n int) { g.metrics.writes.Add(float64(n)) },
 	})
+	if hook := hookBeforeJoin.Load(); hook != nil {
+		(*hook)(a.pod, id)
+	}
+	p.Settle()
+	if refusal := p.Join(r, a.history); refusal != nil {
+		// Kicked with a ban while its upgrade was under way: it never
+		// joined, and is told so in the close frame.
+		g.metrics.refusals.WithLabelValues(string(refusal.Code)).Inc()
+		r.Close(participant.StatusKicked, refusal.Message)
+		go func() {
+			<-r.Done()
+			_ = conn.CloseNow()
+		}()
+		g.maybeRemovePod(p)
+		g.connCount.Add(-1)
+		return
+	}
 	buckets := g.node.Buckets.Acquire(bucketKey(a.pod, id))
 	g.metrics.connections.Inc()
-	p.Settle()
-	p.Join(r, a.history)
 	if !g.accepting.Load() {
 		// Shutdown closes the members it finds after turning accepting
 		// off; this one joined after it looked.
@@ -218,6 +234,11 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		g.metrics.connections.Dec()
 	}()
 }
+
+// hookBeforeJoin, when set (by tests: export_test.go), runs between an
+// upgrade's admission (Reserve) and its Join, so that a test can hold an
+// upgrade there while the pod changes.
+var hookBeforeJoin atomic.Pointer[func(pod, participant string)]
 
 // readBuffers are reused across messages and connections: a pod keeps
 // nothing of the bytes it is handed, so a read buffer is free again as

@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpp/gateway/envelope"
@@ -81,6 +82,8 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		envs = [][]byte{body}
 	}
 
+	id := who.ID
+	from := &pod.Sender{ID: id, Caps: who.Caps, Protocol: envelope.ProtocolMCPP, Hold: true}
 	var p *pod.Pod
 	for {
 		found, perr := g.readyPod(r.Context(), name)
@@ -88,7 +91,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 			g.refuse(w, perr)
 			return
 		}
-		dead, refusal := found.Acquire(who.ID)
+		dead, refusal := found.Acquire(from)
 		if refusal != nil {
 			g.refuse(w, refusal) // banned (gateway/kick)
 			return
@@ -99,19 +102,28 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		}
 		// Removed as we looked it up; a new one will be made.
 	}
-	id := who.ID
-	from := &pod.Sender{ID: id, Caps: who.Caps, Protocol: envelope.ProtocolMCPP, Buckets: g.node.Buckets.Acquire(bucketKey(name, id)), Hold: true}
-	for _, line := range envs {
+	from.Buckets = g.node.Buckets.Acquire(bucketKey(name, id))
+	for i, line := range envs {
+		if hook := hookPublishLine.Load(); hook != nil && i > 0 {
+			(*hook)(name, id, i)
+		}
+		// A kick of the participant while the body is handled refuses
+		// the rest of it (forbidden): it is checked in the pod's order.
 		p.Handle(from, line, false)
 		p.Throttle(from)
 	}
 	from.Flush()
 	g.node.Buckets.Release(bucketKey(name, id), time.Now())
-	p.Release()
+	p.Release(from)
 	g.maybeRemovePod(p)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: from.Results})
 }
+
+// hookPublishLine, when set (by tests: export_test.go), runs before each
+// envelope of a publish after its first, so that a test can hold a
+// publish in the middle of its body while the pod changes.
+var hookPublishLine atomic.Pointer[func(pod, participant string, line int)]
 
 // splitLines cuts a newline-delimited body into its envelopes: every line
 // that is not blank, each a slice of body itself, so that a long body's

@@ -80,14 +80,21 @@ func startClusterEach(t *testing.T, n int, perNode func(i int) []string, extra .
 	return nodes
 }
 
+// probeTokens are the token file entries of waitConnected's probes, for a
+// cluster whose nodes require tokens.
+const probeTokens = `{"token": "probe-rx-t", "participant": "probe-rx", "capabilities": ["probe"], "pods": ["probe-*"]},
+  {"token": "probe-tx-t", "participant": "probe-tx", "capabilities": ["probe"], "pods": ["probe-*"]}`
+
 // waitConnected waits until a probe envelope sent on the first node
 // reaches a probe participant on every other node.
 func waitConnected(t *testing.T, nodes []*harness.GatewayProc) {
 	t.Helper()
 	for i := 1; i < len(nodes); i++ {
 		pod := fmt.Sprintf("probe-%d", i)
-		rx := nodes[i].GW.Dial(t, pod, "probe-rx", "")
-		tx := nodes[0].GW.Dial(t, pod, "probe-tx", "")
+		// The tokens name the probes where the nodes require tokens
+		// (tokens ProbeTokens); in open mode they are ignored.
+		rx := nodes[i].GW.Dial(t, pod, "probe-rx", "token=probe-rx-t")
+		tx := nodes[0].GW.Dial(t, pod, "probe-tx", "token=probe-tx-t")
 		got := false
 		for try := 0; try < 100 && !got; try++ {
 			tx.Send(map[string]any{"kind": "probe", "id": fmt.Sprintf("p%d", try)})

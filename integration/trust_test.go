@@ -505,14 +505,16 @@ func leaveReason(t *testing.T, c *harness.Client, id string) string {
 }
 
 // grantTokens: alice may grant and do anything; bob may chat, open
-// contexts, and call one MCP method by its payload; carol may chat and
-// grant. Both may send the tests' sentinels (test/*).
+// contexts, and call one MCP method by its payload; carol may chat, grant,
+// and call the read_* tools (what she grants: a grantor holds what it
+// grants). Both may send the tests' sentinels (test/*).
 func grantTokens(t *testing.T) string {
 	return harness.WriteFile(t, "tokens.json", `{"tokens": [
   {"token": "alice-t", "participant": "alice", "capabilities": ["*"], "pods": ["*"]},
   {"token": "bob-t", "participant": "bob", "capabilities": ["chat", "test/*", "context/*", "conclusion",
      {"kind": "mcp/request", "payload": {"method": "tools/list"}}], "pods": ["*"]},
-  {"token": "carol-t", "participant": "carol", "capabilities": ["chat", "test/*", "capability/grant"], "pods": ["*"]}
+  {"token": "carol-t", "participant": "carol", "capabilities": ["chat", "test/*", "capability/grant",
+     {"kind": "mcp/request", "payload": {"method": "tools/call", "params": {"name": "read_*"}}}], "pods": ["*"]}
 ]}`)
 }
 
@@ -722,11 +724,19 @@ func TestGrantPayloadPattern(t *testing.T) {
 // there and for a new one; its revocation too.
 func TestGrantAcrossCluster(t *testing.T) {
 	t.Parallel()
-	nodes := startCluster(t, 3, "--default-capabilities", "chat,probe,test/*,capability/*")
+	// alice holds what she grants (delegation never amplifies); bob and
+	// carol may not run tools.
+	tokens := harness.WriteFile(t, "tokens.json", `{"tokens": [
+  {"token": "alice-t", "participant": "alice", "capabilities": ["*"], "pods": ["*"]},
+  {"token": "bob-t", "participant": "bob", "capabilities": ["chat", "probe", "test/*", "capability/*"], "pods": ["*"]},
+  {"token": "carol-t", "participant": "carol", "capabilities": ["chat", "probe", "test/*", "capability/*"], "pods": ["*"]},
+  `+probeTokens+`
+]}`)
+	nodes := startCluster(t, 3, "--tokens", tokens)
 	const pod = "grant-cluster"
-	alice := nodes[0].GW.Dial(t, pod, "alice", "")
-	bob := nodes[1].GW.Dial(t, pod, "bob", "")
-	carol := nodes[2].GW.Dial(t, pod, "carol", "")
+	alice := nodes[0].GW.DialToken(t, pod, "alice-t", true, "")
+	bob := nodes[1].GW.DialToken(t, pod, "bob-t", true, "")
+	carol := nodes[2].GW.DialToken(t, pod, "carol-t", true, "")
 	alice.AwaitPresence("join", "carol", 10*time.Second)
 	if sendsAs(t, bob, alice, "before", map[string]any{"kind": "tool/run"}) {
 		t.Fatal("bob ran a tool before any grant")
@@ -744,7 +754,7 @@ func TestGrantAcrossCluster(t *testing.T) {
 	// bob moves to node 3: the grant is the pod's, not the connection's.
 	_ = bob.Conn.Close()
 	alice.AwaitPresence("leave", "bob", 10*time.Second)
-	bob = nodes[2].GW.Dial(t, pod, "bob", "")
+	bob = nodes[2].GW.DialToken(t, pod, "bob-t", true, "")
 	alice.AwaitPresence("join", "bob", 10*time.Second)
 	if !sendsAs(t, bob, alice, "on-node-3", map[string]any{"kind": "tool/run"}) {
 		t.Fatal("the grant made on node 1 did not hold on node 3")

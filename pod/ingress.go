@@ -31,6 +31,10 @@ type Sender struct {
 	Caps     *capability.Set
 	Protocol string
 	Conn     *participant.Participant // nil over HTTP and MCP
+	// Guest is the MCP session's membership the sender acts for (nil over
+	// WebSocket and HTTP): its envelopes are refused once it is no longer
+	// the pod's member of its id (kicked, or replaced).
+	Guest Guest
 	Buckets  *limits.Buckets
 	// Results are the answers to a sender with no connection, one per
 	// message handled.
@@ -47,6 +51,10 @@ type Sender struct {
 	// grants are the grants the sender holds in the pod (capability/grant),
 	// looked up once.
 	grants *capability.Grants
+	// kicked is set, under the pod's order lock, when the participant of
+	// a sender with neither a connection nor a guest (a POST, between
+	// Acquire and Release) is kicked: what it sends afterwards is refused.
+	kicked bool
 }
 
 // caps is what the sender may send now.
@@ -168,36 +176,88 @@ func (in *ingress) handle(data []byte, binary bool) {
 		in.refuse(e, env.ID)
 		return
 	}
+	if e := in.check(); e != nil {
+		in.refuse(e, env.ID)
+		return
+	}
+	if env.IsGatewayRequest() {
+		// A payload that does not fit the request comes before
+		// rate_limited in the table; request orders the rest.
+		in.request(rateErr)
+		return
+	}
+	in.accept(rateErr)
+}
+
+// check applies the rules that need no state of the pod's, in the order
+// of the table of docs/protocol.md section 5, after Parse's: the
+// lifecycle of control kinds, from, the reserved kinds, one reading of
+// the payload, the capabilities and the size.
+func (in *ingress) check() *envelope.Error {
+	env, s, cfg := &in.env, in.from, &in.pod.node.Config
 	switch {
+	case env.Mode != envelope.ModeDurable && controlKind(env.Kind):
+		return envelope.Errorf(wire.CodeInvalidEnvelope, "%s takes no lifecycle mode: the pod's history must keep it (its state is rebuilt from the history)", env.Kind)
 	case env.HasFrom && env.From != s.ID:
-		in.refuse(envelope.Errorf(wire.CodeAuthViolation, "from must be your participant id %q", s.ID), env.ID)
-		return
+		return envelope.Errorf(wire.CodeAuthViolation, "from must be your participant id %q", s.ID)
 	case env.IsSystem():
-		in.refuse(envelope.Errorf(wire.CodeReservedKind, "system/* kinds are the gateway's"), env.ID)
-		return
-	case env.IsGatewayRequest():
-		if len(data) > n.Config.MaxMessageBytes {
-			in.refuse(tooLarge(len(data), n.Config.MaxMessageBytes), env.ID)
-		} else {
-			// A payload that does not fit the request comes before
-			// rate_limited in the table; request orders the rest.
-			in.request(rateErr)
+		return envelope.Errorf(wire.CodeReservedKind, "system/* kinds are the gateway's")
+	}
+	if in.readsPayload() {
+		if path, a, b, ambiguous := capability.Ambiguous(env.Payload); ambiguous {
+			return envelope.Errorf(wire.CodeAmbiguousPayload, "%s has the keys %q and %q, equal ignoring case: receivers would read different values; send one key", path, a, b)
 		}
-		return
-	case !in.allowed():
+	}
+	if env.IsGatewayRequest() {
+		if len(in.env.Raw) > cfg.MaxMessageBytes {
+			return tooLarge(len(in.env.Raw), cfg.MaxMessageBytes)
+		}
+		return nil
+	}
+	if !in.allowed() {
 		e := envelope.Errorf(wire.CodeCapabilityViolation, "no capability of yours matches kind %q", env.Kind)
 		if s.caps().CoversKind(env.Kind) {
 			e.Message = fmt.Sprintf("no capability of yours matches kind %q with this payload", env.Kind)
 		}
 		e.AttemptedKind, e.YourCapabilities = env.Kind, s.caps().Wire()
-		in.refuse(e, env.ID)
-		return
-	case len(data) > n.Config.MaxMessageBytes:
-		in.refuse(tooLarge(len(data), n.Config.MaxMessageBytes), env.ID)
-		return
+		return e
 	}
+	if len(in.env.Raw) > cfg.MaxMessageBytes {
+		return tooLarge(len(in.env.Raw), cfg.MaxMessageBytes)
+	}
+	return nil
+}
 
-	m := &in.meta
+// controlKind reports whether the gateway keeps state of envelopes of
+// kind that every node rebuilds from the pod's history: grants, kicks and
+// proposals. They must be kept in the history.
+func controlKind(kind string) bool {
+	switch kind {
+	case wire.KindGrant, wire.KindRevoke, wire.RequestKick, wire.KindMCPProposal, wire.KindMCPReject, wire.KindMCPWithdraw, wire.RequestApprove:
+		return true
+	}
+	return false
+}
+
+// readsPayload reports whether the gateway reads the envelope's payload:
+// it decodes it (gateway/*, capability/*), tracks it (an MCP call or
+// proposal), or a payload pattern is matched against it, because no
+// plain kind pattern of the sender's capabilities allows the kind. Such a
+// payload must read the same to everyone (capability.Ambiguous).
+func (in *ingress) readsPayload() bool {
+	kind := in.env.Kind
+	switch {
+	case strings.HasPrefix(kind, "gateway/"), strings.HasPrefix(kind, "capability/"), strings.HasPrefix(kind, "mcp/"):
+		return true
+	}
+	return !in.from.caps().AllowsKind(kind)
+}
+
+// accept takes an envelope that passed check: what remains needs the
+// pod's state (its order lock), except the context's syntax.
+func (in *ingress) accept(rateErr *envelope.Error) {
+	p, s, env, m := in.pod, in.from, &in.env, &in.meta
+	n := p.node
 	m.Reset()
 	m.Kind, m.Origin, m.From, m.To = envelope.FrameEnvelope, n.ID, s.ID, append(m.To, env.To...)
 	if n.Config.ConclusionKinds[env.Kind] {
@@ -241,18 +301,29 @@ func (in *ingress) handle(data []byte, binary bool) {
 
 	p.lockFor(s)
 	defer p.unlockFor(s)
+	if e := p.removedSender(s); e != nil {
+		in.refuse(e, sentID)
+		return
+	}
 	dupErr := p.duplicate(sentID, env.Mode)
+	var ctx *envelope.Context
+	if env.Context != nil {
+		ctx = &c
+	}
 	if env.Context == nil {
 		e := dupErr
 		if e == nil {
 			e = rateErr
 		}
 		if e == nil && change != nil {
-			e = p.checkCapabilityChange(change, s.ID, "")
+			e = p.checkCapabilityChange(change, s, env.Payload, nil)
 		}
 		if e != nil {
 			in.refuse(e, sentID)
 			return
+		}
+		if change != nil {
+			m.Via = append(m.Via, change.via...)
 		}
 		in.commit(out)
 		in.answerCapabilityChange(change)
@@ -264,10 +335,11 @@ func (in *ingress) handle(data []byte, binary bool) {
 		// A grant scoped by the envelope's own context: the context must
 		// be open, or be opened by this envelope (it is checked again
 		// below, with everything else of the context).
-		if e := p.checkCapabilityChange(change, s.ID, c.ID); e != nil {
+		if e := p.checkCapabilityChange(change, s, env.Payload, ctx); e != nil {
 			in.refuse(e, sentID)
 			return
 		}
+		m.Via = append(m.Via, change.via...)
 	}
 	if e := p.Registry.Accept(&in.req, &in.acc, func(acc *contexts.Accepted) {
 		m.ContextID, m.ContextType, m.ContextParent = acc.Context.ID, acc.Context.Type, acc.Context.Parent
@@ -289,20 +361,33 @@ func (in *ingress) handle(data []byte, binary bool) {
 // allowed reports whether the sender may send the envelope: its own
 // capabilities allow it, or a grant it holds in the pod does (one scoped
 // to a context only for an envelope in that context or below it).
+// gateway/kick is pod-wide by nature: only a pod-wide capability allows
+// it, never one scoped to a context (docs/protocol.md section 6).
 func (in *ingress) allowed() bool {
 	s, env := in.from, &in.env
 	if s.caps().Allows(env.Kind, env.Payload) {
 		return true
 	}
-	if env.Kind == wire.KindRevoke && s.caps().CoversKind(wire.KindGrant) {
-		return true // who may grant may take back what it granted
-	}
 	if s.grants == nil {
 		s.grants = in.pod.grants.For(s.ID)
 	}
+	switch env.Kind {
+	case wire.KindRevoke:
+		if s.caps().CoversKind(wire.KindGrant) || s.grants.HoldsKind(wire.KindGrant) {
+			// Who may grant may take back what it granted (checkRevoke:
+			// only its own grants).
+			return true
+		}
+	case wire.KindGrant:
+		if s.grants.HoldsKind(wire.KindGrant) {
+			// Where a grant applies is its payload's context, or the
+			// envelope's: checkCapabilityChange checks the grant there.
+			return true
+		}
+	}
 	var ctxID string
 	var ancestors []string
-	if s.grants.Scoped() && env.Context != nil {
+	if s.grants.Scoped() && env.Context != nil && env.Kind != wire.RequestKick {
 		if c, e := envelope.ParseContext(env.Context, in.pod.node.Config.MaxContextBytes); e == nil {
 			ctxID = c.ID
 			ancestors = in.pod.Registry.Ancestry(&c, in.acc.Ancestors[:0])

@@ -13,10 +13,18 @@ import (
 // all happens under the order lock, so that the replay ends exactly where
 // the live envelopes begin. Call Settle first, where the stream orders
 // the pod. A join consumes a Reserve.
-func (p *Pod) Join(r *participant.Participant, want HistoryWant) {
+//
+// A participant kicked with a ban between its Reserve and its Join (its
+// upgrade under way) does not join: the ban is checked again here, under
+// the order lock in which kicks are applied, and the refusal returned;
+// the caller closes the connection (4410). r has been sent nothing.
+func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error {
 	p.lock()
 	defer p.unlock()
 	p.pending--
+	if e := p.banned(r.ID, timeNow()); e != nil {
+		return e
+	}
 	old := p.members[r.ID]
 	oldGuest := p.dropGuestLocked(r.ID)
 	_, elsewhere := p.remote[r.ID]
@@ -47,6 +55,7 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) {
 	default:
 		p.publishPresence(envelope.FrameJoin, identityOf(r), 0)
 	}
+	return nil
 }
 
 // Leave removes r unless a newer connection has replaced it; the caller

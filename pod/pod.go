@@ -52,8 +52,10 @@ type Pod struct {
 	// (remote.go).
 	remote  map[string]remoteMember
 	synced  sync.Once
-	pending int  // upgrades admitted but not yet joined
-	busy    int  // publishers with no connection at work (Acquire)
+	pending int // upgrades admitted but not yet joined
+	// publishers are the senders with no connection at work in the pod
+	// (Acquire: POSTs), so that a kick reaches what they send next.
+	publishers map[*Sender]struct{}
 	dead    bool // removed from the gateway (or closed): joiners must look again
 	// touched are the members queued something since the order lock was
 	// taken, flushed once when it is let go (unlock), or handed to a
@@ -89,8 +91,9 @@ func New(node *Node, name string) *Pod {
 		members: map[string]*participant.Participant{},
 		guests:  map[string]*guest{},
 		remote:  map[string]remoteMember{},
-		sending: map[string]struct{}{},
-		bans:    map[string]ban{},
+		sending:    map[string]struct{}{},
+		bans:       map[string]ban{},
+		publishers: map[*Sender]struct{}{},
 		ready:   make(chan struct{}),
 	}
 	empty := []*participant.Participant{}
@@ -251,7 +254,7 @@ func (p *Pod) idle() bool {
 			p.banned(id, now) // forgets those that ended
 		}
 	}
-	return len(p.members) == 0 && len(p.guests) == 0 && p.pending == 0 && p.busy == 0 && len(p.bans) == 0 && p.Registry.Empty()
+	return len(p.members) == 0 && len(p.guests) == 0 && p.pending == 0 && len(p.publishers) == 0 && len(p.bans) == 0 && p.Registry.Empty()
 }
 
 // RemoveIfIdle marks the pod dead when it is idle, and reports whether
@@ -358,28 +361,48 @@ func (p *Pod) identitiesLocked(except string) []wire.Identity {
 	return out
 }
 
-// Acquire keeps the pod while a request of id (POST) is handled in it.
-// dead says the pod was removed as it was looked up: look it up again; a
-// refusal says id is banned from it (gateway/kick).
-func (p *Pod) Acquire(id string) (dead bool, refusal *envelope.Error) {
+// Acquire keeps the pod while s, a sender with no connection (a POST),
+// sends into it. dead says the pod was removed as it was looked up: look
+// it up again; a refusal says s's participant is banned from it
+// (gateway/kick). A kick while s is at work refuses what s sends after
+// it (removedSender).
+func (p *Pod) Acquire(s *Sender) (dead bool, refusal *envelope.Error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead {
 		return true, nil
 	}
-	if e := p.banned(id, timeNow()); e != nil {
+	if e := p.banned(s.ID, timeNow()); e != nil {
 		return false, e
 	}
-	p.busy++
+	p.publishers[s] = struct{}{}
 	return false, nil
 }
 
 // Release ends an Acquire; the caller then lets the node forget the pod
 // if it is idle.
-func (p *Pod) Release() {
+func (p *Pod) Release(s *Sender) {
 	p.mu.Lock()
-	p.busy--
+	delete(p.publishers, s)
 	p.mu.Unlock()
+}
+
+// removedSender is the refusal of an envelope whose sender is no longer
+// the pod's: its connection or MCP session was kicked or replaced, or its
+// participant was kicked while its POST was at work. Nothing it sends
+// after that is relayed (docs/protocol.md section 6). Call it with mu
+// held: the kick's removal happens under it, so there is no moment
+// between the two.
+func (p *Pod) removedSender(s *Sender) *envelope.Error {
+	switch {
+	case s.Conn != nil && p.members[s.ID] == s.Conn:
+		return nil
+	case s.Guest != nil && p.guests[s.ID] == s.Guest:
+		return nil
+	case s.Conn == nil && s.Guest == nil && !s.kicked:
+		return nil
+	}
+	return envelope.Errorf(wire.CodeForbidden, "you are no longer in pod %q (kicked, or replaced by a newer connection of yours): the envelope was not relayed", p.Name)
 }
 
 // Tick is the janitor's, every second: the history index follows what

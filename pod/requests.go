@@ -3,8 +3,6 @@ package pod
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/mcpp/gateway/contexts"
@@ -99,13 +97,18 @@ func (in *ingress) request(rateErr *envelope.Error) {
 		case rateErr != nil:
 			in.refuse(rateErr, in.env.ID)
 			return
-		case !in.allowed(): // its capabilities, or a grant
-			e := envelope.Errorf(wire.CodeCapabilityViolation, "gateway/kick needs the gateway/kick capability")
+		case !in.allowed(): // its capabilities, or a pod-wide grant
+			e := envelope.Errorf(wire.CodeCapabilityViolation, "gateway/kick needs the gateway/kick capability for the whole pod (a grant scoped to a context never allows it)")
 			e.AttemptedKind, e.YourCapabilities = wire.RequestKick, in.from.caps().Wire()
 			in.refuse(e, in.env.ID)
 			return
 		}
-		in.reply(wire.KindKick, in.kick(k))
+		answer, e := in.kick(k)
+		if e != nil {
+			in.refuse(e, in.env.ID)
+			return
+		}
+		in.reply(wire.KindKick, answer)
 	default:
 		if rateErr != nil {
 			in.refuse(rateErr, in.env.ID)
@@ -124,17 +127,12 @@ const (
 )
 
 // strictDecode reads a request's payload (an object) into v, refusing
-// fields v does not have.
+// fields v does not have, and keys that name one only ignoring case
+// (envelope.DecodePayload).
 func strictDecode(payload []byte, v any) error {
-	if !isObject(payload) {
-		return errNotObject
-	}
-	d := json.NewDecoder(bytes.NewReader(payload))
-	d.DisallowUnknownFields()
-	return d.Decode(v)
+	return envelope.DecodePayload(payload, v, true)
 }
 
-var errNotObject = errors.New("the payload is not an object")
 
 // refresh handles gateway/refresh: a fresh token for the connection,
 // which must name the same participant and may join the pod; its claims
@@ -201,9 +199,7 @@ func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
 		return q, nil
 	}
 	var hq historyRequest
-	d := json.NewDecoder(bytes.NewReader(in.env.Payload))
-	d.DisallowUnknownFields()
-	if !isObject(in.env.Payload) || d.Decode(&hq) != nil {
+	if strictDecode(in.env.Payload, &hq) != nil {
 		return q, envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/history takes {"before"?: ID, "after"?: ID, "context"?: ID, "limit"?: 1 to 1000, "fold"?: BOOL, "max_tokens"?: 1 or more}`)
 	}
 	if hq.Before != nil && hq.After != nil {
@@ -270,9 +266,7 @@ func (in *ingress) contextsQuery() (contexts.Query, *envelope.Error) {
 		return q, nil
 	}
 	var cq contextsQuery
-	d := json.NewDecoder(bytes.NewReader(in.env.Payload))
-	d.DisallowUnknownFields()
-	if !isObject(in.env.Payload) || d.Decode(&cq) != nil {
+	if strictDecode(in.env.Payload, &cq) != nil {
 		return q, envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/contexts takes {"state"?: "active"|"concluded"|"all", "id"?, "type"?, "limit"?}`)
 	}
 	if cq.State != nil {

@@ -1,10 +1,10 @@
 package pod
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +28,7 @@ type capabilityChange struct {
 	g      wire.Grant
 	r      wire.Revoke
 	caps   *capability.Set // what a grant grants
+	via    []string        // the grants a grant is made through (capability.Grant.Via)
 	answer *wire.CapabilityEvent
 }
 
@@ -40,12 +41,13 @@ func (c *capabilityChange) recipient() string {
 }
 
 // parseCapabilityChange reads the payload of a grant or a revoke
-// (invalid_envelope when it does not fit).
+// (invalid_envelope when it does not fit), case-sensitively
+// (envelope.DecodePayload): the recipient a payload pattern matched is
+// the one that receives.
 func parseCapabilityChange(kind string, payload []byte, maxContext int) (*capabilityChange, *envelope.Error) {
 	c := &capabilityChange{grant: kind == wire.KindGrant}
-	d := json.NewDecoder(bytes.NewReader(payload))
 	if c.grant {
-		if err := d.Decode(&c.g); err != nil || !isObject(payload) {
+		if err := envelope.DecodePayload(payload, &c.g, false); err != nil {
 			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, `capability/grant takes {"recipient": ID, "capabilities": [PATTERN, …], "context"?: ID, "reason"?}: %v`, err)
 		}
 		if !envelope.ValidParticipantID(c.g.Recipient) {
@@ -64,7 +66,7 @@ func parseCapabilityChange(kind string, payload []byte, maxContext int) (*capabi
 		c.caps = set
 		return c, nil
 	}
-	if err := d.Decode(&c.r); err != nil || !isObject(payload) {
+	if err := envelope.DecodePayload(payload, &c.r, false); err != nil {
 		return nil, envelope.Errorf(wire.CodeInvalidEnvelope, `capability/revoke takes {"recipient": ID, "grant_id": ID} or {"recipient": ID, "capabilities": [PATTERN, …]}: %v`, err)
 	}
 	switch {
@@ -82,27 +84,77 @@ func parseCapabilityChange(kind string, payload []byte, maxContext int) (*capabi
 }
 
 // checkCapabilityChange decides, with the order lock held, whether the
-// change may be made by sender: a grant's scope (its payload's context,
-// or the envelope's own, ctx) must be an open context, or the one the
-// envelope opens; a revoke must name a grant in force that sender made.
-// It keeps the answer for the grantor.
-func (p *Pod) checkCapabilityChange(c *capabilityChange, sender, ctx string) *envelope.Error {
-	if c.grant {
-		if n := len(p.grants.For(c.g.Recipient).List()); n >= capability.MaxGrants {
-			return envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: %s holds %d grants in this pod, the most there may be: revoke some first", c.g.Recipient, n)
-		}
-		scope := c.g.Context
-		if scope == "" {
-			scope = ctx
-		}
-		if scope != "" && scope != ctx && !p.Registry.Active(scope) {
-			return envelope.Errorf(wire.CodeInvalidContext, "capability/grant: context %q is not open: a grant may be scoped to an open context only", scope)
-		}
-		c.g.Context = scope
-		c.answer = &wire.CapabilityEvent{Event: wire.CapabilityGranted, Recipient: c.g.Recipient, Grantor: sender,
-			Capabilities: c.caps.Wire(), Context: scope, Reason: c.g.Reason}
-		return nil
+// change may be made by s, whose envelope (payload: its payload) is in
+// the context ctx (zero: the main context): a grant's scope (its
+// payload's context, or the envelope's own) must be an open context, or
+// the one the envelope opens; a revoke must name a grant in force that s
+// made. It keeps the answer for the grantor.
+//
+// A grant never amplifies (docs/protocol.md section 6): its grantor may
+// not name itself, and must hold capability/grant, and every capability
+// it grants, where the grant applies: its own capabilities (its token's)
+// or a grant it holds whose scope is the new grant's scope or one of its
+// ancestors (a pod-wide grant needs a pod-wide one). What it held only
+// through grants is what the new grant is made through (Via).
+func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []byte, ctx *envelope.Context) *envelope.Error {
+	sender := s.ID
+	if !c.grant {
+		return p.checkRevoke(c, sender)
 	}
+	if c.g.Recipient == sender {
+		return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: a grantor cannot grant itself")
+	}
+	if n := len(p.grants.For(c.g.Recipient).List()); n >= capability.MaxGrants {
+		return envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: %s holds %d grants in this pod, the most there may be: revoke some first", c.g.Recipient, n)
+	}
+	scope := c.g.Context
+	if scope == "" && ctx != nil {
+		scope = ctx.ID
+	}
+	if scope != "" && (ctx == nil || scope != ctx.ID) && !p.Registry.Active(scope) {
+		return envelope.Errorf(wire.CodeInvalidContext, "capability/grant: context %q is not open: a grant may be scoped to an open context only", scope)
+	}
+	var ancestors []string
+	switch {
+	case scope == "":
+	case ctx != nil && scope == ctx.ID:
+		ancestors = p.Registry.Ancestry(ctx, nil)
+	default:
+		ancestors = p.Registry.Ancestry(&envelope.Context{ID: scope}, nil)
+	}
+	caps, held := s.caps(), p.grants.For(sender)
+	var via []string
+	if !caps.Allows(wire.KindGrant, payload) {
+		id, ok := held.Allowing(wire.KindGrant, payload, scope, ancestors)
+		if !ok {
+			where := "for the whole pod"
+			if scope != "" {
+				where = fmt.Sprintf("in context %q", scope)
+			}
+			return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: you may not grant %s: a grant scoped to a context allows granting only within it", where)
+		}
+		via = append(via, id)
+	}
+	for i, want := range c.g.Capabilities {
+		if caps.Covers(c.caps, i) {
+			continue
+		}
+		id, ok := held.Covering(c.caps, i, scope, ancestors)
+		if !ok {
+			return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: you do not hold %s where the grant applies, so you may not grant it", want)
+		}
+		if !slices.Contains(via, id) {
+			via = append(via, id)
+		}
+	}
+	c.g.Context, c.via = scope, via
+	c.answer = &wire.CapabilityEvent{Event: wire.CapabilityGranted, Recipient: c.g.Recipient, Grantor: sender,
+		Capabilities: c.caps.Wire(), Context: scope, Reason: c.g.Reason}
+	return nil
+}
+
+// checkRevoke is checkCapabilityChange for a revoke.
+func (p *Pod) checkRevoke(c *capabilityChange, sender string) *envelope.Error {
 	g := p.grants.For(c.r.Recipient)
 	if c.r.GrantID != "" {
 		for _, gr := range g.List() {
@@ -152,8 +204,9 @@ func (in *ingress) answerCapabilityChange(c *capabilityChange) {
 
 // applyCapability changes the grants as a capability/grant or
 // capability/revoke of the pod's order says, whoever accepted it, and
-// tells the recipient's connections here of a revocation. Call it with
-// mu held.
+// tells the recipient's connections here of a revocation, and of every
+// grant that ended with it because it was made through a revoked one.
+// Call it with mu held.
 func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
 	kind := gjson.GetBytes(body, "kind").String()
 	payload := []byte(gjson.GetBytes(body, "payload").Raw)
@@ -166,38 +219,61 @@ func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
 		if scope == "" {
 			scope = m.ContextID
 		}
+		var via []string
+		for _, v := range m.Via {
+			via = append(via, strings.Clone(v))
+		}
 		err := p.grants.For(c.g.Recipient).Add(capability.Grant{ID: strings.Clone(m.ID), Grantor: strings.Clone(m.From),
-			Context: strings.Clone(scope), Capabilities: c.caps})
+			Context: strings.Clone(scope), Capabilities: c.caps, Via: via})
 		if err != nil && !errors.Is(err, capability.ErrDuplicateGrant) {
 			p.node.Log.Warn("a capability/grant could not be applied", "pod", p.Name, "grant", m.ID, "err", err)
 		}
 		return
 	}
 	g := p.grants.For(c.r.Recipient)
+	var changed []string
 	if c.r.GrantID != "" {
-		if gr, err := g.Revoke(c.r.GrantID, m.From); err == nil && tell {
-			p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: gr.ID,
-				Recipient: c.r.Recipient, Grantor: gr.Grantor, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, Reason: c.r.Reason})
+		if gr, err := g.Revoke(c.r.GrantID, m.From); err == nil {
+			changed = append(changed, gr.ID)
+			if tell {
+				p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: gr.ID,
+					Recipient: c.r.Recipient, Grantor: gr.Grantor, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, Reason: c.r.Reason})
+			}
 		}
-		return
+	} else if revoked, err := g.RevokeCapabilities(m.From, c.r.Capabilities); err == nil {
+		for _, r := range revoked {
+			changed = append(changed, r.Grant.ID)
+			if tell {
+				p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: r.Grant.ID,
+					Recipient: c.r.Recipient, Grantor: r.Grant.Grantor, Capabilities: r.Removed, Context: r.Grant.Context, Reason: c.r.Reason})
+			}
+		}
 	}
-	revoked, err := g.RevokeCapabilities(m.From, c.r.Capabilities)
-	if err != nil || !tell {
-		return
-	}
-	for _, r := range revoked {
-		p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: r.Grant.ID,
-			Recipient: c.r.Recipient, Grantor: r.Grant.Grantor, Capabilities: r.Removed, Context: r.Grant.Context, Reason: c.r.Reason})
-	}
+	p.endThrough(changed, "a grant it was made through was revoked", tell)
 }
 
-// endGrants ends the grants scoped to a context that concluded, and tells
-// their recipients' connections here. Call it with mu held.
+// endGrants ends the grants scoped to a context that concluded, and the
+// grants made through them, and tells their recipients' connections here.
+// Call it with mu held.
 func (p *Pod) endGrants(contextID string, tell bool) {
+	var ended []string
 	for _, e := range p.grants.EndContext(contextID) {
+		ended = append(ended, e.ID)
 		if tell {
 			p.tellGrantee(e.Recipient, wire.CapabilityEvent{Event: wire.CapabilityEnded, GrantID: e.ID, Recipient: e.Recipient,
 				Grantor: e.Grantor, Capabilities: e.Capabilities.Wire(), Context: e.Context, Reason: "the context concluded"})
+		}
+	}
+	p.endThrough(ended, "a grant it was made through ended with its context", tell)
+}
+
+// endThrough ends the grants made through the grants named by ids (and
+// so on), telling their recipients here why. Call it with mu held.
+func (p *Pod) endThrough(ids []string, why string, tell bool) {
+	for _, e := range p.grants.EndThrough(ids) {
+		if tell {
+			p.tellGrantee(e.Recipient, wire.CapabilityEvent{Event: wire.CapabilityEnded, GrantID: e.ID, Recipient: e.Recipient,
+				Grantor: e.Grantor, Capabilities: e.Capabilities.Wire(), Context: e.Context, Reason: why})
 		}
 	}
 }
@@ -242,7 +318,7 @@ type kickBody struct {
 // kick handles gateway/kick: the participant leaves the pod on every
 // node, with the reason, and is kept out for ban_ms. It returns what the
 // kicker is answered.
-func (in *ingress) kick(k wire.Kick) wire.Kicked {
+func (in *ingress) kick(k wire.Kick) (wire.Kicked, *envelope.Error) {
 	p := in.pod
 	body, _ := json.Marshal(kickBody{By: in.from.ID, Reason: k.Reason})
 	var until time.Time
@@ -252,6 +328,9 @@ func (in *ingress) kick(k wire.Kick) wire.Kicked {
 	}
 	p.lock()
 	defer p.unlock()
+	if e := p.removedSender(in.from); e != nil {
+		return wire.Kicked{}, e
+	}
 	n := 0
 	if p.members[k.Participant] != nil {
 		n++
@@ -272,7 +351,7 @@ func (in *ingress) kick(k wire.Kick) wire.Kicked {
 		s := until.UTC().Format(wire.TimeFormat)
 		answer.BannedUntil = &s
 	}
-	return answer
+	return answer, nil
 }
 
 // applyKick carries out a kick of the pod's order on this node: its ban
@@ -281,7 +360,13 @@ func (in *ingress) kick(k wire.Kick) wire.Kicked {
 // Call it with mu held.
 func (p *Pod) applyKick(m *envelope.Meta, body []byte) {
 	if reason, ok := p.keepBan(m, body); ok {
-		p.removeLocked(strings.Clone(m.From), reason, participant.StatusKicked)
+		id := strings.Clone(m.From)
+		p.removeLocked(id, reason, participant.StatusKicked)
+		for s := range p.publishers {
+			if s.ID == id {
+				s.kicked = true
+			}
+		}
 	}
 }
 

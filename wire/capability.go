@@ -87,24 +87,25 @@ func (c *Capability) UnmarshalJSON(b []byte) error {
 	default:
 		return errCapabilityForm
 	}
-	var o struct {
-		Kind    json.RawMessage `json:"kind"`
-		Payload json.RawMessage `json:"payload"`
-	}
+	// Read into a map, not a struct, so that "kind" and "payload" are
+	// matched exactly: a struct would also take "Kind" or "KIND", which a
+	// payload pattern (and a JavaScript receiver) does not read as kind.
+	var o map[string]json.RawMessage
 	if err := json.Unmarshal(b, &o); err != nil {
 		return errCapabilityForm
 	}
-	if len(o.Kind) == 0 {
+	kindRaw, payload := bytes.TrimSpace(o["kind"]), o["payload"]
+	if len(kindRaw) == 0 {
 		return errCapabilityKind
 	}
 	var kind string
-	if err := json.Unmarshal(o.Kind, &kind); err != nil || o.Kind[0] != '"' {
+	if err := json.Unmarshal(kindRaw, &kind); err != nil || kindRaw[0] != '"' {
 		// MEW also accepts a list of kinds here; a list of capabilities
 		// says the same and keeps one pattern per entry.
 		return errCapabilityKindStr
 	}
 	*c = Capability{Kind: kind}
-	switch p := bytes.TrimSpace(o.Payload); {
+	switch p := bytes.TrimSpace(payload); {
 	case len(p) == 0, bytes.Equal(p, []byte("null")):
 	case p[0] != '{':
 		return errCapabilityPayload

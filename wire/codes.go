@@ -14,13 +14,13 @@ type Code string
 const (
 	CodeInvalidJSON           Code = "invalid_json"            // the message is not one JSON object (or is binary)
 	CodeInvalidEnvelope       Code = "invalid_envelope"        // a field breaks section 2, or a request's payload does not fit it
-	CodeAmbiguousPayload      Code = "ambiguous_payload"       // a payload the gateway reads has an object with two keys equal ignoring case
-	CodeInvalidRecipient      Code = "invalid_recipient"       // an mcp/request names not exactly one recipient, or an mcp/response not its requester
 	CodeUnsupportedProtocol   Code = "unsupported_protocol"    // protocol is neither mcpp/v0.1 nor mcpx/v0.1
 	CodeAuthViolation         Code = "auth_violation"          // from is not the sender
 	CodeReservedKind          Code = "reserved_kind"           // a system/* kind
+	CodeAmbiguousPayload      Code = "ambiguous_payload"       // a payload the gateway reads has an object with two keys equal ignoring case
 	CodeCapabilityViolation   Code = "capability_violation"    // no capability matches the kind; see AttemptedKind
 	CodeMessageTooLarge       Code = "message_too_large"       // over the max_message_bytes limit
+	CodeInvalidRecipient      Code = "invalid_recipient"       // an mcp/request names not exactly one recipient, or an mcp/response not its requester
 	CodeForbidden             Code = "forbidden"               // the sender was kicked from the pod (or replaced) after it began: not relayed; also a 403 upgrade refusal
 	CodeInvalidContext        Code = "invalid_context"         // the context field breaks section 3
 	CodeContextConflict       Code = "context_conflict"        // another type or parent than the context was created with
@@ -55,13 +55,12 @@ const (
 // EnvelopeCodes are the codes of system/error in the order of the table
 // of docs/protocol.md section 5.
 var EnvelopeCodes = []Code{
-	CodeInvalidJSON, CodeInvalidEnvelope, CodeAmbiguousPayload, CodeInvalidRecipient, CodeUnsupportedProtocol, CodeAuthViolation,
-	CodeReservedKind, CodeCapabilityViolation, CodeMessageTooLarge, CodeForbidden, CodeInvalidContext,
-	CodeContextConflict, CodeContextCycle, CodeContextDepthExceeded, CodeDuplicateID,
-	CodeProposalNotPending, CodeNoPendingRequest,
-	CodeContextLimitExceeded, CodeRequestLimitExceeded, CodeProposalLimitExceeded,
-	CodeRateLimited, CodeContextRateLimited, CodeUnknownRequest,
-	CodeInvalidFilter, CodeShuttingDown,
+	CodeInvalidJSON, CodeInvalidEnvelope, CodeUnsupportedProtocol, CodeAuthViolation, CodeReservedKind,
+	CodeAmbiguousPayload, CodeCapabilityViolation, CodeMessageTooLarge, CodeInvalidRecipient, CodeForbidden,
+	CodeInvalidContext, CodeContextConflict, CodeContextCycle, CodeContextDepthExceeded, CodeDuplicateID,
+	CodeProposalNotPending, CodeNoPendingRequest, CodeContextLimitExceeded, CodeRequestLimitExceeded,
+	CodeProposalLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeUnknownRequest, CodeInvalidFilter,
+	CodeShuttingDown,
 }
 
 // UpgradeCodes are the codes a refused upgrade may carry

@@ -278,10 +278,13 @@ func TestErrorPayload(t *testing.T) {
 // Section 5: the table's order, and what is retryable.
 func TestCodes(t *testing.T) {
 	table := []string{"invalid_json", "invalid_envelope", "unsupported_protocol", "auth_violation", "reserved_kind",
-		"capability_violation", "message_too_large", "invalid_context", "context_conflict", "context_cycle",
-		"context_depth_exceeded", "duplicate_id", "context_limit_exceeded", "rate_limited", "context_rate_limited",
-		"unknown_request", "invalid_filter", "shutting_down"}
-	retryable := map[string]bool{"context_limit_exceeded": true, "rate_limited": true, "context_rate_limited": true, "shutting_down": true}
+		"ambiguous_payload", "capability_violation", "message_too_large", "invalid_recipient", "forbidden",
+		"invalid_context", "context_conflict", "context_cycle", "context_depth_exceeded", "duplicate_id",
+		"proposal_not_pending", "no_pending_request", "context_limit_exceeded", "request_limit_exceeded",
+		"proposal_limit_exceeded", "rate_limited", "context_rate_limited", "unknown_request", "invalid_filter",
+		"shutting_down"}
+	retryable := map[string]bool{"context_limit_exceeded": true, "request_limit_exceeded": true, "proposal_limit_exceeded": true,
+		"rate_limited": true, "context_rate_limited": true, "shutting_down": true}
 	if len(EnvelopeCodes) != len(table) {
 		t.Fatalf("%d codes, the table has %d", len(EnvelopeCodes), len(table))
 	}
