@@ -34,8 +34,8 @@ type Sender struct {
 	// Guest is the MCP session's membership the sender acts for (nil over
 	// WebSocket and HTTP): its envelopes are refused once it is no longer
 	// the pod's member of its id (kicked, or replaced).
-	Guest Guest
-	Buckets  *limits.Buckets
+	Guest   Guest
+	Buckets *limits.Buckets
 	// Results are the answers to a sender with no connection, one per
 	// message handled.
 	Results []wire.PublishResult

@@ -56,7 +56,7 @@ type Pod struct {
 	// publishers are the senders with no connection at work in the pod
 	// (Acquire: POSTs), so that a kick reaches what they send next.
 	publishers map[*Sender]struct{}
-	dead    bool // removed from the gateway (or closed): joiners must look again
+	dead       bool // removed from the gateway (or closed): joiners must look again
 	// touched are the members queued something since the order lock was
 	// taken, flushed once when it is let go (unlock), or handed to a
 	// sender that holds its flushes (unlockFor); scope numbers what one
@@ -88,13 +88,13 @@ func New(node *Node, name string) *Pod {
 	cfg := &node.Config
 	p := &Pod{
 		Name: name, node: node, subject: Subject(name),
-		members: map[string]*participant.Participant{},
-		guests:  map[string]*guest{},
-		remote:  map[string]remoteMember{},
+		members:    map[string]*participant.Participant{},
+		guests:     map[string]*guest{},
+		remote:     map[string]remoteMember{},
 		sending:    map[string]struct{}{},
 		bans:       map[string]ban{},
 		publishers: map[*Sender]struct{}{},
-		ready:   make(chan struct{}),
+		ready:      make(chan struct{}),
 	}
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)

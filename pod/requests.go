@@ -133,7 +133,6 @@ func strictDecode(payload []byte, v any) error {
 	return envelope.DecodePayload(payload, v, true)
 }
 
-
 // refresh handles gateway/refresh: a fresh token for the connection,
 // which must name the same participant and may join the pod; its claims
 // (capabilities, expiry) apply from the next envelope on.
