@@ -6,6 +6,7 @@
 //	mcpp send     --pod NAME --stdin [--kind KIND] [--rate N] ...   (one envelope JSON object per line)
 //	mcpp contexts --pod NAME [--state active|concluded|all] [--json]
 //	mcpp history  --pod NAME [--fold=0] [--context ID] [--limit N] [--json | --pretty]
+//	mcpp bridge   --pod NAME --participant ID [--max-in-flight N] [--request-timeout D] (-- COMMAND [ARGS...] | --url URL)
 //
 // Every command takes --gateway (default $MCPP_GATEWAY, else
 // ws://127.0.0.1:8080; the base URL or the /ws URL), --pod ($MCPP_POD),
