@@ -96,6 +96,21 @@ export interface ConnectOptions {
   fold?: boolean;
   /** The id of the last envelope a previous client received: what came after it is replayed. */
   resume?: string;
+  /**
+   * What the participant answers requests of, sent as `serves=` on every
+   * connection: `["mcp"]` (SERVES_MCP, the one value the gateway takes)
+   * for an MCP server in the pod; welcomes and presence events then show
+   * it in its identity (`serves`). Another value is refused (400
+   * `invalid_filter`).
+   */
+  serves?: string[];
+  /**
+   * true: watch the pod without being present (`observe=1`, on every
+   * connection): no presence event, not in welcomes or participant lists.
+   * It needs the `gateway/observe` capability: without it connect rejects
+   * with a RefusedError (403 `forbidden`).
+   */
+  observe?: boolean;
   /** false: a lost connection ends the client. Otherwise how to reconnect (default: with backoff, forever). */
   reconnect?: boolean | ReconnectOptions;
   /** Bounds each dial, up to the welcome (default 10 s). */
@@ -262,6 +277,8 @@ export class Client implements AsyncIterable<StreamItem> {
   private constructor(url: string, options: ConnectOptions) {
     this.url = url;
     this.opts = { ...options };
+    // A copy: every connection sends what was asked at connect, whatever becomes of the caller's array.
+    if (Array.isArray(options.serves)) this.opts.serves = [...options.serves];
     this.filter = { ...(options.filter ?? {}) };
     this.resumeId = options.resume === "" ? undefined : options.resume;
     this.tokenInQuery = options.WebSocket !== undefined || !onNode();
@@ -276,8 +293,8 @@ export class Client implements AsyncIterable<StreamItem> {
         maxAttempts: Math.max(0, o.maxAttempts ?? 0),
       };
     }
-    // Checks the URL and the filter now, so that a mistake is a TypeError of connect().
-    upgradeURL(url, { pod: options.pod, filter: this.filter }, this.tokenInQuery, true);
+    // Checks the URL, the filter, serves and observe now, so that a mistake is a TypeError of connect().
+    upgradeURL(url, { pod: options.pod, filter: this.filter, serves: options.serves, observe: options.observe }, this.tokenInQuery, true);
     if (options.ca !== undefined && options.WebSocket !== undefined) {
       throw new TypeError("ca is for the ws package's connections: a standard WebSocket trusts what its platform trusts");
     }
@@ -557,7 +574,12 @@ export class Client implements AsyncIterable<StreamItem> {
 
   // ---- connections
 
-  /** The URL of one connection: the filter in effect, what to resume after, and on the first the history asked for. */
+  /**
+   * The URL of one connection: the filter in effect, what to resume
+   * after, and on the first the history asked for. Serves and observe go
+   * on every one: a reconnection without them would be a participant
+   * nobody asks for tools, or an observer made visible.
+   */
   private upgrade(resume: string | undefined, first: boolean): string {
     const q: UpgradeQuery = {
       pod: this.opts.pod,
@@ -565,6 +587,8 @@ export class Client implements AsyncIterable<StreamItem> {
       token: this.opts.token,
       filter: this.filter,
       resume,
+      serves: this.opts.serves,
+      observe: this.opts.observe,
     };
     if (first) {
       q.history = this.opts.history;

@@ -51,14 +51,19 @@ export interface UpgradeQuery {
   history?: number | "all" | undefined;
   fold?: boolean | undefined;
   resume?: string | undefined;
+  /** serves=, the values comma-separated (an empty list leaves it out). */
+  serves?: string[] | undefined;
+  /** true: observe=1. */
+  observe?: boolean | undefined;
 }
 
 /**
  * The URL of one upgrade: `url` (ws://, wss://, http:// or https://; the
- * path /ws when it has none) with the pod, the participant, the filter
- * and the history parameters in its query, and the token when it must
- * travel there (a browser cannot send the Authorization header). Strict,
- * a filter value the query cannot write is a TypeError.
+ * path /ws when it has none) with the pod, the participant, what it
+ * serves, observe, the filter and the history parameters in its query,
+ * and the token when it must travel there (a browser cannot send the
+ * Authorization header). Strict, a filter, serves or observe value the
+ * query cannot write is a TypeError.
  */
 export function upgradeURL(url: string, q: UpgradeQuery, tokenInQuery: boolean, strict: boolean): string {
   const u = gatewayURL(url, "ws");
@@ -67,6 +72,16 @@ export function upgradeURL(url: string, q: UpgradeQuery, tokenInQuery: boolean, 
   p.set("pod", q.pod);
   if (q.participant !== undefined) p.set("participant", q.participant);
   if (q.token !== undefined && tokenInQuery) p.set("token", q.token);
+  if (q.serves !== undefined) {
+    if (strict && !(Array.isArray(q.serves) && q.serves.every((v) => typeof v === "string"))) {
+      throw new TypeError(`serves: ${JSON.stringify(q.serves)} is not a list of strings (such as ["mcp"])`);
+    }
+    if (q.serves.length > 0) p.set("serves", q.serves.join(","));
+  }
+  if (q.observe !== undefined) {
+    if (strict && typeof q.observe !== "boolean") throw new TypeError(`observe: ${JSON.stringify(q.observe)} is not a boolean`);
+    if (q.observe) p.set("observe", "1");
+  }
   for (const [name, value] of Object.entries(q.filter ?? {})) {
     const v = filterValue(name, value, strict);
     if (v !== undefined) p.set(name, v);

@@ -49,6 +49,7 @@ export {
   GATEWAY_ID,
   Kinds,
   PROTOCOL,
+  SERVES_MCP,
   type Capability,
   type CapabilityEvent,
   type ContextEvent,

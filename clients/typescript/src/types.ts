@@ -46,10 +46,24 @@ export interface Envelope {
   [field: string]: unknown;
 }
 
+/**
+ * The value of `serves` (ConnectOptions.serves, Identity.serves) of a
+ * participant that answers MCP requests: an MCP server in the pod, such
+ * as `mcpp bridge` (docs/protocol.md section 11).
+ */
+export const SERVES_MCP = "mcp";
+
 /** A participant as the welcome and presence events show it. */
 export interface Identity {
   id: string;
   capabilities: unknown[];
+  /**
+   * What it answers requests of, as it said when it joined
+   * (ConnectOptions.serves): `["mcp"]` (SERVES_MCP) for an MCP server,
+   * to send `mcp/request` envelopes to (`tools/list`); absent for plain
+   * participants.
+   */
+  serves?: string[];
 }
 
 /**

@@ -26,6 +26,7 @@ all :class:`MCPPError`.
 """
 
 from .client import Client, Connecting, Reconnected, connect
+from .connection import SERVES_MCP
 from .envelope import Context, Envelope, new_id
 from .errors import (
     CLOSE_GOING_AWAY,
@@ -64,6 +65,7 @@ __all__ = [
     "CLOSE_REVOKED",
     "CLOSE_SLOW_CONSUMER",
     "CLOSE_TOKEN_EXPIRED",
+    "SERVES_MCP",
     "Client",
     "ClientClosedError",
     "ClosedError",

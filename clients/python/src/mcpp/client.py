@@ -475,7 +475,10 @@ class Client:
     def welcome(self) -> dict[str, Any]:
         """The welcome's payload (``you``, ``participants``, ``pod``,
         ``filter``, ``limits``, ``history``), of the current connection
-        (after a reconnection, the new one's)."""
+        (after a reconnection, the new one's). An identity (``you``, each
+        of ``participants``, as a presence event's ``participant``) is
+        ``{"id", "capabilities", "serves"?}``: ``"serves": ["mcp"]`` for
+        an MCP server (``connect(serves=...)``), absent otherwise."""
         return self._welcome
 
     @property
@@ -930,6 +933,8 @@ def connect(
     resume: str | None = None,
     fold: bool | None = None,
     protocol: str | None = None,
+    serves: Sequence[str] | None = None,
+    observe: bool = False,
     headers: Mapping[str, str] | None = None,
     reconnect: bool = True,
     min_delay: float = DEFAULT_MIN_DELAY,
@@ -961,6 +966,17 @@ def connect(
       connection alone asks for it, reconnections resume.
     - ``resume``: the id of the last envelope a previous client received;
       the welcome's ``history.resumed`` says whether the gateway could.
+    - ``serves``: what the participant answers requests of,
+      ``["mcp"]`` (:data:`SERVES_MCP`, the one value the gateway takes)
+      for an MCP server in the pod: welcomes and presence events then show
+      ``"serves": ["mcp"]`` in its identity. Another value is refused
+      (400 ``invalid_filter``).
+    - ``observe``: True watches the pod without being present: no
+      presence event, no place in welcomes or participant lists. It needs
+      the ``gateway/observe`` capability; without it the gateway refuses
+      the upgrade (:class:`RefusedError`, 403 ``forbidden``).
+    - Every connection sends ``serves`` and ``observe``, reconnections
+      included.
     - ``reconnect``, ``min_delay``, ``max_delay``, ``max_attempts`` (0:
       no end): what to do when the connection is lost. ``open_timeout``
       bounds each dial up to the welcome, ``max_size`` the largest
@@ -976,7 +992,7 @@ def connect(
     """
     checked_history = _check_history(history)
     query = filter_query(filter or {})
-    base = base_url(url, pod, participant, protocol)
+    base = base_url(url, pod, participant, protocol, serves, observe)
     hdrs = list((headers or {}).items())
     if token:
         hdrs.append(("Authorization", f"Bearer {token}"))

@@ -16,9 +16,14 @@ from ._websockets import ConnectionClosed, WebSocket, abort, close_frame, open_w
 from .envelope import Envelope
 from .errors import ClosedError, DisconnectedError, MCPPError, ProtocolError
 
-__all__ = ["FILTER_NAMES", "Connection", "base_url", "dial_url", "filter_query", "split", "without_token"]
+__all__ = ["FILTER_NAMES", "SERVES_MCP", "Connection", "base_url", "dial_url", "filter_query", "split", "without_token"]
 
 GATEWAY_ID = "system:gateway"
+
+# The value of serves (connect's serves=, an identity's "serves") of a
+# participant that answers MCP requests: an MCP server in the pod, such as
+# mcpp bridge (docs/protocol.md section 11).
+SERVES_MCP = "mcp"
 
 # The filter's names, which are both its query parameters and its JSON
 # fields (docs/protocol.md section 4, wire.Filter), by the kind of value.
@@ -61,24 +66,48 @@ def filter_query(filter: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def base_url(url: str, pod: str, participant: str | None, protocol: str | None) -> str:
+def base_url(
+    url: str,
+    pod: str,
+    participant: str | None,
+    protocol: str | None,
+    serves: Sequence[str] | None = None,
+    observe: bool = False,
+) -> str:
     """The upgrade URL with what every connection of a client sends: the
     gateway's ``/ws`` (added to ``ws://HOST:PORT``; ``http`` and ``https``
-    are taken as ``ws`` and ``wss``), the pod, the participant and the
-    protocol."""
+    are taken as ``ws`` and ``wss``), the pod, the participant, the
+    protocol, what it serves (``serves=``, comma-separated) and
+    ``observe=1``. Every connection, reconnections included, must say the
+    last two: without them an MCP server would be a participant nobody
+    asks, and an observer would be announced to the pod."""
     if not isinstance(pod, str) or not pod:
         raise ValueError("pod is required")
+    a_list = isinstance(serves, Sequence) and not isinstance(serves, str) and all(isinstance(v, str) for v in serves)
+    if serves is not None and not a_list:
+        raise ValueError(f'serves is a list of strings, such as ["mcp"], not {serves!r}')
+    if not isinstance(observe, bool):
+        raise ValueError(f"observe is a bool, not {observe!r}")
     u = urllib.parse.urlsplit(url)
     scheme = {"ws": "ws", "wss": "wss", "http": "ws", "https": "wss"}.get(u.scheme)
     if scheme is None or not u.netloc:
         raise ValueError(f"the gateway's URL {url!r}: it must be ws://HOST:PORT (or wss, http, https)")
     path = u.path if u.path not in ("", "/") else "/ws"
-    query = [(k, v) for k, v in urllib.parse.parse_qsl(u.query, keep_blank_values=True) if k not in ("pod", "participant", "protocol")]
+    ours = {"pod", "participant", "protocol"}
+    if serves:
+        ours.add("serves")
+    if observe:
+        ours.add("observe")
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(u.query, keep_blank_values=True) if k not in ours]
     query.append(("pod", pod))
     if participant:
         query.append(("participant", participant))
     if protocol:
         query.append(("protocol", protocol))
+    if serves:
+        query.append(("serves", ",".join(serves)))
+    if observe:
+        query.append(("observe", "1"))
     return urllib.parse.urlunsplit((scheme, u.netloc, path, urllib.parse.urlencode(query), ""))
 
 
