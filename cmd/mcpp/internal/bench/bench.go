@@ -36,9 +36,38 @@ servers itself (no --gateway), each server's CPU time per delivery.
   mcpp bench --idle 10000 --baseline                 # RSS per idle connection
   mcpp bench --stalled 100 --size 1000000 --stalled-envelopes 64  # RSS with readers that stop reading
   mcpp bench --soak 30m                              # mixed traffic; resources per minute, start against end
-  mcpp bench --pods 6000 --members 3 --duration 60s   # many small pods: joins admitted, RSS a pod, latency, losses
+  mcpp bench --pods 6000 --members 3                 # many small pods: joins admitted, RSS a pod, latency, losses
+  mcpp bench --pods 6000 --versus "--history 0" --peer nats --rounds 2   # the same pods on each server in turn
   mcpp bench --gateway ws://HOST:PORT --subscribers 10   # a gateway that runs elsewhere
   mcpp bench --gateway ws://A:8081,ws://B:8082           # a cluster: subscribers spread over the nodes
+
+--pods N (many small pods) runs each server in turn, a fresh process for
+each run: the gateway (with --gateway-args), the gateway again with the
+flags of each --versus (the flag may be given several times, e.g.
+--versus "--history 0"), and with --peer nats nats-server over its own
+WebSocket listener (the same pods: a subject each, the same envelopes,
+pacing and counting, driven with nats.go). Each run reports joins
+admitted, latency (p50, p99, p999, max), memory a pod (the server's RSS
+growth over the joins, divided by the pods), CPU a delivery (the server's
+CPU time in the window over the deliveries in it), envelopes lost, and the
+server's garbage collections whose mark overlaps the window (each server
+runs with GODEBUG=gctrace=1: their count, their mark's wall time in all
+and the longest, their assists' CPU time); then the servers side by side,
+the medians over --rounds (1 unless given, for --pods). The window
+(--duration) defaults to 60s from 6000 pods, 30s from 1000, 10s below, so
+that every server collects inside it. bench's own collector is off in the
+window (a memory limit guards it) and what it did anyway is reported.
+--json prints the same as one JSON object on stdout, each run's text
+going to stderr as it ends. A --history-dir among the gateway's flags
+gets a fresh directory inside it for each run. Past 20000 connections
+they come from several loopback source addresses (127.0.0.1, 127.0.0.2,
+...). bench and the server each need a file a connection (ulimit -n).
+bench needs no Go toolchain: nats-server is compiled into mcpp (the hidden
+mcpp _nats), and the gateway is --gateway-bin, or mcpp-gateway next to
+mcpp or on PATH.
+
+  mcpp bench --pods 1000 --versus "--history 0" --peer nats --rounds 2 --json > pods.json
+  mcpp bench --pods 20000 --gateway-args "--history-dir /var/tmp/h" --versus "--history 0 --history-dir=" --peer nats
 
 Flags:
 `
@@ -55,31 +84,33 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		subs       = fs.Int("subscribers", 100, "subscribers (N)")
 		pubs       = fs.Int("publishers", 1, "publishers (P)")
 		size       = fs.Int("size", 256, "envelope size in bytes")
-		duration   = fs.Duration("duration", 5*time.Second, "measured time of each run")
+		duration   = fs.Duration("duration", 5*time.Second, "measured time of each run (--pods: the window, default 60s from 6000 pods, 30s from 1000, 10s below)")
 		warmup     = fs.Duration("warmup", 2*time.Second, "time before measuring")
 		window     = fs.Int("window", 256, "envelopes in flight when flat out")
 		rate       = fs.Float64("rate", 0, "envelopes a second in all (0: flat out)")
 		filters    = fs.Bool("filters", false, "half the subscribers contexts=none, half the envelopes in a reasoning context")
 		batch      = fs.Bool("batch", false, "subscribers join with batch=1")
 		baseline   = fs.Bool("baseline", false, "alternate each run with the bare WebSocket relay and report gateway/baseline")
-		rounds     = fs.Int("rounds", 3, "rounds (gateway, then baseline, then peer in each)")
-		peer       = fs.String("peer", "", "also measure another server in each round, with the same load: nats (a nats-server over WebSocket, driven with nats.go), and report gateway/peer")
+		rounds     = fs.Int("rounds", 3, "rounds (gateway, then baseline, then peer in each; --pods: the gateway, each --versus, then nats, and 1 round unless given)")
+		peer       = fs.String("peer", "", "also measure another server in each round, with the same load: nats (a nats-server over WebSocket, driven with nats.go), and report gateway/peer; with --pods too")
 		latencyAt  = fs.String("latency-at", "", "after the flat-out rounds, measure latency at these fractions of each server's capacity (e.g. 0.25,0.5,0.75)")
 		sameLoad   = fs.Bool("latency-same-load", false, "--latency-at: drive every server at the fraction of the gateway's capacity, not of its own (the same load for all)")
 		idle       = fs.Int("idle", 0, "instead of traffic: open this many idle connections and report RSS per connection")
 		gatewayArg = fs.String("gateway-args", "", "extra flags for the started gateway (space-separated)")
-		versus     = fs.String("versus", "", "also alternate with the gateway started with these extra flags (space-separated, e.g. \"--history 0\"), reported as versus, and report gateway/versus")
+		versus     stringList
 		stalled    = fs.Int("stalled", 0, "instead of fan-out: this many pods, each one sender and one reader that stops reading; report the gateway's RSS peak and end, and its cuts (the gateway runs with its defaults but the rates)")
 		stalledN   = fs.Int("stalled-envelopes", 64, "--stalled: envelopes of --size bytes each sender sends")
 		settle     = fs.Duration("settle", 0, "--stalled: wait after the last envelope is accepted before the end figures (default 2m30s: the Go runtime collects at least every 2 minutes, then gives memory back); --soak: time without traffic after the warm-up and at the end (default 5m)")
 		soak       = fs.Duration("soak", 0, "instead of fan-out: this long of mixed traffic against one gateway (churn, contexts, filters, floods, stalls, history, POST); its resources every --sample-every, and at the start against the end")
 		sampleFor  = fs.Duration("sample-every", time.Minute, "--soak: how often the gateway's resources are sampled")
 		soakWarmup = fs.Duration("soak-warmup", 2*time.Minute, "--soak: traffic (and a settle period) before the start is taken")
-		pods       = fs.Int("pods", 0, "instead of fan-out: this many pods of --members participants, one of whom sends --pod-rate envelopes a second for --duration; report joins admitted, the gateway's RSS a pod, latency and losses (with --gateway, several nodes: members spread over them)")
+		pods       = fs.Int("pods", 0, "instead of fan-out: this many pods of --members participants, one of whom sends --pod-rate envelopes a second for --duration; report joins admitted, latency, memory a pod, CPU a delivery, losses and the server's collections, on the gateway, each --versus and --peer nats (with --gateway, several nodes: members spread over them)")
 		members    = fs.Int("members", 3, "--pods: participants a pod")
 		podRate    = fs.Float64("pod-rate", 1, "--pods: envelopes a second each pod's sender sends")
 		dialers    = fs.Int("dialers", 64, "--pods: joins under way at once")
+		asJSON     = fs.Bool("json", false, "--pods: print the runs and the medians as one JSON object instead of text (each run's text then goes to stderr)")
 	)
+	fs.Var(&versus, "versus", "also alternate with the gateway started with these extra flags (space-separated, e.g. \"--history 0\"), reported as versus, and report gateway/versus; with --pods it may be given several times, a row each")
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -87,8 +118,14 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 || *subs < 1 || *pubs < 1 || *size < 64 || *rounds < 1 || (*gw != "" && (*baseline || *versus != "")) {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if fs.NArg() > 0 || *subs < 1 || *pubs < 1 || *size < 64 || *rounds < 1 || (*gw != "" && (*baseline || len(versus) > 0)) {
 		fmt.Fprintln(stderr, "mcpp bench: bad arguments (--baseline needs bench to start the servers itself; --size at least 64)")
+		return 2
+	}
+	if msg := checkPods(*pods, *podRate, *members, len(versus), *baseline, *asJSON, *idle > 0 || *stalled != 0 || *soak != 0); msg != "" {
+		fmt.Fprintln(stderr, "mcpp bench:", msg)
 		return 2
 	}
 	if *stalled != 0 {
@@ -96,7 +133,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 			*settle = 150 * time.Second
 		}
 		sl := stalledLoad{Pods: *stalled, Envelopes: *stalledN, Size: *size, Settle: *settle}
-		other := *baseline || *versus != "" || *peer != "" || *idle > 0 || *soak != 0
+		other := *baseline || len(versus) > 0 || *peer != "" || *idle > 0 || *soak != 0
 		if msg := checkStalled(sl, *gw != "", other, memAvailable()); msg != "" {
 			fmt.Fprintln(stderr, "mcpp bench:", msg)
 			return 2
@@ -106,7 +143,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		if *settle == 0 {
 			*settle = 5 * time.Minute
 		}
-		other := *baseline || *versus != "" || *peer != "" || *idle > 0 || *stalled != 0
+		other := *baseline || len(versus) > 0 || *peer != "" || *idle > 0 || *stalled != 0
 		plan := soakPlan{Warmup: *soakWarmup, Duration: *soak, Settle: *settle, Every: *sampleFor}
 		if msg := checkSoak(plan, *gw != "", other); msg != "" {
 			fmt.Fprintln(stderr, "mcpp bench:", msg)
@@ -132,14 +169,33 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	b := &bencher{out: stdout, gwBin: *gwBin, gwArgs: strings.Fields(*gatewayArg), versusArgs: strings.Fields(*versus), sameLoad: *sameLoad}
+	b := &bencher{out: stdout, progress: stderr, gwBin: *gwBin, gwArgs: strings.Fields(*gatewayArg), versusArgs: strings.Fields(versus.last()), sameLoad: *sameLoad}
 	load := Load{Token: *token, Pod: *pod, Subscribers: *subs, Publishers: *pubs, Size: *size,
 		Warmup: *warmup, Duration: *duration, Window: *window, Rate: *rate, Filters: *filters, Batch: *batch}
 	var err error
 	switch {
 	case *pods > 0:
-		err = b.pods(ctx, podsLoad{Pods: *pods, Members: max(2, *members), Rate: *podRate, Duration: *duration, Size: *size,
-			Dialers: max(1, *dialers), Token: *token}, *gw)
+		window, n := *duration, *rounds
+		if !given["duration"] {
+			window = podsWindow(*pods)
+		}
+		if !given["rounds"] {
+			n = 1
+		}
+		plan := podsPlan{load: podsLoad{Pods: *pods, Members: *members, Rate: *podRate, Duration: window, Size: *size,
+			Dialers: max(1, *dialers), Settle: podsSettle(*pods * *members), Drain: podsDrain},
+			rounds: n, token: *token, json: *asJSON}
+		var vs [][]string
+		for _, v := range versus {
+			vs = append(vs, strings.Fields(v))
+		}
+		plan.servers = podsServers(vs, *peer == "nats")
+		if *gw != "" {
+			for _, u := range strings.Split(*gw, ",") {
+				plan.remote = append(plan.remote, wsURL(strings.TrimSpace(u)))
+			}
+		}
+		err = b.pods(ctx, plan)
 	case *stalled > 0:
 		err = b.stalled(ctx, stalledLoad{Pods: *stalled, Envelopes: *stalledN, Size: *size, Settle: *settle})
 	case *soak > 0:
@@ -157,7 +213,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		}
 	default:
 		kinds := []kind{kindGateway}
-		if *versus != "" {
+		if len(versus) > 0 {
 			kinds = append(kinds, kindVersus)
 		}
 		if *baseline {
@@ -173,6 +229,44 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// checkPods says what is wrong with the --pods flags of this command
+// line, or "".
+func checkPods(pods int, rate float64, members, versus int, baseline, asJSON, otherMode bool) string {
+	switch {
+	case pods < 0:
+		return "--pods takes a number of pods"
+	case pods == 0 && asJSON:
+		return "--json goes with --pods"
+	case pods == 0 && versus > 1:
+		return "--versus may be given once, but with --pods"
+	case pods == 0:
+		return ""
+	case rate <= 0:
+		return "--pod-rate must be above 0"
+	case members < 2:
+		return "--members must be at least 2: a sender and a receiver"
+	case baseline:
+		return "--pods does not take --baseline (its servers are the gateway, --versus and --peer nats)"
+	case otherMode:
+		return "--pods does not go with --idle, --stalled or --soak"
+	}
+	return ""
+}
+
+// stringList is a flag that may be given several times.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, "; ") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// last is the value given last ("" when none was).
+func (s stringList) last() string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[len(s)-1]
 }
 
 // checkPeer says what is wrong with --peer in this command line, or "".
@@ -204,6 +298,7 @@ func wsURL(s string) string {
 
 type bencher struct {
 	out        io.Writer
+	progress   io.Writer // --pods --json: each run's text as it ends
 	gwBin      string
 	gwArgs     []string
 	versusArgs []string
@@ -492,33 +587,4 @@ func idleRSS(ctx context.Context, s *server, n int) (float64, error) {
 		return 0, err
 	}
 	return float64(after-before) / float64(n), nil
-}
-
-// pods runs --pods against the gateway bench starts (its --max-pods and
-// --max-connections made room for the load, unless --gateway-args says
-// otherwise), or the nodes of --gateway.
-func (b *bencher) pods(ctx context.Context, l podsLoad, gw string) error {
-	if gw != "" {
-		for _, u := range strings.Split(gw, ",") {
-			l.URLs = append(l.URLs, wsURL(strings.TrimSpace(u)))
-		}
-	} else {
-		bin, err := gatewayBinary(b.gwBin)
-		if err != nil {
-			return err
-		}
-		args := append([]string{"--max-pods", strconv.Itoa(l.Pods), "--max-connections", strconv.Itoa(l.Pods*l.Members + 100)}, b.gwArgs...)
-		s, err := startGatewayProcess(bin, args)
-		if err != nil {
-			return err
-		}
-		defer s.stop()
-		l.URLs, l.PIDs = []string{s.ws}, []int{s.pid()}
-	}
-	r, err := l.run(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprint(b.out, podsReport(l, r))
-	return nil
 }

@@ -11,4 +11,22 @@
 // round: nats-server with its WebSocket listener (the hidden `mcpp _nats`),
 // driven by the same load over nats.go's WebSocket transport, so that the
 // gateway is also quoted against a mature broker doing the same fan-out.
+//
+// --pods (pods.go) holds many small pods instead, as a gateway serving
+// agents does: the same run, its joins, senders and counting, drives the
+// gateway through package client (podsgateway.go) or nats-server through
+// nats.go (podsnats.go), one server at a time, each a fresh process for
+// each run (podsbench.go), so that the gateway, the gateway with other
+// flags (--versus, e.g. --history 0) and NATS are measured by one command.
+// What stalls deliveries at that size is the servers' garbage collectors,
+// so each Go server runs with GODEBUG=gctrace=1 and its collections in the
+// window are read from its stderr (gctrace.go), while the bench client's
+// own collector is off for the window (clientgc.go) so that its pauses are
+// not counted as the server's. podsreport.go prints each run, the servers
+// side by side, or the same as JSON. Past what one source address's
+// ephemeral ports hold, connections come from several loopback addresses
+// (sourceaddr.go).
+//
+// bench needs no Go toolchain when it runs: nats-server is compiled into
+// mcpp, and the gateway is a binary it is given or finds.
 package bench

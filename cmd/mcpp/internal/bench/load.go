@@ -390,9 +390,11 @@ func (l Load) envelope(dst []byte, seq int) []byte {
 	return append(dst, `"}}`...)
 }
 
-// histogram counts latencies in buckets 1/16 of an octave wide (about 4%).
+// histogram counts latencies in buckets 1/16 of an octave wide (about 4%),
+// and keeps the largest exactly.
 type histogram struct {
 	buckets [64 * 16]atomic.Int64
+	largest atomic.Int64
 }
 
 func newHistogram() *histogram { return &histogram{} }
@@ -401,6 +403,8 @@ func (h *histogram) record(ns int64) {
 	if ns < 1 {
 		ns = 1
 	}
+	for m := h.largest.Load(); ns > m && !h.largest.CompareAndSwap(m, ns); m = h.largest.Load() {
+	}
 	b := int(math.Log2(float64(ns)) * 16)
 	if b >= len(h.buckets) {
 		b = len(h.buckets) - 1
@@ -408,7 +412,11 @@ func (h *histogram) record(ns int64) {
 	h.buckets[b].Add(1)
 }
 
-// quantile returns the latency below which q of the samples fall.
+// maximum is the largest latency recorded (0: none).
+func (h *histogram) maximum() time.Duration { return time.Duration(h.largest.Load()) }
+
+// quantile returns the latency below which q of the samples fall (the
+// top of its bucket, at most the largest).
 func (h *histogram) quantile(q float64) time.Duration {
 	var total int64
 	for i := range h.buckets {
@@ -422,7 +430,8 @@ func (h *histogram) quantile(q float64) time.Duration {
 	for i := range h.buckets {
 		seen += h.buckets[i].Load()
 		if seen >= want {
-			return time.Duration(math.Exp2(float64(i+1) / 16))
+			// A bucket's top, but never above the largest seen.
+			return min(time.Duration(math.Exp2(float64(i+1)/16)), h.maximum())
 		}
 	}
 	return 0

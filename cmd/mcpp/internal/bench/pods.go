@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,42 +18,80 @@ import (
 // podsLoad is --pods: many small pods, as a gateway that serves agents
 // holds them (issue 21): each of Members participants, one of whom sends
 // Rate envelopes a second, the others receiving. It measures whether
-// every join is admitted, what a pod costs the gateway's memory with its
-// connections, the latency of delivery, and what went missing.
+// every join is admitted, what a pod costs the server's memory with its
+// connections, the latency of delivery, the server's CPU time a delivery,
+// and what went missing. The same run drives the gateway or nats-server:
+// only Transport, how a member joins, sends and receives, differs.
 type podsLoad struct {
 	Pods     int
 	Members  int
-	Rate     float64 // envelopes a second per pod
-	Duration time.Duration
+	Rate     float64       // envelopes a second per pod
+	Duration time.Duration // the measurement window
 	Size     int
-	Dialers  int      // joins under way at once
-	URLs     []string // the nodes; members of a pod are spread over them
-	Token    string
-	PIDs     []int // the gateway processes to watch (0: none)
+	Dialers  int           // joins under way at once
+	Settle   time.Duration // after the last join, before the joined RSS and the window
+	Drain    time.Duration // after the window, the longest wait for what is on its way
+	// Transport is how members join: the gateway's client, or nats.go.
+	Transport podTransport
+	PIDs      []int // the server processes to watch (none: a server bench did not start)
+}
+
+// podTransport is how a member of a --pods run joins its pod.
+type podTransport interface {
+	// join connects member of pod (conn numbers the connection in the
+	// run, from 0); what the member then receives goes to m.receive,
+	// and the end of its connection to m.ended.
+	join(ctx context.Context, pod, member, conn int, m *podMember) (podConn, error)
+	// nodes is how many servers the members are spread over.
+	nodes() int
+}
+
+// podConn is one member's connection.
+type podConn interface {
+	send(ctx context.Context, envelope []byte) error
+	close()
 }
 
 // podsResult is what a --pods run measured.
 type podsResult struct {
 	Joins, Admitted int
 	Refusals        map[string]int
-	// RSS of the gateway processes, all together: before any join, once
+	FirstError      string // the first join that failed otherwise than refused, if one did
+	// RSS of the server processes, all together: before any join, once
 	// every member joined, and at the end of the traffic.
 	RSSBefore, RSSJoined, RSSEnd int64
 	Sent, Expected, Received     int64
 	Lost, Twice, OutOfOrder      int64
+	Cut                          int64 // connections that ended before the run did
 	Latency                      *histogram
 	JoinTime                     time.Duration
-	// CPU is the gateway processes' CPU time during the traffic, and
-	// Bench this process's (the clients share the machine).
-	CPU, Bench time.Duration
+	// The window: when the senders started and stopped. CPU is the
+	// server processes' CPU time in it and Bench this process's (the
+	// clients share the machine); Delivered is what members received in
+	// it.
+	WindowStart, WindowEnd time.Time
+	CPU, Bench             time.Duration
+	Delivered              int64
+	Client                 clientGC // the bench client's own collector in the window and the drain
 }
 
-// member is one participant of a pod in a --pods run.
+// podsShared is what the members of one run count into together.
+type podsShared struct {
+	measuring atomic.Bool  // latencies are recorded: the window and the drain
+	window    atomic.Bool  // deliveries are counted for CPU a delivery
+	over      atomic.Bool  // the run is closing its connections
+	delivered atomic.Int64 // in the window
+	cut       atomic.Int64
+	latency   *histogram
+}
+
+// podMember is one participant of a pod in a --pods run.
 type podMember struct {
-	conn     *client.Conn
+	shared   *podsShared
+	sender   bool // member 0 sends; what it receives is not counted
+	conn     podConn
 	received atomic.Int64
 	next     atomic.Int64 // the sequence expected next
-	lost     atomic.Int64
 	twice    atomic.Int64
 	order    atomic.Int64
 }
@@ -62,17 +99,19 @@ type podMember struct {
 func (l podsLoad) run(ctx context.Context) (podsResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	res := podsResult{Refusals: map[string]int{}, Latency: newHistogram()}
+	shared := &podsShared{latency: newHistogram()}
+	res := podsResult{Refusals: map[string]int{}, Latency: shared.latency}
 	res.RSSBefore = l.rss()
 	members := make([][]*podMember, l.Pods)
 	for i := range members {
 		members[i] = make([]*podMember, l.Members)
 	}
 	defer func() {
+		shared.over.Store(true)
 		for _, pm := range members {
 			for _, m := range pm {
 				if m != nil {
-					_ = m.conn.CloseNow()
+					m.conn.close()
 				}
 			}
 		}
@@ -83,16 +122,14 @@ func (l podsLoad) run(ctx context.Context) (podsResult, error) {
 	jobs := make(chan job)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	measuring := &atomic.Bool{}
 	start := time.Now()
 	for range l.Dialers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				u := l.URLs[(j.pod+j.member)%len(l.URLs)]
-				c, err := client.DialConn(ctx, u, client.Options{Pod: fmt.Sprintf("pod-%d", j.pod),
-					Participant: fmt.Sprintf("m%d", j.member), Token: l.Token, DialTimeout: 30 * time.Second, ReadLimit: 1 << 20})
+				m := &podMember{shared: shared, sender: j.member == 0}
+				c, err := l.Transport.join(ctx, j.pod, j.member, j.pod*l.Members+j.member, m)
 				mu.Lock()
 				res.Joins++
 				if err != nil {
@@ -100,16 +137,17 @@ func (l podsLoad) run(ctx context.Context) (podsResult, error) {
 					var re *client.RefusedError
 					if errors.As(err, &re) {
 						code = fmt.Sprintf("%d %s", re.StatusCode, re.Code)
+					} else if res.FirstError == "" {
+						res.FirstError = err.Error()
 					}
 					res.Refusals[code]++
 					mu.Unlock()
 					continue
 				}
 				res.Admitted++
-				mu.Unlock()
-				m := &podMember{conn: c}
+				m.conn = c
 				members[j.pod][j.member] = m
-				go m.read(ctx, measuring, res.Latency)
+				mu.Unlock()
 			}
 		}()
 	}
@@ -119,6 +157,7 @@ func (l podsLoad) run(ctx context.Context) (podsResult, error) {
 			case jobs <- job{p, m}:
 			case <-ctx.Done():
 				close(jobs)
+				wg.Wait()
 				return res, ctx.Err()
 			}
 		}
@@ -127,16 +166,19 @@ func (l podsLoad) run(ctx context.Context) (podsResult, error) {
 	wg.Wait()
 	res.JoinTime = time.Since(start)
 	// Let the presence of the last joins out, and the writers go idle.
-	time.Sleep(5 * time.Second)
+	time.Sleep(l.Settle)
 	res.RSSJoined = l.rss()
 
-	// Traffic: member 0 of each pod sends, at Rate, from a time of its own
-	// in the first second, so that the pods do not all send at once.
-	measuring.Store(true)
+	// The window: member 0 of each pod sends, at Rate, from a time of its
+	// own in the first second, so that the pods do not all send at once.
+	collectorOn := clientCollectorOff()
+	shared.measuring.Store(true)
+	shared.window.Store(true)
 	cpu0, bench0 := l.cpu(), selfCPU()
-	var sent atomic.Int64
-	var expected atomic.Int64
+	res.WindowStart = time.Now()
+	var sent, expected atomic.Int64
 	tctx, tcancel := context.WithTimeout(ctx, l.Duration)
+	defer tcancel()
 	var senders sync.WaitGroup
 	for p := range l.Pods {
 		sender := members[p][0]
@@ -164,7 +206,9 @@ func (l podsLoad) run(ctx context.Context) (podsResult, error) {
 				}
 				t.Reset(every)
 				buf = podEnvelope(buf[:0], seq, l.Size)
-				if err := sender.conn.Write(tctx, buf); err != nil {
+				// ctx, not tctx: a write the window's end interrupted
+				// would close the sender's connection.
+				if err := sender.conn.send(ctx, buf); err != nil {
 					return
 				}
 				sent.Add(1)
@@ -173,28 +217,46 @@ func (l podsLoad) run(ctx context.Context) (podsResult, error) {
 		}()
 	}
 	senders.Wait()
-	tcancel()
+	res.WindowEnd = time.Now()
+	shared.window.Store(false)
 	res.CPU, res.Bench = l.cpu()-cpu0, selfCPU()-bench0
-	// What is on its way arrives.
-	time.Sleep(3 * time.Second)
-	measuring.Store(false)
-	res.RSSEnd = l.rss()
+	res.Delivered = shared.delivered.Load()
 	res.Sent, res.Expected = sent.Load(), expected.Load()
+	// What is on its way arrives, or Drain ends.
+	for deadline := time.Now().Add(l.Drain); time.Now().Before(deadline) && received(members) < res.Expected; {
+		time.Sleep(podsDrainPoll)
+	}
+	shared.measuring.Store(false)
+	res.Client = collectorOn()
+	res.RSSEnd = l.rss()
 	for p := range members {
-		for i, m := range members[p] {
-			if m == nil || i == 0 {
-				continue
+		for _, m := range members[p] {
+			if m != nil && !m.sender {
+				res.Twice += m.twice.Load()
+				res.OutOfOrder += m.order.Load()
 			}
-			res.Received += m.received.Load()
-			res.Twice += m.twice.Load()
-			res.OutOfOrder += m.order.Load()
 		}
 	}
+	res.Received = received(members)
 	res.Lost = res.Expected - res.Received
+	res.Cut = shared.cut.Load()
 	return res, nil
 }
 
-// cpu sums the gateway processes' CPU time.
+// received sums what the members of every pod received of its sender.
+func received(members [][]*podMember) int64 {
+	var n int64
+	for p := range members {
+		for _, m := range members[p] {
+			if m != nil && !m.sender {
+				n += m.received.Load()
+			}
+		}
+	}
+	return n
+}
+
+// cpu sums the server processes' CPU time.
 func (l podsLoad) cpu() time.Duration {
 	var sum time.Duration
 	for _, pid := range l.PIDs {
@@ -211,13 +273,10 @@ func selfCPU() time.Duration {
 	return d
 }
 
-// rss sums the gateway processes' RSS (0 when there are none to watch).
+// rss sums the server processes' RSS (0 when there are none to watch).
 func (l podsLoad) rss() int64 {
 	var sum int64
 	for _, pid := range l.PIDs {
-		if pid == 0 {
-			continue
-		}
 		if r, err := rss(pid); err == nil {
 			sum += r
 		}
@@ -226,7 +285,8 @@ func (l podsLoad) rss() int64 {
 }
 
 // podEnvelope is one envelope of a --pods run: its send time and its
-// sequence in the pod, padded to size.
+// sequence in the pod, padded to size. NATS carries the same bytes as a
+// message's payload.
 func podEnvelope(dst []byte, seq, size int) []byte {
 	dst = append(dst, `{"kind":"chat","payload":{"t":`...)
 	dst = strconv.AppendInt(dst, time.Now().UnixNano(), 10)
@@ -241,62 +301,43 @@ func podEnvelope(dst []byte, seq, size int) []byte {
 
 var seqKey = []byte(`,"s":`)
 
-// read counts what a member receives of its pod's sender: each sequence
-// once, in order, and its latency while measuring.
-func (m *podMember) read(ctx context.Context, measuring *atomic.Bool, h *histogram) {
-	var buf []byte
-	for {
-		var err error
-		if buf, err = m.conn.Read(ctx, buf[:0]); err != nil {
-			return
-		}
-		now := time.Now().UnixNano()
-		i := bytes.Index(buf, stampKey)
-		j := bytes.Index(buf, seqKey)
-		if i < 0 || j < 0 {
-			continue // welcome, presence
-		}
-		t, _ := parseStamp(buf[i+len(stampKey):])
-		seq, _ := parseStamp(buf[j+len(seqKey):])
-		if measuring.Load() {
-			h.record(now - t)
-		}
-		switch next := m.next.Load(); {
-		case seq == next:
-			m.received.Add(1)
-			m.next.Store(seq + 1)
-		case seq > next:
-			m.received.Add(1)
-			m.order.Add(1) // one or more before it never came (yet)
-			m.next.Store(seq + 1)
-		default:
-			m.twice.Add(1)
-		}
+// receive counts what a member received at now (Unix nanoseconds) of its
+// pod's sender: each sequence once, in order, and its latency while
+// measuring. Anything else (a welcome, presence) is not counted.
+func (m *podMember) receive(b []byte, now int64) {
+	if m.sender {
+		return
+	}
+	i := bytes.Index(b, stampKey)
+	j := bytes.Index(b, seqKey)
+	if i < 0 || j < 0 {
+		return
+	}
+	t, _ := parseStamp(b[i+len(stampKey):])
+	seq, _ := parseStamp(b[j+len(seqKey):])
+	if m.shared.measuring.Load() {
+		m.shared.latency.record(now - t)
+	}
+	if m.shared.window.Load() {
+		m.shared.delivered.Add(1)
+	}
+	switch next := m.next.Load(); {
+	case seq == next:
+		m.received.Add(1)
+		m.next.Store(seq + 1)
+	case seq > next:
+		m.received.Add(1)
+		m.order.Add(1) // one or more before it never came (yet)
+		m.next.Store(seq + 1)
+	default:
+		m.twice.Add(1)
 	}
 }
 
-// podsReport prints a --pods run.
-func podsReport(l podsLoad, r podsResult) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# --pods %d --members %d: %d connections over %d node(s), %.2g envelopes a second per pod (%.0f in all), %d B, %s of traffic\n",
-		l.Pods, l.Members, l.Pods*l.Members, len(l.URLs), l.Rate, l.Rate*float64(l.Pods), l.Size, l.Duration)
-	fmt.Fprintf(&b, "joins: %d of %d admitted in %s", r.Admitted, r.Joins, r.JoinTime.Round(time.Millisecond))
-	for code, n := range r.Refusals {
-		fmt.Fprintf(&b, "; %d refused %s", n, code)
+// ended counts a connection that ended before its run did: the server
+// cut it, or it failed.
+func (m *podMember) ended() {
+	if !m.shared.over.Load() {
+		m.shared.cut.Add(1)
 	}
-	b.WriteString("\n")
-	if r.RSSBefore > 0 {
-		per := func(v int64) float64 { return float64(v-r.RSSBefore) / float64(l.Pods) / 1024 }
-		fmt.Fprintf(&b, "gateway RSS: %.1f MiB before, %.1f MiB joined (%.1f KiB a pod with its %d connections), %.1f MiB after the traffic (%.1f KiB a pod)\n",
-			float64(r.RSSBefore)/(1<<20), float64(r.RSSJoined)/(1<<20), per(r.RSSJoined), l.Members,
-			float64(r.RSSEnd)/(1<<20), per(r.RSSEnd))
-	}
-	fmt.Fprintf(&b, "envelopes: %d sent, %d deliveries expected, %d received; lost %d, twice %d, out of order %d\n",
-		r.Sent, r.Expected, r.Received, r.Lost, r.Twice, r.OutOfOrder)
-	fmt.Fprintf(&b, "latency: p50 %s p99 %s p999 %s\n", short(r.Latency.quantile(0.5)), short(r.Latency.quantile(0.99)), short(r.Latency.quantile(0.999)))
-	if r.CPU > 0 {
-		fmt.Fprintf(&b, "CPU during the traffic: gateway %.2f cores (%.1f µs an envelope), bench clients %.2f cores\n",
-			r.CPU.Seconds()/l.Duration.Seconds(), float64(r.CPU.Microseconds())/float64(max(r.Sent, 1)), r.Bench.Seconds()/l.Duration.Seconds())
-	}
-	return b.String()
 }

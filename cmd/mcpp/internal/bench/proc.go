@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -52,9 +53,30 @@ func gatewayBinary(flagValue string) (string, error) {
 	return "", fmt.Errorf("mcpp-gateway not found next to mcpp nor on PATH: build both with `go build -o bin/ ./cmd/...` or pass --gateway-bin")
 }
 
+// procOptions is what a started process gets besides its arguments.
+type procOptions struct {
+	env    []string  // added to this process's environment
+	stderr io.Writer // nil: this process's stderr
+}
+
+// traced is procOptions for a Go server whose collections are read from
+// its stderr (gcTracer), the rest of which goes to this process's.
+func traced() (procOptions, *gcTracer) {
+	t := newGCTracer(os.Stderr)
+	godebug := gcTraceEnv
+	if v := os.Getenv("GODEBUG"); v != "" {
+		godebug = v + "," + gcTraceEnv
+	}
+	return procOptions{env: []string{"GODEBUG=" + godebug}, stderr: t}, t
+}
+
 // startGatewayProcess runs the gateway with limits opened wide, so that the
 // run measures the relay and not the rate limiter.
 func startGatewayProcess(bin string, extra []string) (*server, error) {
+	return startGatewayProcessWith(bin, extra, procOptions{})
+}
+
+func startGatewayProcessWith(bin string, extra []string, o procOptions) (*server, error) {
 	addr, err := freePort()
 	if err != nil {
 		return nil, err
@@ -64,7 +86,7 @@ func startGatewayProcess(bin string, extra []string) (*server, error) {
 		"--context-create-rate", "1e9", "--context-create-burst", "1000000000",
 		"--max-connections", "100000", "--max-participants-per-pod", "100000",
 		"--send-queue", "65536", "--ping-interval", "0"}, extra...)
-	return startProcess("gateway", bin, args, addr, "ws://"+addr+"/ws")
+	return startProcessWith("gateway", bin, args, addr, "ws://"+addr+"/ws", o)
 }
 
 // startRelayProcess runs this executable's hidden relay command.
@@ -82,7 +104,9 @@ func startRelayProcess() (*server, error) {
 
 // startNATSProcess runs this executable's hidden nats-server command, its
 // WebSocket listener on a free loopback port.
-func startNATSProcess() (*server, error) {
+func startNATSProcess() (*server, error) { return startNATSProcessWith(procOptions{}) }
+
+func startNATSProcessWith(o procOptions) (*server, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -91,12 +115,22 @@ func startNATSProcess() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startProcess("nats", self, []string{"_nats", "--listen", addr}, addr, "ws://"+addr)
+	return startProcessWith("nats", self, []string{"_nats", "--listen", addr}, addr, "ws://"+addr, o)
 }
 
 func startProcess(name, bin string, args []string, addr, ws string) (*server, error) {
+	return startProcessWith(name, bin, args, addr, ws, procOptions{})
+}
+
+func startProcessWith(name, bin string, args []string, addr, ws string, o procOptions) (*server, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if o.stderr != nil {
+		cmd.Stderr = o.stderr
+	}
+	if len(o.env) > 0 {
+		cmd.Env = append(os.Environ(), o.env...)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
