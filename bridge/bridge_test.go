@@ -286,12 +286,16 @@ func TestNotARequest(t *testing.T) {
 		`{"jsonrpc": "2.0", "id": 4, "result": {}}`:        "4",    // an answer, not a request
 		`{"jsonrpc": "1.0", "id": "a", "method": "ping"}`:  `"a"`,  // not JSON-RPC 2.0
 		`{"jsonrpc": "2.0", "id": null, "method": "ping"}`: "null", // MCP ids are strings or numbers
-		`"ping"`: "null",
 	} {
 		a := alice.Call("srv", payload)
 		if a.Error == nil || a.Error.Code != jsonrpc.CodeInvalidRequest || string(a.ID) != wantID {
 			t.Errorf("%s: answered %s, want invalid request with id %s", payload, a.Envelope.Payload, wantID)
 		}
+	}
+	// A payload that is no JSON-RPC object at all is the gateway's to
+	// refuse: it cannot tell whether an answer is due.
+	if _, refusal := alice.Send("srv", `"ping"`).Outcome(); refusal == nil || refusal.Code != wire.CodeInvalidEnvelope {
+		t.Errorf(`"ping": %v, want the gateway's invalid_envelope`, refusal)
 	}
 }
 

@@ -78,3 +78,23 @@ func appendTS(dst []byte, now time.Time) []byte {
 	lastStamp.Store(s)
 	return append(dst, s.text...)
 }
+
+// AddTo addresses an envelope that names no recipient to id: it splices
+// "to":[id] into Raw after the opening brace (the gateway's answer to a
+// call, whose to it fills when the sender left it out) and sets To. Call
+// it before Fill. id must be a valid participant id (it needs no
+// escaping).
+func (e *Envelope) AddTo(id string) {
+	open := firstNonSpace(e.Raw)
+	ins := `"to":["` + id + `"],`
+	out := make([]byte, 0, len(e.Raw)+len(ins))
+	out = append(out, e.Raw[:open+1]...)
+	out = append(out, ins...)
+	out = append(out, e.Raw[open+1:]...)
+	if e.Protocol != "" {
+		e.ProtocolSpan.Start += len(ins)
+		e.ProtocolSpan.End += len(ins)
+	}
+	e.Raw = out
+	e.To = append(e.To[:0], id)
+}

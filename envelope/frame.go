@@ -49,14 +49,21 @@ const (
 	// envelope: every node that takes it changes the grants of the pod's
 	// participants (issue 23), in the pod's order.
 	FlagCapability uint8 = 1 << 6
+	// FlagCall marks an envelope of a call the gateway keeps track of
+	// (docs/protocol.md section 11): an mcp/request that waits for an
+	// answer, an mcp/response, a proposal or a decision on one. Every node
+	// that takes it reads its kind and correlation, in the pod's order.
+	FlagCall uint8 = 1 << 7
 )
 
-// The versions of the frame's header. A frame of version 3 carries Via
+// The versions of the frame's header. A frame of version 4 carries Via
 // after the protocol's span; one without Via is written as version 2, as
-// before, so that its header costs the history index nothing more.
+// before, so that its header costs the history index nothing more. (3 is
+// the history's batch of frames, history.batchVersion, which a stream
+// message's first byte tells from a frame.)
 const (
 	frameVersion    = 2
-	frameVersionVia = 3
+	frameVersionVia = 4
 )
 
 func knownVersion(v byte) bool { return v == frameVersion || v == frameVersionVia }

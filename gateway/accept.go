@@ -48,6 +48,11 @@ type admission struct {
 	protocol string
 	filter   *filter.Filter
 	history  pod.HistoryWant
+	// serves is what the participant says it answers requests of
+	// (serves=mcp); observe that it watches without being present
+	// (observe=1).
+	serves  []string
+	observe bool
 }
 
 // admit runs every check that can refuse an upgrade with an HTTP answer,
@@ -88,7 +93,37 @@ func (g *Gateway) admit(r *http.Request) (*admission, *envelope.Error) {
 	if a.history, err = pod.ParseHistoryWant(q); err != nil {
 		return nil, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.Error())
 	}
+	if a.serves, e = parseServes(q); e != nil {
+		return nil, e
+	}
+	switch q.Get(wire.QueryObserve) {
+	case "", "0":
+	case "1":
+		// Watching without presence needs the capability: a join that
+		// may not be silent is refused, never made a visible one.
+		if !a.who.Caps.Allows(wire.CapabilityObserve, nil) {
+			return nil, envelope.Errorf(wire.CodeForbidden, "observe=1 needs the %s capability: join without it to be present", wire.CapabilityObserve)
+		}
+		a.observe = true
+	default:
+		return nil, envelope.Errorf(wire.CodeInvalidFilter, "observe must be 0 or 1")
+	}
 	return a, nil
+}
+
+// parseServes reads serves= (docs/protocol.md section 1): what the
+// participant answers requests of, shown in its identity. mcp is the one
+// value there is; anything else is refused, so that a typo is not a
+// participant nobody asks.
+func parseServes(q url.Values) ([]string, *envelope.Error) {
+	v := q.Get(wire.QueryServes)
+	if v == "" {
+		return nil, nil
+	}
+	if v != wire.ServesMCP {
+		return nil, envelope.Errorf(wire.CodeInvalidFilter, "serves must be %s (an MCP server)", wire.ServesMCP)
+	}
+	return []string{wire.ServesMCP}, nil
 }
 
 // originAllowed applies the WebSocket library's origin rule before the
@@ -150,7 +185,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 			g.refuse(w, e)
 			return
 		}
-		dead, refusal := found.Reserve(a.who.ID)
+		dead, refusal := found.Reserve(a.who.ID, a.observe)
 		if dead {
 			continue // removed as we looked it up; a new one will be made
 		}
@@ -189,6 +224,8 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 			g.metrics.cuts.WithLabelValues(reason).Inc()
 		},
 		OnWrite: func(n int) { g.metrics.writes.Add(float64(n)) },
+		Serves:  a.serves,
+		Observe: a.observe,
 	})
 	if hook := hookBeforeJoin.Load(); hook != nil {
 		(*hook)(a.pod, id)

@@ -77,6 +77,11 @@ type Config struct {
 	HistoryBytes    ByteSize
 	HistoryDir      string
 	HistoryReplicas int
+	// HistoryStore is where the embedded JetStream keeps a history that
+	// does not survive a restart (no --history-dir): HistoryStoreFile, in
+	// files of a temporary directory, out of the Go heap the collector
+	// marks, or HistoryStoreMemory, in it.
+	HistoryStore string
 
 	ClusterName      string
 	ClusterListen    string
@@ -134,6 +139,7 @@ func DefaultConfig() Config {
 		History:                      1000,
 		HistoryAge:                   24 * time.Hour,
 		HistoryBytes:                 256 << 20,
+		HistoryStore:                 HistoryStoreFile,
 		MCPSessionTimeout:            30 * time.Minute,
 		MCPRequestTimeout:            60 * time.Second,
 		MaxMCPRequestsPerParticipant: 128,
@@ -143,6 +149,17 @@ func DefaultConfig() Config {
 		MaxProposalsPerPod:           256,
 	}
 }
+
+// The stores of a history that does not survive a restart
+// (--history-store). The history's messages in JetStream's memory store
+// are three Go objects each, which every collection marks: at 6,000 pods
+// they were most of the gateway's heap (BENCHMARKS.md). Its file store,
+// in a temporary directory, keeps them in files (the page cache), out of
+// the heap, and is the default.
+const (
+	HistoryStoreFile   = "file"
+	HistoryStoreMemory = "memory"
+)
 
 // The default capabilities (--default-capabilities left empty): everything
 // in open mode, for development; where tokens are required, a token
@@ -203,6 +220,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HistoryAge, "history-age", c.HistoryAge, "history entries older than this are discarded")
 	fs.Var(&c.HistoryBytes, "history-bytes", "bytes of history kept for all pods together; the oldest go first (e.g. 256MiB)")
 	fs.StringVar(&c.HistoryDir, "history-dir", c.HistoryDir, "keep the history on disk in this directory, so that it survives a restart (default: in memory)")
+	fs.StringVar(&c.HistoryStore, "history-store", c.HistoryStore, "without --history-dir, where the embedded JetStream keeps the history: "+HistoryStoreFile+" (a temporary directory, removed at exit: out of the Go heap) or "+HistoryStoreMemory+" (the Go heap)")
 	fs.IntVar(&c.HistoryReplicas, "history-replicas", c.HistoryReplicas, "copies of the history over the embedded cluster's nodes (0: 1 alone, 3 or the cluster's size in a cluster)")
 	fs.DurationVar(&c.MCPSessionTimeout, "mcp-session-timeout", c.MCPSessionTimeout, "an MCP session (/mcp) with no request for this long ends, and its participant leaves the pod")
 	fs.DurationVar(&c.MCPRequestTimeout, "mcp-request-timeout", c.MCPRequestTimeout, "an mcp/request not answered within this long is answered by the gateway with a timeout error")
@@ -297,6 +315,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-mcp-requests-per-participant, --max-mcp-requests-per-pod, --max-proposals-per-participant and --max-proposals-per-pod must be at least 1")
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("--tls-cert and --tls-key go together")
+	case c.HistoryStore != HistoryStoreFile && c.HistoryStore != HistoryStoreMemory:
+		return fmt.Errorf("--history-store must be %s or %s", HistoryStoreFile, HistoryStoreMemory)
 	case c.History == 0 && (c.HistoryDir != "" || c.HistoryReplicas > 0):
 		return fmt.Errorf("--history-dir and --history-replicas need history on (--history above 0)")
 	}

@@ -133,7 +133,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.ns, g.nc, g.tempDir = ns, nc, tempDir
-	g.node.NATS = nc
+	g.node.Broker = pod.NewNATSBroker(nc)
 	g.node.Start()
 	stop := func() {
 		g.endLife()
@@ -161,6 +161,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.node.Cluster = c
 	}
 	g.mcp = newMCPEndpoint(g)
+	g.node.OnServers = g.mcp.serversChanged
 	// Built here, not in Serve, so that a Shutdown that comes before or
 	// during Serve stops it (Serve then returns at once).
 	g.httpServer = &http.Server{
@@ -196,7 +197,11 @@ func (g *Gateway) openHistory() error {
 	cfg := history.Config{
 		Subjects: []string{pod.StreamSubjects}, Entries: g.cfg.History, MaxAge: g.cfg.HistoryAge,
 		MaxBytes: int64(g.cfg.HistoryBytes), MaxMsgSize: int32(maxFrameBytes(&g.cfg)),
-		Replicas: historyReplicas(&g.cfg), File: g.cfg.HistoryDir != "",
+		Replicas: historyReplicas(&g.cfg),
+		// The embedded server keeps it in files (the temporary directory
+		// without --history-dir) unless told to keep it in the Go heap; an
+		// external deployment's memory is not the gateway's heap.
+		File: g.cfg.HistoryDir != "" || g.cfg.NATSURL == "" && g.cfg.HistoryStore == HistoryStoreFile,
 	}
 	if g.cfg.clustered() {
 		// Across a network a leader may die with what it was sent: the
@@ -666,6 +671,10 @@ func (g *Gateway) newNode() *pod.Node {
 			HistoryAge:                c.HistoryAge,
 			// Half the history, shared by the nodes that write into it.
 			FlightBytes: int64(c.HistoryBytes) / int64(2*clusterSize(c)),
+			Calls: pod.CallsConfig{
+				Timeout: c.MCPRequestTimeout, MaxPerParticipant: c.MaxMCPRequestsPerParticipant, MaxPerPod: c.MaxMCPRequestsPerPod,
+				ProposalTimeout: c.ProposalTimeout, MaxProposalsPerParticipant: c.MaxProposalsPerParticipant, MaxProposalsPerPod: c.MaxProposalsPerPod,
+			},
 		},
 		Limits:  g.limitsPayload(),
 		Log:     g.log,

@@ -51,33 +51,26 @@ type mcpEndpoint struct {
 	members  map[string]*mcpMember // by bucketKey(pod, id)
 	sessions map[string]*mcpMember // by MCP session id
 	stopping chan struct{}         // closed when the gateway shuts down
+	// serverTools are the tools of the pods' MCP servers, by pod, for the
+	// hosts of those pods on this node (mcp_servers.go).
+	serverTools map[string]*podServerTools
 }
 
 // newMCPEndpoint builds the /mcp handler.
 func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 	e := &mcpEndpoint{
 		g: g, members: map[string]*mcpMember{}, sessions: map[string]*mcpMember{},
-		stopping: make(chan struct{}),
+		stopping: make(chan struct{}), serverTools: map[string]*podServerTools{},
 	}
-	e.server = mcp.NewServer(&mcp.Implementation{Name: "mcpp-gateway", Title: "MCPP pod gateway", Version: Version()},
-		&mcp.ServerOptions{
-			Instructions: mcpInstructions,
-			// No logging capability: the gateway sends no log messages. The
-			// tools and the resource template never change (no list
-			// changes to listen for); what a host listens for is its
-			// inbox (mcp_inbox.go): with sessions on the session's GET
-			// stream, which is not activity (the participant still ends
-			// when idle); without, on a subscriptions/listen request,
-			// which is a request under way for as long as it listens.
-			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false},
-				Resources: &mcp.ResourceCapabilities{Subscribe: true, ListChanged: false}},
-			SubscribeHandler:   e.subscribe,
-			UnsubscribeHandler: e.unsubscribe,
-		})
-	e.server.AddReceivingMiddleware(e.middleware)
-	e.addTools()
-	e.addInbox()
-	getServer := func(*http.Request) *mcp.Server { return e.server }
+	// A request without a member (a GET or DELETE of a session, which
+	// the SDK routes to the session's own server) gets the shared one.
+	e.server = e.newServer()
+	getServer := func(r *http.Request) *mcp.Server {
+		if m := memberOf(r.Context()); m != nil {
+			return m.server
+		}
+		return e.server
+	}
 	opts := mcp.StreamableHTTPOptions{
 		// The JSON of one envelope may take --max-message-bytes; the
 		// rest of a request is small.
@@ -96,6 +89,34 @@ func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 	return e
 }
 
+// newServer builds an MCP server with the pod's tools and the inbox: one
+// per member, whose sessions it serves, so that the tools of the pod's
+// MCP servers it lists (mcp_servers.go) are the member's own, and a change
+// to them notifies its sessions alone.
+func (e *mcpEndpoint) newServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcpp-gateway", Title: "MCPP pod gateway", Version: Version()},
+		&mcp.ServerOptions{
+			Instructions: mcpInstructions,
+			// No logging capability: the gateway sends no log messages.
+			// The tools change as the pod's MCP servers come and go
+			// (notifications/tools/list_changed); the resource template
+			// never does. What a host listens for is its inbox
+			// (mcp_inbox.go): with sessions on the session's GET stream,
+			// which is not activity (the participant still ends when
+			// idle); without, on a subscriptions/listen request, which is
+			// a request under way for as long as it listens.
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true},
+				Resources: &mcp.ResourceCapabilities{Subscribe: true, ListChanged: false}},
+			SubscribeHandler:   e.subscribe,
+			UnsubscribeHandler: e.unsubscribe,
+		})
+	s.AddReceivingMiddleware(e.middleware)
+	e.addTools(s)
+	e.addProposalTools(s)
+	e.addInbox(s)
+	return s
+}
+
 // mcpInstructions tell the model what the server is for.
 const mcpInstructions = `You are a participant of an MCPP pod: a room where agents and people exchange JSON envelopes. ` +
 	`Read what others sent with pod_read (pass wait_ms to wait for something new) and older envelopes with pod_history. ` +
@@ -103,6 +124,7 @@ const mcpInstructions = `You are a participant of an MCPP pod: a room where agen
 	`send your intermediate envelopes in it (pod_send with context set to its id), then close it with context_return and a summary: ` +
 	`others who only follow conclusions see the summary, not the steps. pod_participants lists who is present, ` +
 	`pod_contexts the pod's sub-contexts, pod_filter chooses what pod_read returns. ` +
+	`The tools named PARTICIPANT__TOOL are the tools of the pod's MCP servers: calling one calls that participant's tool through the pod (in the sub-context you opened last, if one is open). ` +
 	`A refused call has isError set and {"error": CODE, "message": TEXT}; retry only when "retryable" is true, after "retry_after_ms".`
 
 // ServeHTTP authenticates the request as /ws does, then hands it to the
@@ -221,17 +243,24 @@ func (e *mcpEndpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return nil, errSessionEnded
 		}
 		res, err := next(context.WithValue(ctx, mcpMemberKey{}, m), method, req)
-		if r, ok := res.(*mcp.CallToolResult); ok && err == nil && r.IsError && r.StructuredContent == nil {
+		name := ""
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+			name = p.Name
+		}
+		if r, ok := res.(*mcp.CallToolResult); ok && err == nil && r.IsError && r.StructuredContent == nil && typedTool(name) {
 			// The SDK refused the arguments before the tool ran: say it as
 			// every other refusal is said.
-			name := ""
-			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
-				name = p.Name
-			}
 			return refusalResult(refuse(envelope.Errorf(argumentsCode(name), "%s", toolErrorText(r)))), nil
 		}
 		return res, err
 	}
+}
+
+// typedTool reports whether name is one of the gateway's tools whose
+// arguments the SDK checks (addTool): not a tool of the pod's MCP servers
+// (SERVER__TOOL) nor proposal_wait, whose error results are their own.
+func typedTool(name string) bool {
+	return !strings.Contains(name, "__") && name != "proposal_wait"
 }
 
 // bind makes ss one of m's sessions until it closes.

@@ -50,8 +50,8 @@ func parseInbox(uri string) (podName, id string, ok bool) {
 }
 
 // addInbox adds the inbox resource template.
-func (e *mcpEndpoint) addInbox() {
-	e.server.AddResourceTemplate(&mcp.ResourceTemplate{
+func (e *mcpEndpoint) addInbox(s *mcp.Server) {
+	s.AddResourceTemplate(&mcp.ResourceTemplate{
 		Name: "inbox", Title: "Your inbox in the pod", URITemplate: inboxTemplate, MIMEType: "application/json",
 		Description: "The envelopes addressed to you in the pod (newest last). Subscribe to it to be notified " +
 			"when one arrives or when a sub-context you sent in concludes; then call pod_read.",
@@ -160,7 +160,7 @@ func (m *mcpMember) listen(uri string) {
 		default:
 		}
 	})
-	server := m.e.server
+	server := m.server
 	go func() {
 		for {
 			select {

@@ -39,6 +39,16 @@ type mcpMember struct {
 	filter  atomic.Pointer[filter.Filter]
 	ready   chan struct{} // closed once started (or failed to)
 	done    chan struct{} // closed when it ends: waiting reads return
+	// server serves the member's MCP sessions: the pod's tools, and the
+	// tools of the pod's MCP servers it may call (mcp_servers.go).
+	server *mcp.Server
+	// tools are the servers' tools server lists now, by exposed name.
+	toolsMu sync.Mutex
+	tools   map[string]serverTool
+	// branches are the sub-contexts it opened with context_branch, the
+	// newest last: its calls of servers' tools go in the newest still
+	// open.
+	branches []string
 
 	// readMu serializes reads, which move the cursor: the sequence in the
 	// pod's history up to which it has read.
@@ -88,6 +98,7 @@ func (e *mcpEndpoint) acquire(ctx context.Context, name string, who pod.Admitted
 		if m == nil {
 			m = &mcpMember{e: e, id: id, key: key, ready: make(chan struct{}), done: make(chan struct{}),
 				sessions: map[*mcp.ServerSession]struct{}{}}
+			m.server = e.newServer()
 			m.admit(who)
 			m.filter.Store(f)
 			e.members[key] = m
@@ -107,6 +118,9 @@ func (e *mcpEndpoint) acquire(ctx context.Context, name string, who pod.Admitted
 				return nil, refusal
 			}
 			close(m.ready)
+			// The tools of the pod's MCP servers, for its first tools/list.
+			e.discover(m.pod)
+			m.syncTools()
 			select {
 			case <-e.stopping:
 				// The gateway began to drain as it started: shutdown left

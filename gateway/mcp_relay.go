@@ -26,6 +26,7 @@ import (
 // message, where decoding them into wire's types first would refuse or
 // reshape some before ingress sees them.
 type outgoing struct {
+	ID            string          `json:"id,omitempty"`
 	To            []string        `json:"to,omitempty"`
 	Kind          string          `json:"kind"`
 	CorrelationID json.RawMessage `json:"correlation_id,omitempty"`
@@ -102,6 +103,7 @@ func (e *mcpEndpoint) contextBranch(_ context.Context, m *mcpMember, _ *mcp.Call
 	if err != nil {
 		return nil, err
 	}
+	m.opened(c.ID)
 	return branchResult{Context: branchContext{ID: c.ID, Type: c.Type, Parent: c.Parent, Depth: r.depth}}, nil
 }
 

@@ -25,9 +25,9 @@ import (
 // sets isError and carries the system/error payload a WebSocket
 // participant would get.
 
-func (e *mcpEndpoint) addTools() {
+func (e *mcpEndpoint) addTools(s *mcp.Server) {
 	no, yes := false, true
-	addTool(e, &mcp.Tool{Name: "pod_read", Title: "Read the pod",
+	addTool(e, s, &mcp.Tool{Name: "pod_read", Title: "Read the pod",
 		Description: "Returns the envelopes that arrived in the pod since your previous pod_read (the first time: since you joined), " +
 			"oldest first, as your filter admits them. A sub-context that has concluded shows only its conclusion and its system/context event. " +
 			"Pass wait_ms to wait for something new instead of calling again and again. For what happened before you joined, use pod_history.",
@@ -40,7 +40,7 @@ func (e *mcpEndpoint) addTools() {
 		p["more"].Description = "true when more envelopes are there than this answer holds: call again to get them"
 	}), e.podRead)
 
-	addTool(e, &mcp.Tool{Name: "pod_history", Title: "Page through the pod's history",
+	addTool(e, s, &mcp.Tool{Name: "pod_history", Title: "Page through the pod's history",
 		Description: "Returns a page of the pod's stored history that your filter admits, oldest first: by default the newest 100 envelopes. " +
 			"Page back with before (the id of the oldest envelope you have), forward with after; narrow to one sub-context and its descendants with context.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &yes},
@@ -52,7 +52,7 @@ func (e *mcpEndpoint) addTools() {
 		p["more"].Description = "true when envelopes were left out: older ones (page back with before the oldest id), or with after newer ones"
 	}), e.podHistory)
 
-	addTool(e, &mcp.Tool{Name: "pod_send", Title: "Send an envelope",
+	addTool(e, s, &mcp.Tool{Name: "pod_send", Title: "Send an envelope",
 		Description: "Sends one envelope to the pod, from you, to everyone or to the participants in to. " +
 			"The gateway checks it as it checks any participant's (capabilities, rate limits, sub-context rules) and returns the id it got.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &yes},
@@ -63,7 +63,7 @@ func (e *mcpEndpoint) addTools() {
 		p["kind"].MinLength = jsonschema.Ptr(1)
 	}), schemaFor[sendResult](nil), e.podSend)
 
-	addTool(e, &mcp.Tool{Name: "context_branch", Title: "Open a sub-context",
+	addTool(e, s, &mcp.Tool{Name: "context_branch", Title: "Open a sub-context",
 		Description: "Opens a sub-context (a branch of the conversation) in which to work something out step by step: " +
 			"send your steps with pod_send and context set to the returned id, then call context_return with a summary. " +
 			"Participants that follow only conclusions see the summary, not the steps.",
@@ -72,7 +72,7 @@ func (e *mcpEndpoint) addTools() {
 		withDefault(p["type"], "reasoning")
 	}), schemaFor[branchResult](nil), e.contextBranch)
 
-	addTool(e, &mcp.Tool{Name: "context_return", Title: "Conclude a sub-context",
+	addTool(e, s, &mcp.Tool{Name: "context_return", Title: "Conclude a sub-context",
 		Description: "Concludes a sub-context you opened with context_branch: sends its conclusion (your summary) in it, which closes it and its open children, " +
 			"and returns its statistics (envelopes, bytes, participants, depth, times).",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &yes},
@@ -80,7 +80,7 @@ func (e *mcpEndpoint) addTools() {
 		p["context"].MinLength = jsonschema.Ptr(1)
 	}), schemaFor[returnResult](nil), e.contextReturn)
 
-	addTool(e, &mcp.Tool{Name: "pod_contexts", Title: "List sub-contexts",
+	addTool(e, s, &mcp.Tool{Name: "pod_contexts", Title: "List sub-contexts",
 		Description: "Lists the pod's sub-contexts with their type, parent, depth, state, creator and activity: by default the open ones, oldest first.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &yes},
 	}, schemaFor[wire.ContextsRequest](func(p map[string]*jsonschema.Schema) {
@@ -90,7 +90,7 @@ func (e *mcpEndpoint) addTools() {
 		p["limit"].Minimum = jsonschema.Ptr(1.0)
 	}), schemaFor[wire.ContextsAnswer](nil), e.podContexts)
 
-	addTool(e, &mcp.Tool{Name: "pod_filter", Title: "Choose what pod_read returns",
+	addTool(e, s, &mcp.Tool{Name: "pod_filter", Title: "Choose what pod_read returns",
 		Description: "Changes your filter, which decides what pod_read and pod_history return; fields you leave out keep their value. " +
 			"Presets: the main conversation only {\"contexts\": \"none\"}; main plus reasoning {\"contexts\": \"none\", \"types\": [\"reasoning\"]}; " +
 			"main plus every conclusion {\"contexts\": \"none\", \"conclusions\": true}; everything {\"main\": true, \"contexts\": \"all\"}. " +
@@ -101,12 +101,12 @@ func (e *mcpEndpoint) addTools() {
 		withEnum(p["routing"], wire.RoutingAll, wire.RoutingDirected)
 	}), effectiveFilterSchema(), e.podFilter)
 
-	addTool(e, &mcp.Tool{Name: "pod_participants", Title: "Who is in the pod",
+	addTool(e, s, &mcp.Tool{Name: "pod_participants", Title: "Who is in the pod",
 		Description: "Lists the participants present in the pod, on every gateway node, you included, with the kinds each may send.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &yes},
 	}, schemaFor[struct{}](nil), schemaFor[participantsResult](nil), e.podParticipants)
 
-	addTool(e, &mcp.Tool{Name: "participant_kick", Title: "Remove a participant from the pod",
+	addTool(e, s, &mcp.Tool{Name: "participant_kick", Title: "Remove a participant from the pod",
 		Description: "Removes a participant from the pod (you need the gateway/kick capability): its connections and sessions are closed, " +
 			"everyone sees it leave with your reason, and its joins are refused for ban_ms milliseconds.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &yes},
@@ -122,9 +122,9 @@ type toolFunc[In any] func(ctx context.Context, m *mcpMember, req *mcp.CallToolR
 
 // addTool adds a tool whose arguments the SDK validates against in and
 // decodes into In, and whose result it checks against out.
-func addTool[In any](e *mcpEndpoint, t *mcp.Tool, in, out *jsonschema.Schema, fn toolFunc[In]) {
+func addTool[In any](e *mcpEndpoint, s *mcp.Server, t *mcp.Tool, in, out *jsonschema.Schema, fn toolFunc[In]) {
 	t.InputSchema, t.OutputSchema = in, resultSchema(out)
-	mcp.AddTool(e.server, t, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
+	mcp.AddTool(s, t, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
 		m := memberOf(ctx)
 		if m == nil {
 			return nil, nil, errSessionEnded

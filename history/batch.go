@@ -18,30 +18,40 @@ const batchVersion = 3
 // nor a batch of frames.
 var ErrBadBatch = errors.New("history: malformed stream message")
 
-// appendBatch appends the stream message holding frames to dst: the frame
-// itself when there is one.
-func appendBatch(dst []byte, frames [][]byte) []byte {
-	if len(frames) == 1 {
-		return append(dst, frames[0]...)
+// appendBatch appends the stream message holding the items' frames to
+// dst: the frame itself when there is one.
+func appendBatch(dst []byte, items []item) []byte {
+	if len(items) == 1 {
+		return append(dst, items[0].frame...)
 	}
 	dst = append(dst, batchVersion)
-	dst = binary.AppendUvarint(dst, uint64(len(frames)))
-	for _, f := range frames {
+	dst = binary.AppendUvarint(dst, uint64(len(items)))
+	for i := range items {
+		f := items[i].frame
 		dst = binary.AppendUvarint(dst, uint64(len(f)))
 		dst = append(dst, f...)
 	}
 	return dst
 }
 
-// batchSize is the size of the stream message appendBatch makes of frames.
-func batchSize(frames [][]byte) int {
-	if len(frames) == 1 {
-		return len(frames[0])
+// batchSize is the size of the stream message appendBatch makes of items.
+func batchSize(items []item) int {
+	if len(items) == 1 {
+		return len(items[0].frame)
 	}
-	n := 1 + binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(len(frames)))
-	var tmp [binary.MaxVarintLen64]byte
-	for _, f := range frames {
-		n += binary.PutUvarint(tmp[:], uint64(len(f))) + len(f)
+	n := 1 + uvarintLen(uint64(len(items)))
+	for i := range items {
+		n += uvarintLen(uint64(len(items[i].frame))) + len(items[i].frame)
+	}
+	return n
+}
+
+// uvarintLen is the length of v as binary.AppendUvarint writes it.
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
 	}
 	return n
 }

@@ -15,9 +15,12 @@
 // cluster's nodes deliver in the order of.
 //
 // The Index holds a pod's order in memory, one small Entry per stored
-// frame: its header (ids, kind, context, recipients), its size and token
-// estimate, where the stream holds it (Loc), and until then the frame
-// itself, so that a reader never waits for the stream. Every selection is
+// frame, holding no pointer (the collector never scans a pod's entries):
+// its header (ids, kind, context, recipients) in the index's arena of
+// byte segments (arena.go), its size and token estimate, where the stream
+// holds it (Loc), and until then the frame itself (the index's pending
+// list), so that a reader never waits for the stream; ids are found by a
+// hash and their bytes compared (ids.go). Every selection is
 // made on the index under its lock, and only the selected bodies are
 // read: Newest (history=N), NewestWithin (history=tokens:N), After
 // (resume=), Since (MCP's pod_read) and Page (gateway/history). Folding

@@ -22,7 +22,11 @@ type Selected struct {
 	// ConsumedBy, when set, is the id of the envelope that consumed this
 	// transient one: it is sent collapsed.
 	ConsumedBy string
-	entry      *Entry
+	// loc is where the entry was when it was selected, or rec, when the
+	// stream had not stored it yet, where it went since (Locations looks
+	// again: they are for one evicted since).
+	loc Loc
+	rec *pendingRec
 }
 
 // Selection is what a replay sends, oldest first, and what it left out.
@@ -61,19 +65,19 @@ func (x *Index) Newest(n int, fold bool, admit Admit) Selection {
 	defer x.mu.Unlock()
 	x.expire(time.Now().UnixNano())
 	s := Selection{Last: x.last}
-	for i := len(x.entries) - 1; i >= x.head; i-- {
-		e := x.entries[i]
+	for i := x.len() - 1; i >= 0; i-- {
+		e := x.entries.at(i)
 		if !x.admits(e, admit) {
 			continue
 		}
 		if n > 0 && len(s.Entries) == n {
-			if !fold || !e.Folded() {
+			if !fold || !x.folded(e) {
 				s.More = true
 				break
 			}
 			continue
 		}
-		if fold && e.Folded() {
+		if fold && x.folded(e) {
 			s.Folded++
 			continue
 		}
@@ -84,8 +88,8 @@ func (x *Index) Newest(n int, fold bool, admit Admit) Selection {
 		// out" of this replay: only count those within its span.
 		s.Folded = 0
 		oldest := s.Entries[len(s.Entries)-1].Pos
-		for i := len(x.entries) - 1; i >= x.head && x.entries[i].Pos > oldest; i-- {
-			if e := x.entries[i]; fold && e.Folded() && x.admits(e, admit) {
+		for i := x.len() - 1; i >= 0 && x.entries.at(i).Pos > oldest; i-- {
+			if e := x.entries.at(i); fold && x.folded(e) && x.admits(e, admit) {
 				s.Folded++
 			}
 		}
@@ -111,13 +115,13 @@ func (x *Index) NewestWithin(maxTokens int, fold bool, admit Admit) Selection {
 	x.expire(time.Now().UnixNano())
 	s := Selection{Last: x.last}
 	folded := 0 // s.Folded when the oldest entry so far was sent
-	i := len(x.entries) - 1
-	for ; i >= x.head; i-- {
-		e := x.entries[i]
+	i := x.len() - 1
+	for ; i >= 0; i-- {
+		e := x.entries.at(i)
 		if !x.admits(e, admit) {
 			continue
 		}
-		if fold && e.Folded() {
+		if fold && x.folded(e) {
 			s.Folded++
 			continue
 		}
@@ -131,22 +135,26 @@ func (x *Index) NewestWithin(maxTokens int, fold bool, admit Admit) Selection {
 	// What the budget left out: every entry a replay would send from
 	// where the stretch stopped, that one included. Which of them are
 	// folded is taken now; their headers never change, so the filter
-	// reads them after the lock is let go: a long history holds up the
-	// pod's order (Apply) while the pointers are copied (90 µs for 10,000
-	// entries), not while every header is decoded (ten times that).
-	var rest []*Entry
-	if i >= x.head {
-		rest = make([]*Entry, 0, i-x.head+1)
-		for ; i >= x.head; i-- {
-			if e := x.entries[i]; !(fold && e.Folded()) {
-				rest = append(rest, e)
+	// reads them after the lock is let go, through a view of the arena's
+	// segments as they are now (which never change a header they hold):
+	// a long history holds up the pod's order (Apply) while the headers'
+	// places are copied (90 µs for 10,000 entries), not while every
+	// header is decoded (ten times that).
+	var rest []span
+	var heads arena
+	if i >= 0 {
+		rest = make([]span, 0, i+1)
+		for ; i >= 0; i-- {
+			if e := x.entries.at(i); !(fold && x.folded(e)) {
+				rest = append(rest, e.head)
 			}
 		}
+		heads = x.heads.view()
 	}
 	x.mu.Unlock()
 	var m envelope.Meta
-	for _, e := range rest {
-		e.Meta(&m)
+	for _, head := range rest {
+		_ = envelope.DecodeHeader(heads.bytes(head), &m)
 		if admit(&m) {
 			s.Omitted++
 		}
@@ -167,8 +175,8 @@ func (x *Index) After(id string, admit Admit) (s Selection, found bool) {
 		return Selection{Last: x.last}, false
 	}
 	s = Selection{Last: x.last}
-	for _, e := range x.entries[x.firstAfter(from):] {
-		if x.admits(e, admit) {
+	for i := x.firstAfter(from); i < x.len(); i++ {
+		if e := x.entries.at(i); x.admits(e, admit) {
 			s.Entries = append(s.Entries, x.selected(e, false, &s))
 		}
 	}
@@ -188,11 +196,12 @@ func (x *Index) Since(after uint64, limit, maxTokens int, fold bool, admit Admit
 	defer x.mu.Unlock()
 	x.expire(time.Now().UnixNano())
 	s := Selection{Last: x.last}
-	for _, e := range x.entries[x.firstAfter(after):] {
+	for i := x.firstAfter(after); i < x.len(); i++ {
+		e := x.entries.at(i)
 		if !x.admits(e, admit) {
 			continue
 		}
-		if fold && e.Folded() {
+		if fold && x.folded(e) {
 			s.Folded++
 			continue
 		}
@@ -235,30 +244,30 @@ func (x *Index) Page(q PageQuery, admit Admit) (s Selection, ok bool) {
 	s = Selection{Last: x.last}
 	match := func(e *Entry) bool {
 		m := &x.scratch
-		e.Meta(m)
+		x.meta(e, m)
 		if q.Context != "" && m.ContextID != q.Context && !contains(m.Ancestors, q.Context) {
 			return false
 		}
 		return admit(m)
 	}
-	lo, hi := x.head, len(x.entries) // the range looked at: [lo, hi)
+	lo, hi := 0, x.len() // the range looked at: [lo, hi)
 	switch {
 	case q.Before != "":
-		e := x.ids[q.Before]
-		if e == nil {
+		e, found := x.lookup(q.Before)
+		if !found {
 			return s, false
 		}
 		hi = x.firstAfter(e.Pos) - 1
 	case q.After != "":
-		e := x.ids[q.After]
-		if e == nil {
+		e, found := x.lookup(q.After)
+		if !found {
 			return s, false
 		}
 		lo = x.firstAfter(e.Pos)
 	}
 	bytes := 0
 	take := func(e *Entry) bool {
-		if q.Fold && e.Folded() {
+		if q.Fold && x.folded(e) {
 			s.Folded++
 			return true
 		}
@@ -276,14 +285,14 @@ func (x *Index) Page(q PageQuery, admit Admit) (s Selection, ok bool) {
 	}
 	if q.After != "" {
 		for i := lo; i < hi; i++ {
-			if e := x.entries[i]; match(e) && !take(e) {
+			if e := x.entries.at(i); match(e) && !take(e) {
 				break
 			}
 		}
 		return s, true
 	}
 	for i := hi - 1; i >= lo; i-- {
-		if e := x.entries[i]; match(e) && !take(e) {
+		if e := x.entries.at(i); match(e) && !take(e) {
 			break
 		}
 	}
@@ -294,9 +303,12 @@ func (x *Index) Page(q PageQuery, admit Admit) (s Selection, ok bool) {
 // selected is e as a replay sends it, counting a collapse and its
 // tokens in s.
 func (x *Index) selected(e *Entry, collapse bool, s *Selection) Selected {
-	sel := Selected{Pos: e.Pos, Size: e.Size, Tokens: e.sentTokens(collapse), entry: e}
-	if collapse && e.transient() && e.consumedBy != "" {
-		sel.ConsumedBy = e.consumedBy
+	sel := Selected{Pos: e.Pos, Size: e.Size, Tokens: e.sentTokens(collapse), loc: e.loc}
+	if e.pending {
+		sel.rec = x.pendingRecOf(e.Pos)
+	}
+	if collapse && e.transient() && e.consumedBy.n != 0 {
+		sel.ConsumedBy = x.heads.string(e.consumedBy)
 		s.Collapsed++
 	}
 	s.Tokens += sel.Tokens
@@ -305,25 +317,27 @@ func (x *Index) selected(e *Entry, collapse bool, s *Selection) Selected {
 
 // admits decodes e's header and asks admit. Call it with mu held (write).
 func (x *Index) admits(e *Entry, admit Admit) bool {
-	e.Meta(&x.scratch)
+	x.meta(e, &x.scratch)
 	return admit(&x.scratch)
 }
 
 // seqOf finds the place of an entry or a live frame by id.
 func (x *Index) seqOf(id string) (uint64, bool) {
-	if e := x.ids[id]; e != nil {
+	if e, ok := x.lookup(id); ok {
 		return e.Pos, true
 	}
-	seq, ok := x.liveIDs[id]
-	return seq, ok
+	if o, ok := x.liveIDs.get(id, x.liveID); ok {
+		return x.live.ord(o).pos, true
+	}
+	return 0, false
 }
 
-// firstAfter is the index in entries of the first entry after pos.
+// firstAfter is the place in entries (at) of the first entry after pos.
 func (x *Index) firstAfter(pos uint64) int {
-	lo, hi := x.head, len(x.entries)
+	lo, hi := 0, x.len()
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if x.entries[mid].Pos <= pos {
+		if x.entries.at(mid).Pos <= pos {
 			lo = mid + 1
 		} else {
 			hi = mid

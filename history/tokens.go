@@ -51,7 +51,7 @@ func (e *Entry) addConsumer(by string) {
 // sentTokens is what e costs as a selection sends it: collapsed when
 // collapse is set and it was consumed, whole otherwise.
 func (e *Entry) sentTokens(collapse bool) int {
-	if collapse && e.consumedBy != "" && e.collapseLen > 0 {
+	if collapse && e.consumedBy.n != 0 && e.collapseLen > 0 {
 		return envelope.TokensOf(int(e.collapseWeight), int(e.collapseLen))
 	}
 	return int(e.tokens)

@@ -37,6 +37,7 @@ type Writer struct {
 	queue     []item            // appended, not sent yet
 	spare     []item            // the queue's previous array, reused
 	sent      []*batch          // sent, not settled yet, oldest first
+	free      []*batch          // settled and out of sent: reused by pack
 	bytes     int64             // of the frames queued and sent, not settled
 	appended  uint64            // items appended, numbered from 1
 	batches   uint64            // batches made: their ordinals, and their ids
@@ -46,7 +47,7 @@ type Writer struct {
 	holding   bool
 	closed    bool
 	wake      chan struct{}
-	progress  chan struct{} // closed and replaced whenever something settles
+	progress  chan struct{} // closed whenever something settles, if someone took it (nil until then)
 	done      chan struct{}
 	holdStart time.Time
 }
@@ -75,13 +76,27 @@ type WriterOptions struct {
 // reading one frame of it back.
 const maxBatchFrames = 1024
 
+// The writer reuses the batches the stream has settled, their arrays
+// included, so that appending a frame allocates nothing (issue 32): at
+// most maxFreeBatches of them (one for each pod a busy moment of a
+// many-pods gateway writes to: a few hundred KiB), and a message's
+// buffer only up to maxFreeBuffer. Every Backend is done with a message once it has called
+// its done (Stream's NATS client and Memory copy it before Append
+// returns).
+const (
+	maxFreeBatches = 4096
+	maxFreeBuffer  = 64 << 10
+)
+
 type item struct {
 	subject string
 	frame   []byte
-	index   *Index
-	entry   *Entry // nil for a frame the index does not keep (a live frame's marker)
-	msgID   string
-	n       uint64
+	// index is the pod's index, and pos the frame's entry in it; index
+	// is nil for a frame the index does not keep (a live frame's marker).
+	index *Index
+	pos   uint64
+	msgID string
+	n     uint64
 }
 
 // batch is one message of the stream: frames of one subject.
@@ -89,12 +104,14 @@ type batch struct {
 	subject string
 	items   []item
 	data    []byte
+	buf     []byte // data's array when the batch is several frames, kept for reuse
 	id      string
 	size    int64
 	ord     uint64 // the order in which it was made
 	resent  bool   // sent again after the stream did not acknowledge it
 	state   batchState
 	w       *Writer
+	done    func(seq uint64, duplicate bool, err error) // complete, made once
 }
 
 type batchState uint8
@@ -115,25 +132,32 @@ func NewWriter(b Backend, opts WriterOptions) *Writer {
 	}
 	w := &Writer{
 		b: b, log: opts.Logger, opts: opts, prefix: opts.Node + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
-		wake: make(chan struct{}, 1), progress: make(chan struct{}), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	go w.run()
 	return w
 }
 
 // Append queues frame for subject. index and entry, when set, are the
-// pod's index and the frame's entry in it, told where the frame is once it
-// is stored. msgID, when set, names the frame for the stream (a frame
-// that several nodes may append, like a context's conclusion event): it
-// is sent alone under that id. frame must not change afterwards.
+// pod's index and the frame's entry in it (as Apply returned it: Append
+// takes its Pos at once), told where the frame is once it is stored.
+// msgID, when set, names the frame for the stream (a frame that several
+// nodes may append, like a context's conclusion event): it is sent alone
+// under that id. frame must not change afterwards.
 func (w *Writer) Append(subject string, frame []byte, index *Index, entry *Entry, msgID string) {
+	var pos uint64
+	if entry != nil {
+		pos = entry.Pos
+	} else {
+		index = nil
+	}
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return
 	}
 	w.appended++
-	w.queue = append(w.queue, item{subject: subject, frame: frame, index: index, entry: entry, msgID: msgID, n: w.appended})
+	w.queue = append(w.queue, item{subject: subject, frame: frame, index: index, pos: pos, msgID: msgID, n: w.appended})
 	w.bytes += int64(len(frame))
 	w.mu.Unlock()
 	select {
@@ -162,6 +186,15 @@ func (w *Writer) StoredSeq() uint64 {
 func (w *Writer) Progress() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.progressLocked()
+}
+
+// progressLocked is Progress's channel, made when the first one waits:
+// most messages settle with nobody waiting. Call it with mu held.
+func (w *Writer) progressLocked() chan struct{} {
+	if w.progress == nil {
+		w.progress = make(chan struct{})
+	}
 	return w.progress
 }
 
@@ -188,7 +221,7 @@ func (w *Writer) Settled(mark uint64) bool {
 func (w *Writer) WaitFor(ctx context.Context, target uint64) error {
 	for {
 		w.mu.Lock()
-		low, ch, closed := w.lowestUnsettled(), w.progress, w.closed
+		low, ch, closed := w.lowestUnsettled(), w.progressLocked(), w.closed
 		w.mu.Unlock()
 		if low > target || closed {
 			return nil
@@ -230,8 +263,10 @@ func (w *Writer) Close() {
 }
 
 func (w *Writer) notifyLocked() {
-	close(w.progress)
-	w.progress = make(chan struct{})
+	if w.progress != nil {
+		close(w.progress)
+		w.progress = nil
+	}
 }
 
 // run sends what is appended, batch by batch, and holds while the stream
@@ -256,7 +291,7 @@ func (w *Writer) run() {
 		w.sent = append(w.sent, batches...)
 		w.mu.Unlock()
 		for _, b := range batches {
-			w.b.Append(b.subject, b.data, b.id, b.complete)
+			w.b.Append(b.subject, b.data, b.id, b.done)
 		}
 		clear(items)
 		w.mu.Lock()
@@ -282,7 +317,7 @@ func (w *Writer) pack(items []item, out []*batch) []*batch {
 	for _, it := range items {
 		b := open[it.subject]
 		if it.msgID != "" || b == nil || len(b.items) == maxBatchFrames || int(b.size)+len(it.frame)+16 > w.opts.MaxBytes {
-			b = &batch{subject: it.subject, w: w}
+			b = w.newBatch(it.subject)
 			out = append(out, b)
 			if it.msgID == "" {
 				open[it.subject] = b
@@ -297,11 +332,11 @@ func (w *Writer) pack(items []item, out []*batch) []*batch {
 		if len(b.items) == 1 {
 			b.data = b.items[0].frame
 		} else {
-			frames := make([][]byte, len(b.items))
-			for i := range b.items {
-				frames[i] = b.items[i].frame
+			if size := batchSize(b.items); cap(b.buf) < size {
+				b.buf = make([]byte, 0, size)
 			}
-			b.data = appendBatch(make([]byte, 0, batchSize(frames)), frames)
+			b.data = appendBatch(b.buf[:0], b.items)
+			b.buf = b.data[:0]
 		}
 		w.batches++
 		b.ord = w.batches
@@ -314,6 +349,37 @@ func (w *Writer) pack(items []item, out []*batch) []*batch {
 	return out
 }
 
+// newBatch is an empty batch of subject, a settled one reused when there
+// is one. Call it with mu held.
+func (w *Writer) newBatch(subject string) *batch {
+	var b *batch
+	if n := len(w.free); n > 0 {
+		b = w.free[n-1]
+		w.free[n-1] = nil
+		w.free = w.free[:n-1]
+	} else {
+		b = &batch{w: w}
+		b.done = b.complete
+	}
+	b.subject = subject
+	return b
+}
+
+// recycle keeps b, settled and out of sent, for newBatch. Call it with
+// mu held.
+func (w *Writer) recycle(b *batch) {
+	if len(w.free) >= maxFreeBatches {
+		return
+	}
+	clear(b.items) // the frames and the indexes they point to
+	b.items = b.items[:0]
+	if cap(b.buf) > maxFreeBuffer {
+		b.buf = nil
+	}
+	b.subject, b.data, b.id, b.size, b.ord, b.resent, b.state = "", nil, "", 0, 0, false, batchSending
+	w.free = append(w.free, b)
+}
+
 // complete is the stream's answer about b.
 func (b *batch) complete(seq uint64, duplicate bool, err error) {
 	w := b.w
@@ -322,10 +388,9 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		w.mu.Unlock()
 		return
 	}
-	var rejected *RejectedError
 	switch {
 	case err == nil:
-	case errors.As(err, &rejected):
+	case rejected(err):
 		// Sending it again would be refused again: its entries stay out
 		// of the history (they were delivered live).
 		w.log.Error("the history stream refused a message; its envelopes are not in the history", "subject", b.subject, "frames", len(b.items), "err", err)
@@ -358,18 +423,23 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		w.storedMax = max(w.storedMax, b.ord)
 		w.storedSeq = max(w.storedSeq, seq)
 	}
-	n := 0
-	for n < len(w.sent) && w.sent[n].state == batchSettled {
-		w.sent[n] = nil
-		n++
-	}
-	w.sent = w.sent[n:]
-	if len(w.sent) == 0 {
-		w.sent = nil
-	}
 	// The index learns where its entries are before anyone waiting for
 	// the writer (Sync) hears that they are stored.
 	b.stored(seq)
+	n := 0
+	for n < len(w.sent) && w.sent[n].state == batchSettled {
+		w.recycle(w.sent[n])
+		w.sent[n] = nil
+		n++
+	}
+	switch {
+	case n < len(w.sent):
+		w.sent = w.sent[n:]
+	case cap(w.sent) > 4096:
+		w.sent = nil // a hold's worth
+	default:
+		w.sent = w.sent[:0] // its array, reused: most batches settle alone
+	}
 	w.notifyLocked()
 	w.mu.Unlock()
 	if late && w.opts.OnLate != nil {
@@ -377,21 +447,22 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 	}
 }
 
-// stored tells the pods' indexes where b's entries are (seq 0: nowhere).
+// rejected reports whether err is the stream's refusal for good
+// (RejectedError); apart, so that an answer with no error allocates
+// nothing (errors.As's target escapes).
+func rejected(err error) bool {
+	var r *RejectedError
+	return errors.As(err, &r)
+}
+
+// stored tells the pod's index where b's entries are (seq 0: nowhere):
+// a batch is one subject's, and so one pod's.
 func (b *batch) stored(seq uint64) {
-	var x *Index
-	var entries []*Entry
-	offs := make([]int, 0, len(b.items))
-	for i, it := range b.items {
-		if it.entry == nil {
-			continue
+	for i := range b.items {
+		if x := b.items[i].index; x != nil {
+			x.storedItems(b.items, seq)
+			return
 		}
-		x = it.index
-		entries = append(entries, it.entry)
-		offs = append(offs, i)
-	}
-	if x != nil {
-		x.Stored(entries, offs, seq)
 	}
 }
 
@@ -420,7 +491,7 @@ func (w *Writer) recover() {
 			w.mu.Unlock()
 			w.log.Warn("the history stream answers again; sending again what it did not acknowledge", "messages", len(again), "held", held.Round(time.Millisecond).String())
 			for _, b := range again {
-				w.b.Append(b.subject, b.data, b.id, b.complete)
+				w.b.Append(b.subject, b.data, b.id, b.done)
 			}
 			select {
 			case w.wake <- struct{}{}: // what was appended meanwhile

@@ -53,7 +53,12 @@ func TestAuthTokens(t *testing.T) {
 	// Allowed kinds are relayed.
 	for _, kind := range []string{"chat", "mcp/request:tools/call", "mcp/x"} {
 		id := "ok-" + kind
-		alice.Send(map[string]any{"id": id, "kind": kind})
+		env := map[string]any{"id": id, "kind": kind}
+		if kind == "mcp/request:tools/call" {
+			// A call names its one recipient (docs/protocol.md section 11).
+			env["to"], env["payload"] = []string{"bot"}, map[string]any{"jsonrpc": "2.0", "method": "tools/call"}
+		}
+		alice.Send(env)
 		bot.ExpectEnvelope(kind, id)
 	}
 	bot.Send(map[string]any{"id": "bot-ok", "kind": "mcp/proposal:tools/call"})
@@ -228,7 +233,7 @@ func TestAuthOpenMode(t *testing.T) {
 	if e.Payload()["attempted_kind"] != "other" || !harness.JSONEqual(e.Payload()["your_capabilities"], []string{"chat", "mcp/*"}) {
 		t.Fatalf("capability_violation %v", e.Payload())
 	}
-	a.Send(map[string]any{"id": "k2", "kind": "mcp/request:x"})
-	b.ExpectEnvelope("mcp/request:x", "k2")
-	anon.ExpectEnvelope("mcp/request:x", "k2")
+	a.Send(map[string]any{"id": "k2", "kind": "mcp/notification:x"})
+	b.ExpectEnvelope("mcp/notification:x", "k2")
+	anon.ExpectEnvelope("mcp/notification:x", "k2")
 }

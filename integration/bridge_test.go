@@ -81,7 +81,7 @@ func everythingServer(t *testing.T) []string {
 }
 
 // goServer is the path of testdata/gomcpserver, built once.
-func goServer(t *testing.T) string {
+func goServer(t testing.TB) string {
 	t.Helper()
 	path := filepath.Join(harness.BinDir, "gomcpserver")
 	goServerOnce.Do(func() {

@@ -681,12 +681,12 @@ func TestGrantPayloadPattern(t *testing.T) {
 		if tool != "" {
 			p["params"] = map[string]any{"name": tool, "arguments": map[string]any{}}
 		}
-		return map[string]any{"kind": "mcp/request", "payload": p}
+		return map[string]any{"kind": "mcp/request", "to": []string{"alice"}, "payload": p}
 	}
 	if !sendsAs(t, bob, alice, "list", call("tools/list", "")) {
 		t.Fatal("the token's payload pattern did not allow tools/list")
 	}
-	bob.Send(map[string]any{"id": "call0", "kind": "mcp/request", "payload": call("tools/call", "read_file")["payload"]})
+	bob.Send(map[string]any{"id": "call0", "kind": "mcp/request", "to": []string{"alice"}, "payload": call("tools/call", "read_file")["payload"]})
 	if e := bob.ExpectError("capability_violation"); !strings.Contains(e.Payload()["message"].(string), "payload") {
 		t.Fatalf("%v", e)
 	}

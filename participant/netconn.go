@@ -226,22 +226,7 @@ func (c *Conn) fill() (b *[]byte, n int, err error) {
 		return b, n, err
 	}
 	var rerr error
-	err = c.raw.Read(func(fd uintptr) bool {
-		b = readAheads.Get().(*[]byte)
-		for {
-			n, rerr = syscall.Read(int(fd), *b)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			// Nothing yet: wait for the socket without the buffer.
-			readAheads.Put(b)
-			b = nil
-			return false
-		}
-		return true
-	})
+	b, n, rerr, err = readRaw(c.raw)
 	switch {
 	case err != nil: // closed, or a deadline passed
 	case rerr != nil:
@@ -294,16 +279,7 @@ func (c *Conn) writeRestLocked() error {
 // library's write either), and only when nothing is left (rest is nil).
 func (c *Conn) tryWriteLocked(b *[]byte) (ok bool, err error) {
 	buf := *b
-	var n int
-	var werr error
-	err = c.wraw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), buf)
-			if werr != syscall.EINTR {
-				return true
-			}
-		}
-	})
+	n, werr, err := writeRaw(c.wraw, buf)
 	switch {
 	case err != nil: // closed
 	case werr == syscall.EAGAIN:

@@ -48,6 +48,12 @@ type Options struct {
 	// OnWrite is called after each write, with the number of WebSocket
 	// messages in it (for metrics).
 	OnWrite func(messages int)
+	// Serves is what the participant said it answers requests of at its
+	// upgrade (wire.ServesMCP), shown in its identity.
+	Serves []string
+	// Observe is set for a connection that watches the pod without being
+	// present in it (observe=1).
+	Observe bool
 }
 
 // Write limits: one write (and so one batched message) holds at most
@@ -80,7 +86,7 @@ type Participant struct {
 	conn   *websocket.Conn
 	nc     *Conn // the hijacked connection under conn, where the writer writes
 	opts   Options
-	queue  *Queue
+	queue  Queue // in the participant: one object less a connection
 	filter atomic.Pointer[filter.Filter]
 	// caps are what it may send, and credential what admitted it: both
 	// change when it refreshes its token (gateway/refresh).
@@ -130,9 +136,10 @@ type Credential struct {
 func New(conn *websocket.Conn, nc *Conn, id, pod string, caps *capability.Set, cred *Credential, protocol string, f *filter.Filter, opts Options) *Participant {
 	p := &Participant{
 		ID: id, Pod: pod, Protocol: protocol,
-		conn: conn, nc: nc, opts: opts, queue: newQueue(opts.SendQueue, opts.SendQueueBytes),
+		conn: conn, nc: nc, opts: opts,
 		done: make(chan struct{}), park: make(chan struct{}, 1),
 	}
+	p.queue.init(opts.SendQueue, opts.SendQueueBytes)
 	p.filter.Store(f)
 	p.caps.Store(caps)
 	if cred == nil {
@@ -141,6 +148,13 @@ func New(conn *websocket.Conn, nc *Conn, id, pod string, caps *capability.Set, c
 	p.credential.Store(cred)
 	return p
 }
+
+// Serves is what the participant answers requests of (Options.Serves).
+func (p *Participant) Serves() []string { return p.opts.Serves }
+
+// Observes reports whether the connection watches without being present
+// (Options.Observe).
+func (p *Participant) Observes() bool { return p.opts.Observe }
 
 // Caps is what the participant may send (its token's capabilities).
 func (p *Participant) Caps() *capability.Set { return p.caps.Load() }
@@ -271,8 +285,20 @@ func (p *Participant) writeNow() bool {
 		c.wmu.Unlock()
 		return false
 	}
+	// Up to 8 messages are popped onto the stack; a burst of more into a
+	// pooled list, which holds them all (maxBatchItems): popping them
+	// into one that grows would allocate for each burst.
 	var small [8][]byte
-	items := p.queue.PopUpTo(small[:0], maxBatchItems, maxBatchBytes)
+	dst := small[:0]
+	var list *[][]byte
+	if n, _ := p.queue.Size(); n > len(small) {
+		list = popLists.Get().(*[][]byte)
+		dst = (*list)[:0]
+	}
+	items := p.queue.PopUpTo(dst, maxBatchItems, maxBatchBytes)
+	if list != nil {
+		defer putPopList(list)
+	}
 	if len(items) > 0 && !p.cut.Load() {
 		msgs, bp := p.frame(items, p.filter.Load().Batch)
 		clear(items)
@@ -293,7 +319,6 @@ func (p *Participant) writeNow() bool {
 	} else {
 		c.wmu.Unlock()
 	}
-	p.queue.shrink()
 	p.writerOn.Store(false)
 	// What was queued once the queue was popped, or a drain begun, by one
 	// who saw the role taken is still this writer's to do: the writer
@@ -381,8 +406,9 @@ func (p *Participant) finish() {
 
 // Watch is called periodically (every second) by the gateway: it cuts a
 // connection whose write has taken longer than WriteTimeout, and lets an
-// idle writer goroutine go. One watcher for all connections replaces a
-// timer per write and a goroutine per connection.
+// idle writer goroutine, and an idle queue's grown ring, go. One watcher
+// for all connections replaces a timer per write and a goroutine per
+// connection.
 func (p *Participant) Watch(now time.Time) {
 	if start := p.writeStart.Load(); start != 0 && p.opts.WriteTimeout > 0 && now.UnixNano()-start > int64(p.opts.WriteTimeout) {
 		p.cutFor(CutWriteTimeout)
@@ -393,6 +419,10 @@ func (p *Participant) Watch(now time.Time) {
 		p.seen = w
 		return
 	}
+	// Idle since the last Watch: a ring a burst grew goes back now, not
+	// after each write (a connection sent bursts would grow it again for
+	// each one, three or four allocations a burst).
+	p.queue.shrink()
 	if p.writerOn.Load() {
 		select {
 		case p.park <- struct{}{}:
@@ -451,8 +481,20 @@ func closeReason(s string) string {
 	return s + "..."
 }
 
+// popLists hold the messages one write pops from the queue: at most
+// maxBatchItems, so that popping into one never grows it.
+var popLists = sync.Pool{New: func() any { l := make([][]byte, 0, maxBatchItems); return &l }}
+
+// putPopList gives a list back, holding no message.
+func putPopList(list *[][]byte) {
+	clear((*list)[:cap(*list)])
+	popLists.Put(list)
+}
+
 func (p *Participant) writeLoop() {
-	items := make([][]byte, 0, 16)
+	list := popLists.Get().(*[][]byte)
+	defer putPopList(list)
+	items := *list
 	for {
 		if err := p.writeRest(); err != nil {
 			p.Kill()

@@ -23,10 +23,11 @@ type Queue struct {
 	ready chan struct{}
 }
 
-// newQueue makes a queue of at most limit messages and limitBytes bytes
-// (0: no byte bound).
-func newQueue(limit, limitBytes int) *Queue {
-	return &Queue{limit: limit, limitBytes: limitBytes, ready: make(chan struct{}, 1)}
+// init makes q a queue of at most limit messages and limitBytes bytes
+// (0: no byte bound). A Queue is a participant's, in it (not one object
+// more a connection); it is never copied.
+func (q *Queue) init(limit, limitBytes int) {
+	q.limit, q.limitBytes, q.ready = limit, limitBytes, make(chan struct{}, 1)
 }
 
 // Push appends b. It reports false when the queue is full (in number, or
@@ -112,9 +113,11 @@ func (q *Queue) compact() {
 
 // shrink gives back a ring that a burst grew, once the queue is empty;
 // the smallest ring stays, so that a connection that is sent one
-// envelope at a time does not allocate one for each. writeNow calls it:
-// a connection written from its senders' goroutines has no writer that
-// goes idle.
+// envelope at a time does not allocate one for each. Watch calls it once
+// the connection was not written to since the previous Watch: a
+// connection written from its senders' goroutines (writeNow) has no
+// writer that goes idle, and one that is sent bursts keeps its ring
+// while they come.
 func (q *Queue) shrink() {
 	q.mu.Lock()
 	if q.n == 0 && len(q.ring) > minRing {

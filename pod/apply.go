@@ -83,7 +83,7 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Sender) {
 		p.index.Apply(p.nextPos(), at, frame, m, len(body), tokens, loc)
 	}
 	if m.Marker() {
-		return // a live frame whose body never came: only its place
+		return // a live frame whose body was lost (livelost.go tells its members): only its place
 	}
 	if !local && p.node.Cluster != nil {
 		p.node.Cluster.Seen(m.Origin)
@@ -128,6 +128,9 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 		if m.Flags&envelope.FlagCapability != 0 {
 			p.applyCapability(m, body, true)
 		}
+		if m.Flags&envelope.FlagCall != 0 && !p.applyCall(m, body, local, false, timeNow()) {
+			return 0 // an answer that came too late
+		}
 	case envelope.FrameJoin:
 		// A replacement is told to nobody. Whether a join replaces is this
 		// node's own knowledge: its flag for its own joins, what it knows of
@@ -137,10 +140,14 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 		if local && m.Flags&envelope.FlagReplace != 0 || !local && !p.remoteJoin(m, body) {
 			return 0
 		}
+		p.presenceOfServer(body)
 	case envelope.FrameLeave:
 		if !local && !p.remoteLeave(m) {
 			return 0
 		}
+		defer p.callsMemberGone(strings.Clone(m.From)) // after its leave
+		p.presenceOfServer(body)
+
 	case envelope.FrameContextEvent:
 		switch {
 		case p.index == nil && !local:
@@ -181,6 +188,9 @@ func (p *Pod) applyPast(frame []byte, loc history.Loc, at int64) {
 		}
 		if m.Flags&envelope.FlagCapability != 0 {
 			p.applyCapability(m, body, false) // grants live as long as the pod: its history's are in force
+		}
+		if m.Flags&envelope.FlagCall != 0 {
+			p.applyCall(m, body, false, true, stamp(at))
 		}
 	case envelope.FrameContextEvent:
 		p.Registry.ApplyEvent(m.ContextID, "", eventReason(body), stamp(at))
@@ -276,5 +286,5 @@ var timeNow = time.Now
 
 // identityOf is a connection's identity, as others see it.
 func identityOf(p *participant.Participant) wire.Identity {
-	return wire.Identity{ID: p.ID, Capabilities: p.Caps().Wire()}
+	return wire.Identity{ID: p.ID, Capabilities: p.Caps().Wire(), Serves: p.Serves()}
 }

@@ -1,6 +1,8 @@
 package pod
 
 import (
+	"sync"
+
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
 )
@@ -60,7 +62,10 @@ func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
 }
 
 // asMCPX returns body with its protocol token replaced by MCPx's, in a new
-// slice; the fan-out calls it at most once per envelope.
+// slice; the fan-out calls it at most once per envelope. That slice is the
+// one allocation a delivery may make, shared by every MCPx participant of
+// the envelope: carving it from a shared slab instead would let one MCPx
+// reader that stops pin a whole slab for each copy it holds.
 func asMCPX(body []byte, span envelope.Span) []byte {
 	if !span.Valid() || span.End > len(body) {
 		return body
@@ -71,4 +76,32 @@ func asMCPX(body []byte, span envelope.Span) []byte {
 	out = append(out, envelope.ProtocolMCPX...)
 	out = append(out, '"')
 	return append(out, body[span.End:]...)
+}
+
+// flushSmall is the most members unlock wakes from a list on its stack;
+// a pod that queued for more takes a list of flushLists (unlockLarge).
+const flushSmall = 32
+
+var flushLists = sync.Pool{New: func() any { return new([]*participant.Participant) }}
+
+// unlockLarge is unlock for a pod that queued for more than flushSmall
+// members while it held the order lock: their list is a pooled one, not
+// one allocated for each envelope. Call it with mu held; it lets it go.
+func (p *Pod) unlockLarge() {
+	list := flushLists.Get().(*[]*participant.Participant)
+	touched := append((*list)[:0], p.touched...)
+	clear(p.touched)
+	p.touched = p.touched[:0]
+	if cap(p.touched) > 4096 {
+		p.touched = nil // give a large pod's slice back
+	}
+	p.mu.Unlock()
+	for _, r := range touched {
+		r.Flush()
+	}
+	clear(touched)
+	if cap(touched) <= 4096 {
+		*list = touched[:0]
+		flushLists.Put(list)
+	}
 }

@@ -4,24 +4,23 @@ import (
 	"hash/fnv"
 	"runtime"
 	"sync"
-
-	"github.com/nats-io/nats.go"
+	"sync/atomic"
 )
 
-// dispatchQueue is the capacity of one dispatcher's queue. A burst waits
-// there; past it NATS drops the messages of core subscriptions (a slow
-// consumer: a live body is then given up on, and without history an
-// envelope of another node is lost, as core NATS would lose it), while
-// the follower of the stream waits (the stream keeps what it has not
-// delivered).
+// dispatchQueue is the capacity of one dispatcher's queues. A burst waits
+// there; past it what the broker brings is dropped (a slow consumer, as
+// core NATS drops it: a live frame's body is then asked of its origin
+// again, and without history an envelope of another node is lost, as
+// core NATS would lose it), while the follower of the stream waits (the
+// stream keeps what it has not delivered).
 const dispatchQueue = 1 << 16
 
-// dispatch feeds what NATS brings for the node's pods (the stream, through
-// the node's follower; live bodies; core subjects) to a few goroutines,
-// one per CPU, instead of one goroutine per subscription as nats.go's
-// callbacks have: an idle pod costs its subscriptions and no goroutine.
-// Every subscription of one pod goes to the same goroutine, so a pod
-// handles its messages one at a time, in the order NATS brought them.
+// dispatch feeds what the broker brings for the node's pods (live bodies,
+// core subjects) and what the node's follower of the stream hands over to
+// a few goroutines, one per CPU, instead of one goroutine per
+// subscription: an idle pod costs its subscriptions and no goroutine.
+// Everything of one pod goes to the same goroutine, so a pod handles its
+// messages one at a time, in the order they came.
 //
 // Each goroutine holds the wakes of the writers it queued envelopes for
 // (a Sender that holds its flushes) until its queues are empty, or
@@ -29,19 +28,32 @@ const dispatchQueue = 1 << 16
 // write per connection, as a reader's burst does (Sender.Hold), instead
 // of one write per envelope and recipient.
 type dispatch struct {
-	nc     *nats.Conn
-	queues []chan *nats.Msg
-	tasks  []chan task // what the node's follower hands over, by the same goroutines
-	mu     sync.RWMutex
-	subs   map[*nats.Subscription]func(*nats.Msg, *Sender)
+	broker Broker
+	queues []chan delivery // what the broker brings, by goroutine
+	tasks  []chan task     // what the node's follower hands over, by the same goroutines
 	done   chan struct{}
 	once   sync.Once
 }
 
-func newDispatch(nc *nats.Conn) *dispatch {
-	d := &dispatch{nc: nc, subs: map[*nats.Subscription]func(*nats.Msg, *Sender){}, done: make(chan struct{})}
+// delivery is a message of one of the pods' subscriptions.
+type delivery struct {
+	s *dispatchSub
+	m Msg
+}
+
+// dispatchSub is one subscription of a pod: its messages go to the
+// goroutine of the pod (queue).
+type dispatchSub struct {
+	sub     Subscription
+	queue   chan delivery
+	fn      func(Msg, *Sender)
+	stopped atomic.Bool
+}
+
+func newDispatch(b Broker) *dispatch {
+	d := &dispatch{broker: b, done: make(chan struct{})}
 	for range max(2, runtime.GOMAXPROCS(0)) {
-		q, t := make(chan *nats.Msg, dispatchQueue), make(chan task, dispatchQueue)
+		q, t := make(chan delivery, dispatchQueue), make(chan task, dispatchQueue)
 		d.queues, d.tasks = append(d.queues, q), append(d.tasks, t)
 		go d.loop(q, t)
 	}
@@ -58,17 +70,14 @@ type task interface{ run(burst *Sender) }
 // never pauses still has its envelopes written.
 const burstFlush = 256
 
-func (d *dispatch) loop(q chan *nats.Msg, tasks chan task) {
+func (d *dispatch) loop(q chan delivery, tasks chan task) {
 	burst := &Sender{Hold: true}
 	handled := 0
 	for {
 		select {
-		case m := <-q:
-			d.mu.RLock()
-			fn := d.subs[m.Sub]
-			d.mu.RUnlock()
-			if fn != nil {
-				fn(m, burst)
+		case dl := <-q:
+			if !dl.s.stopped.Load() {
+				dl.s.fn(dl.m, burst)
 			}
 		case t := <-tasks:
 			t.run(burst)
@@ -101,23 +110,29 @@ func (d *dispatch) run(key string, t task) {
 }
 
 // subscribe hands fn what is published on subject, on the goroutine of
-// key (the pod's name), with that goroutine's burst.
-func (d *dispatch) subscribe(key, subject string, fn func(*nats.Msg, *Sender)) (*nats.Subscription, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	sub, err := d.nc.ChanSubscribe(subject, d.queues[d.shard(key)])
+// key (the pod's name), with that goroutine's burst. The broker's own
+// goroutine only queues it there, and drops it when the queue is full
+// rather than wait: a broker's delivery must not block.
+func (d *dispatch) subscribe(key, subject string, fn func(Msg, *Sender)) (*dispatchSub, error) {
+	s := &dispatchSub{queue: d.queues[d.shard(key)], fn: fn}
+	sub, err := d.broker.Subscribe(subject, func(m Msg) {
+		select {
+		case s.queue <- delivery{s, m}:
+		default:
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	d.subs[sub] = fn
-	return sub, nil
+	s.sub = sub
+	return s, nil
 }
 
-func (d *dispatch) unsubscribe(sub *nats.Subscription) {
-	d.mu.Lock()
-	delete(d.subs, sub)
-	d.mu.Unlock()
-	_ = sub.Unsubscribe()
+// unsubscribe ends s: what it brought and its goroutine has not handled
+// yet is dropped.
+func (d *dispatch) unsubscribe(s *dispatchSub) {
+	s.stopped.Store(true)
+	s.sub.Unsubscribe()
 }
 
 func (d *dispatch) close() { d.once.Do(func() { close(d.done) }) }

@@ -45,10 +45,10 @@ func benchFollow(b *testing.B, way string, pods, served, window int) {
 			var got atomic.Int64
 			switch way {
 			case "republish":
-				d := newDispatch(nc)
+				d := newDispatch(NewNATSBroker(nc))
 				defer d.close()
 				for i := range served {
-					if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(*nats.Msg, *Sender) { got.Add(1) }); err != nil {
+					if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(Msg, *Sender) { got.Add(1) }); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -123,10 +123,10 @@ func BenchmarkFollowLatency(b *testing.B) {
 			}
 			switch way {
 			case "republish":
-				d := newDispatch(nc)
+				d := newDispatch(NewNATSBroker(nc))
 				defer d.close()
 				for i := range pods {
-					if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(m *nats.Msg, _ *Sender) { record(m.Data) }); err != nil {
+					if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(m Msg, _ *Sender) { record(m.Data) }); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -230,10 +230,10 @@ func BenchmarkFollowCluster(b *testing.B) {
 			for _, nc := range conns {
 				switch way {
 				case "republish":
-					d := newDispatch(nc)
+					d := newDispatch(NewNATSBroker(nc))
 					defer d.close()
 					for i := range pods {
-						if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(*nats.Msg, *Sender) { got.Add(1) }); err != nil {
+						if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(Msg, *Sender) { got.Add(1) }); err != nil {
 							b.Fatal(err)
 						}
 					}

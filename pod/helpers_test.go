@@ -127,7 +127,7 @@ func join(t testing.TB, p *Pod, id string, o joinOpts) *member {
 	conn.SetReadLimit(-1)
 	t.Cleanup(func() { _ = conn.CloseNow() })
 	r := <-joined
-	if dead, refusal := p.Reserve(id); dead || refusal != nil {
+	if dead, refusal := p.Reserve(id, false); dead || refusal != nil {
 		t.Fatalf("%s: the pod refused the join: %v", id, refusal)
 	}
 	p.Join(r, o.want)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/contexts"
@@ -113,6 +114,13 @@ type ingress struct {
 	now  time.Time
 	// tokens is the accepted envelope's token estimate.
 	tokens int
+	// call is what an MCP envelope says of the call it is part of, prop
+	// of the proposal, and fulfils the pending proposal an mcp/request
+	// makes (MEW's fulfilment).
+	call     callInfo
+	prop     proposalInfo
+	fulfils  *proposal
+	correlID gjson.Result
 }
 
 var ingresses = sync.Pool{New: func() any { return new(ingress) }}
@@ -124,6 +132,7 @@ func (in *ingress) release() {
 	in.meta.Reset()
 	in.req = contexts.Request{}
 	in.tokens = 0
+	in.call, in.prop, in.fulfils, in.correlID = callInfo{}, proposalInfo{}, nil, gjson.Result{}
 	clear(in.acc.Ancestors)
 	clear(in.acc.Concluded)
 	in.acc = contexts.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
@@ -214,6 +223,15 @@ func (in *ingress) check() *envelope.Error {
 		}
 		return nil
 	}
+	if env.Kind == wire.KindMCPReject || env.Kind == wire.KindMCPWithdraw {
+		// A decision on a proposal needs no capability of its kind: who
+		// may make the proposed call rejects it, its proposer withdraws
+		// it (checkProposal).
+		if len(in.env.Raw) > cfg.MaxMessageBytes {
+			return tooLarge(len(in.env.Raw), cfg.MaxMessageBytes)
+		}
+		return nil
+	}
 	if !in.allowed() {
 		e := envelope.Errorf(wire.CodeCapabilityViolation, "no capability of yours matches kind %q", env.Kind)
 		if s.caps().CoversKind(env.Kind) {
@@ -278,6 +296,39 @@ func (in *ingress) accept(rateErr *envelope.Error) {
 			return
 		}
 	}
+	if wire.IsMCPRequest(env.Kind) || wire.IsMCPResponse(env.Kind) {
+		var e *envelope.Error
+		if in.call, e = readCall(env.Kind, env.To, env.Payload, env.Raw, gjson.GetBytes(env.Raw, "correlation_id")); e != nil {
+			in.refuse(e, env.ID)
+			return
+		}
+		if in.call.response && len(env.To) == 0 {
+			// The answer goes to its requester alone: the gateway
+			// addresses it when its sender did not.
+			if requester := p.requesterOf(in.call.correlation); requester != "" {
+				env.AddTo(requester)
+				m.To = append(m.To[:0], requester)
+			}
+		}
+		if in.call.tracked() {
+			m.Flags |= envelope.FlagCall
+		}
+	}
+	switch env.Kind {
+	case wire.KindMCPProposal, wire.KindMCPReject, wire.KindMCPWithdraw:
+		var e *envelope.Error
+		if in.prop, e = readProposal(env.Kind, env.To, env.Payload, gjson.GetBytes(env.Raw, "correlation_id")); e != nil {
+			in.refuse(e, env.ID)
+			return
+		}
+		m.Flags |= envelope.FlagCall
+	}
+	if in.call.request {
+		in.correlID = gjson.GetBytes(env.Raw, "correlation_id")
+	}
+	if env.Kind == wire.KindMCPNotification && gjson.GetBytes(env.Payload, "method").String() == toolsChanged {
+		m.Flags |= envelope.FlagCall // the MCP hosts of every node list the sender's tools again
+	}
 	var change *capabilityChange
 	if env.Kind == wire.KindGrant || env.Kind == wire.KindRevoke {
 		var e *envelope.Error
@@ -306,6 +357,24 @@ func (in *ingress) accept(rateErr *envelope.Error) {
 		return
 	}
 	dupErr := p.duplicate(sentID, env.Mode)
+	if in.call.tracked() {
+		if e := p.checkCall(&in.call, s.ID, env.To); e != nil {
+			in.refuse(e, sentID)
+			return
+		}
+		if p.liveAnswer(&in.call) {
+			m.Flags |= envelope.FlagLive // the answer to an ephemeral request is not stored either
+		}
+		if in.call.request && in.correlID.Exists() {
+			in.fulfils = p.fulfils(in.correlID, env.Payload)
+		}
+	}
+	if in.prop.kind != "" {
+		if e := p.checkProposal(&in.prop, s, env.ID); e != nil {
+			in.refuse(e, sentID)
+			return
+		}
+	}
 	var ctx *envelope.Context
 	if env.Context != nil {
 		ctx = &c
@@ -436,7 +505,22 @@ func (in *ingress) commit(body []byte) {
 	if !p.log.here() && p.index != nil && !m.Live() {
 		p.sending[strings.Clone(m.ID)] = struct{}{} // until it comes back (fromLog); not the read buffer's memory
 	}
+	if in.call.tracked() {
+		p.acceptCall(&in.call, m, in.now)
+	}
+	if in.prop.kind != "" {
+		p.acceptProposal(&in.prop, m, in.env.Payload, in.now)
+	}
 	p.commit(m, body, frame, in.tokens, in.now)
+	if in.call.tracked() {
+		p.afterCall(&in.call, m)
+	}
+	if in.prop.kind != "" {
+		p.afterProposal(&in.prop, m)
+	}
+	if pr := in.fulfils; pr != nil && p.endProposal(pr.id, wire.ProposalFulfilled, m.From, "", m.ID) != nil {
+		p.commitProposalEvent(pr, "")
+	}
 	p.node.Metrics.EnvelopesIn.Inc()
 	if in.from.Conn == nil {
 		in.from.Results = append(in.from.Results, wire.PublishResult{ID: in.env.ID})

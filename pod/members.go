@@ -25,6 +25,10 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 	if e := p.banned(r.ID, timeNow()); e != nil {
 		return e
 	}
+	if r.Observes() {
+		p.joinObserver(r, want)
+		return nil
+	}
 	old := p.members[r.ID]
 	oldGuest := p.dropGuestLocked(r.ID)
 	_, elsewhere := p.remote[r.ID]
@@ -58,11 +62,36 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 	return nil
 }
 
+// joinObserver is Join for a connection that watches (observe=1): its
+// welcome and replay as any member's, and then what members receive; no
+// presence is told, it replaces no one and no list names it. Call it with
+// mu held.
+func (p *Pod) joinObserver(r *participant.Participant, want HistoryWant) {
+	others := p.identitiesLocked("")
+	info, rep := p.replayFor(r, want)
+	welcome := p.welcome(r, others, info)
+	r.JoinSeq = p.node.frameSeq.Load()
+	p.observers[r] = struct{}{}
+	p.rebuildSnapshot()
+	if rep != nil {
+		rep.first = welcome
+		r.Start(rep)
+	} else {
+		r.Answer(welcome)
+		r.Start(nil)
+	}
+}
+
 // Leave removes r unless a newer connection has replaced it; the caller
 // then lets the node forget the pod if it is idle.
 func (p *Pod) Leave(r *participant.Participant) {
 	p.lock()
 	defer p.unlock()
+	if _, ok := p.observers[r]; ok {
+		delete(p.observers, r)
+		p.rebuildSnapshot()
+		return
+	}
 	if p.members[r.ID] != r {
 		return
 	}

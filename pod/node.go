@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpp/gateway/capability"
@@ -62,6 +61,9 @@ type Config struct {
 	// FlightBytes bounds the bytes the history writer may hold unstored,
 	// all pods together: senders wait past it (flow.go).
 	FlightBytes int64
+	// Calls bounds the MCP requests in flight and the proposals
+	// (calls.go, proposals.go).
+	Calls CallsConfig
 }
 
 // Metrics are the counters the pods move; the gateway registers them.
@@ -77,6 +79,14 @@ type Metrics struct {
 	// stream recovered from by itself (retried in place, or its consumer
 	// made again where it was); the log says the count and the last.
 	FollowErrors prometheus.Counter
+	// LiveLost counts the live frames (presence, ephemeral envelopes) of
+	// other nodes whose marker came through the stream and whose body this
+	// node could not get, neither on the pod's live subject nor from the
+	// node that accepted it (gone, or no longer keeping it): the members
+	// that may have missed one were sent a system/gap (livelost.go).
+	LiveLost prometheus.Counter
+	// Calls are the counters of MCP requests and proposals (calls.go).
+	Calls *CallMetrics
 }
 
 // NewMetrics makes the metrics, unregistered.
@@ -94,12 +104,16 @@ func NewMetrics() *Metrics {
 			Name: "mcpp_pod_order_lost_total", Help: "Pods whose delivery order this node lost (its follower of the history stream stayed behind what the stream stored for 5s); their connections here were closed with 4503, to resume elsewhere or again."}),
 		FollowErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpp_history_follow_errors_total", Help: "Errors the node's follower of the history stream retried in place or recovered from (a cluster's route still forming, a consumer made again)."}),
+		LiveLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_live_frames_lost_total", Help: "Live frames (presence, ephemeral envelopes) of other nodes whose body this node never got, nor could get again from the node that accepted it (gone); the members that may have missed one were sent a system/gap."}),
+		Calls: newCallMetrics(),
 	}
 }
 
 // Collectors lists the metrics, for a registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.EnvelopesIn, m.Deliveries, m.Errors, m.Conclusions, m.OrderLost, m.FollowErrors}
+	return append([]prometheus.Collector{m.EnvelopesIn, m.Deliveries, m.Errors, m.Conclusions, m.OrderLost, m.FollowErrors, m.LiveLost},
+		m.Calls.collectors()...)
 }
 
 // Cluster is what a pod asks of the other gateway nodes (nil: the node is
@@ -141,8 +155,10 @@ type Node struct {
 	// nil when history is off.
 	History history.Backend
 	Writer  *history.Writer
-	// NATS carries what travels between nodes (OrderStream, OrderCore).
-	NATS    *nats.Conn
+	// Broker carries what travels between nodes outside the stream
+	// (OrderStream, OrderCore): NATSBroker in the gateway, MemoryBroker
+	// in tests. The node closes it when it stops.
+	Broker  Broker
 	Cluster Cluster
 	// Buckets are the participants' rate buckets, by pod and id.
 	Buckets *limits.BucketSet
@@ -152,8 +168,15 @@ type Node struct {
 	// Verify checks a token a connection sends to refresh its own
 	// (gateway/refresh) for a pod; nil when the node runs open (no token).
 	Verify func(ctx context.Context, token, pod string) (Admitted, *envelope.Error)
+	// OnServers is told, in a goroutine of its own, that an MCP server of
+	// a pod (a participant that serves MCP) may have joined, left or
+	// changed its tools (calls.go); nil: nobody asks.
+	OnServers func(p *Pod, server string)
 
 	dispatch *dispatch
+	// bodies are the bodies of this node's live frames, kept for the
+	// nodes that did not receive them (OrderStream, livebodies.go).
+	bodies *liveBodies
 	// follow is the node's reader of the stream (OrderStream), started
 	// when the first pod opens, and made anew when it was lost.
 	followMu sync.Mutex
@@ -201,7 +224,8 @@ func (n *Node) closedMark(name string) (uint64, bool) {
 }
 
 // Start starts what the node's pods share: the dispatchers of what other
-// nodes send (OrderStream, OrderCore).
+// nodes send (OrderStream, OrderCore), and the answers for the bodies of
+// this node's live frames (OrderStream).
 func (n *Node) Start() {
 	if n.Log == nil {
 		n.Log = slog.Default()
@@ -209,12 +233,24 @@ func (n *Node) Start() {
 	if n.Metrics == nil {
 		n.Metrics = NewMetrics()
 	}
-	if n.Order != OrderLocal {
-		n.dispatch = newDispatch(n.NATS)
+	if n.Order == OrderLocal {
+		return
+	}
+	n.dispatch = newDispatch(n.Broker)
+	if n.Order == OrderStream {
+		n.bodies = newLiveBodies(n.storedUpTo)
+		if err := n.answerBodies(); err != nil {
+			// The other nodes then count this node's bodies they miss as lost.
+			n.Log.Error("this node cannot answer for its live frames' bodies", "err", err)
+		}
 	}
 }
 
-// Stop stops them.
+// storedUpTo reports whether the history writer stored everything
+// appended up to mark (history.Writer.Settled).
+func (n *Node) storedUpTo(mark uint64) bool { return n.Writer == nil || n.Writer.Settled(mark) }
+
+// Stop stops them, and the broker.
 func (n *Node) Stop() {
 	n.followMu.Lock()
 	if n.follow != nil {
@@ -224,6 +260,9 @@ func (n *Node) Stop() {
 	n.followMu.Unlock()
 	if n.dispatch != nil {
 		n.dispatch.close()
+	}
+	if n.Broker != nil {
+		n.Broker.Close()
 	}
 }
 

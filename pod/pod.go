@@ -48,6 +48,10 @@ type Pod struct {
 	// guests are the members with no connection (MCP sessions), by id.
 	// An id is a member here once, as a connection or as a guest.
 	guests map[string]*guest
+	// observers are the connections that watch the pod without being
+	// present (observe=1): they receive what members do, in the
+	// snapshot, but no presence is told of them and no list names them.
+	observers map[*participant.Participant]struct{}
 	// remote are the members connected to other gateway nodes, by id
 	// (remote.go).
 	remote  map[string]remoteMember
@@ -70,6 +74,10 @@ type Pod struct {
 	// bans the kicked participants kept out, by id (trust.go).
 	grants capability.PodGrants
 	bans   map[string]ban
+	// calls are the MCP requests in flight (calls.go), proposals the
+	// proposals (proposals.go).
+	calls     calls
+	proposals proposals
 	// meta is a scratch header for frames from the log.
 	meta envelope.Meta
 	// eventBuf is reused for the frames of context events.
@@ -94,6 +102,7 @@ func New(node *Node, name string) *Pod {
 		sending:    map[string]struct{}{},
 		bans:       map[string]ban{},
 		publishers: map[*Sender]struct{}{},
+		observers:  map[*participant.Participant]struct{}{},
 		ready:      make(chan struct{}),
 	}
 	empty := []*participant.Participant{}
@@ -112,6 +121,8 @@ func New(node *Node, name string) *Pod {
 		p.index = history.NewIndex(cfg.History, cfg.HistoryAge)
 	}
 	p.flow.init(p)
+	p.calls.init(cfg.Calls)
+	p.proposals.init()
 	p.log = newLog(p)
 	p.framed = node.historyOn() || node.Order != OrderLocal
 	// Nothing may conclude before the past is in the registry.
@@ -136,6 +147,7 @@ func (p *Pod) open() {
 		p.caughtUp = true
 		p.live.Store(true)
 		p.Registry.Pause(false)
+		p.armProposals()
 	}
 	p.mu.Unlock()
 	close(p.ready)
@@ -157,6 +169,14 @@ func (p *Pod) WaitReady(ctx context.Context) error {
 func (p *Pod) Close() {
 	p.mu.Lock()
 	p.dead = true
+	for id := range p.calls.byID {
+		p.calls.remove(id) // stops the timers of the calls this node answers for
+	}
+	for _, pr := range p.proposals.byID {
+		if pr.timer != nil {
+			pr.timer.Stop()
+		}
+	}
 	p.mu.Unlock()
 	p.Registry.Close()
 	p.log.close()
@@ -213,7 +233,11 @@ func (p *Pod) unlock() {
 		p.mu.Unlock()
 		return
 	}
-	var small [32]*participant.Participant
+	if len(p.touched) > flushSmall {
+		p.unlockLarge() // deliver.go
+		return
+	}
+	var small [flushSmall]*participant.Participant
 	touched := append(small[:0], p.touched...)
 	clear(p.touched)
 	p.touched = p.touched[:0]
@@ -236,9 +260,12 @@ func (p *Pod) nextPos() uint64 {
 func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
 
 func (p *Pod) rebuildSnapshot() {
-	s := make([]*participant.Participant, 0, len(p.members))
+	s := make([]*participant.Participant, 0, len(p.members)+len(p.observers))
 	for _, m := range p.members {
 		s = append(s, m)
+	}
+	for o := range p.observers {
+		s = append(s, o)
 	}
 	p.snapshot.Store(&s)
 }
@@ -254,7 +281,7 @@ func (p *Pod) idle() bool {
 			p.banned(id, now) // forgets those that ended
 		}
 	}
-	return len(p.members) == 0 && len(p.guests) == 0 && p.pending == 0 && len(p.publishers) == 0 && len(p.bans) == 0 && p.Registry.Empty()
+	return len(p.members) == 0 && len(p.guests) == 0 && len(p.observers) == 0 && p.pending == 0 && len(p.publishers) == 0 && len(p.bans) == 0 && p.Registry.Empty()
 }
 
 // RemoveIfIdle marks the pod dead when it is idle, and reports whether
@@ -272,14 +299,20 @@ func (p *Pod) RemoveIfIdle() bool {
 
 // Reserve admits one upgrade for id before it happens, so that caps and
 // bans are decided while an HTTP answer can still be given. dead says the
-// pod was removed as it was looked up: look it up again.
-func (p *Pod) Reserve(id string) (dead bool, refusal *envelope.Error) {
+// pod was removed as it was looked up: look it up again. An observer
+// (observe) is held to bans, not to --max-participants-per-pod: it is no
+// participant of the pod.
+func (p *Pod) Reserve(id string, observe bool) (dead bool, refusal *envelope.Error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead {
 		return true, nil
 	}
-	if e := p.admits(id); e != nil {
+	if observe {
+		if e := p.banned(id, timeNow()); e != nil {
+			return false, e
+		}
+	} else if e := p.admits(id); e != nil {
 		return false, e
 	}
 	p.pending++
@@ -397,6 +430,10 @@ func (p *Pod) removedSender(s *Sender) *envelope.Error {
 	switch {
 	case s.Conn != nil && p.members[s.ID] == s.Conn:
 		return nil
+	case s.Conn != nil && s.Conn.Observes():
+		if _, ok := p.observers[s.Conn]; ok {
+			return nil
+		}
 	case s.Guest != nil && p.guests[s.ID] == s.Guest:
 		return nil
 	case s.Conn == nil && s.Guest == nil && !s.kicked:
@@ -414,6 +451,11 @@ func (p *Pod) Tick(now time.Time, first uint64, sweep bool) {
 		p.index.Discard(first)
 	}
 	p.log.tick(now, sweep)
+	if sweep {
+		p.mu.Lock()
+		p.sweepCalls(now)
+		p.mu.Unlock()
+	}
 }
 
 // newID is an id for a frame the gateway makes.

@@ -109,12 +109,38 @@ func (in *ingress) request(rateErr *envelope.Error) {
 			return
 		}
 		in.reply(wire.KindKick, answer)
+	case wire.RequestApprove:
+		var a wire.Approve
+		if err := strictDecode(in.env.Payload, &a); err != nil || a.Proposal == "" {
+			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/approve takes {"proposal": ID, "scope"?: "once" | "always", "context"?: ID, "payload"?: PATTERN}`), in.env.ID)
+			return
+		}
+		if rateErr != nil {
+			in.refuse(rateErr, in.env.ID)
+			return
+		}
+		answer, e := in.approve(a)
+		if e != nil {
+			in.refuse(e, in.env.ID)
+			return
+		}
+		in.reply(wire.KindApprove, answer)
+	case wire.RequestProposals:
+		all, e := proposalsRequest(in.env.Payload)
+		if e == nil {
+			e = rateErr
+		}
+		if e != nil {
+			in.refuse(e, in.env.ID)
+			return
+		}
+		in.reply(wire.KindProposals, wire.ProposalsAnswer{Proposals: p.ProposalsList(all)})
 	default:
 		if rateErr != nil {
 			in.refuse(rateErr, in.env.ID)
 			return
 		}
-		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history, gateway/refresh, gateway/kick)", in.env.Kind), in.env.ID)
+		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history, gateway/refresh, gateway/kick, gateway/approve, gateway/proposals)", in.env.Kind), in.env.ID)
 	}
 }
 

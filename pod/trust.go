@@ -396,6 +396,12 @@ func (p *Pod) keepBan(m *envelope.Meta, body []byte) (reason string, ok bool) {
 func (p *Pod) Remove(r *participant.Participant, reason string, code participant.CloseStatus) {
 	p.lock()
 	defer p.unlock()
+	if _, ok := p.observers[r]; ok {
+		delete(p.observers, r)
+		p.rebuildSnapshot()
+		r.Close(code, reason)
+		return
+	}
 	if p.members[r.ID] == r {
 		p.removeLocked(r.ID, reason, code)
 	}
@@ -405,6 +411,13 @@ func (p *Pod) Remove(r *participant.Participant, reason string, code participant
 // node out of the pod, telling the others with reason. Call it with mu
 // held.
 func (p *Pod) removeLocked(id, reason string, code participant.CloseStatus) {
+	for o := range p.observers {
+		if o.ID == id { // its watching connections go too, untold
+			delete(p.observers, o)
+			p.rebuildSnapshot()
+			o.Close(code, reason)
+		}
+	}
 	if r := p.members[id]; r != nil {
 		delete(p.members, id)
 		p.rebuildSnapshot()

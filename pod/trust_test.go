@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -157,7 +158,7 @@ func TestAmbiguousPayloads(t *testing.T) {
 // nothing outside it, further grants and kicks included; and revoking a
 // grant ends every grant made through it.
 func TestDelegationNeverAmplifies(t *testing.T) {
-	n, mem := testNode(t, 100, nil)
+	n, _ := testNode(t, 100, nil)
 	p := openPod(t, n, "delegation")
 	alice := sender(p, "alice", wire.Kinds("*")...)
 	bob := sender(p, "bob", wire.Kinds("chat", "context/*", "conclusion")...)
@@ -255,6 +256,12 @@ func TestDelegationNeverAmplifies(t *testing.T) {
 	if c := grant(bob, "g-carol-2", map[string]any{"recipient": "carol", "capabilities": []string{"tool/run"}}); c != "" {
 		t.Fatal(c)
 	}
+	// What the pod has accepted is stored (behind) before it is read again.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.Writer.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
 	p.Close()
 	p = openPod(t, n, "delegation")
 	if l := p.grants.For("carol").List(); len(l) != 1 || l[0].ID != "g-carol-2" || strings.Join(l[0].Via, ",") != "g-bob-2" {
@@ -270,5 +277,4 @@ func TestDelegationNeverAmplifies(t *testing.T) {
 	if c := handle(t, p, carol, map[string]any{"kind": "tool/run"}); c != wire.CodeCapabilityViolation {
 		t.Fatalf("carol's tool/run after g-bob-2 was revoked: %q", c)
 	}
-	_ = mem
 }

@@ -363,3 +363,38 @@ func (f Filter) Query() url.Values {
 	b("batch", f.Batch)
 	return q
 }
+
+// KindGap tells a participant it missed a live frame (a presence event,
+// an ephemeral envelope) that another gateway node accepted and could
+// not give this node again, because it is gone (docs/protocol.md section
+// 8): payload Gap, in the lost envelope's context.
+const KindGap = "system/gap"
+
+// Gap is the payload of system/gap: what the lost frame was, as its
+// marker in the history stream says.
+//
+//	{"lost": "envelope", "id": "e7", "from": "alice", "context": "r1", "reason": "…"}
+//	{"lost": "presence", "id": "…", "event": "join", "participant": {"id": "bob", "capabilities": []}, "reason": "…"}
+type Gap struct {
+	// Lost is GapEnvelope (an ephemeral envelope) or GapPresence.
+	Lost string `json:"lost"`
+	// ID is the lost envelope's id, or the lost presence event's.
+	ID string `json:"id"`
+	// From is the lost envelope's sender.
+	From string `json:"from,omitempty"`
+	// Context is the lost envelope's context id, if any.
+	Context string `json:"context,omitempty"`
+	// Event and Participant are the lost presence event's: the member
+	// list changes as the event would have changed it. A joiner's
+	// capabilities went with the event: they are not known ([]).
+	Event       string    `json:"event,omitempty"`
+	Participant *Identity `json:"participant,omitempty"`
+	// Reason says why it could not be delivered.
+	Reason string `json:"reason"`
+}
+
+// What Gap.Lost names.
+const (
+	GapEnvelope = "envelope"
+	GapPresence = "presence"
+)

@@ -27,6 +27,8 @@ type MCPOpts struct {
 	query   string      // extra query parameters ("k=v&k2=v2")
 	Header  http.Header // extra headers (Authorization)
 	Version string      // the protocol version to ask for; "" the SDK's newest
+	// Client are the client's options (its handlers of notifications).
+	Client *mcp.ClientOptions
 }
 
 // MCPConnect connects an MCP client to base (http://host:port) for pod as
@@ -44,7 +46,7 @@ func MCPConnect(t *testing.T, base, pod, id string, o MCPOpts) *mcp.ClientSessio
 func MCPDial(base, pod, id string, o MCPOpts) (*mcp.ClientSession, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpp-integration-test", Version: "1"}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpp-integration-test", Version: "1"}, o.Client)
 	transport := &mcp.StreamableClientTransport{
 		Endpoint:   mcpURL(base, pod, id, o.query),
 		HTTPClient: &http.Client{Transport: headerTransport{o.Header}},

@@ -1,0 +1,189 @@
+package pod
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/tidwall/gjson"
+
+	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
+)
+
+// gateway/approve (docs/protocol.md section 11): whoever may make a
+// proposed call approves it; the gateway releases the call, byte for byte
+// what was proposed, as the proposer's mcp/request naming the approver,
+// so that its answer goes to the proposer. With scope "always" the
+// approver also grants the proposer that call (its method and tool name)
+// through a capability/grant of its own, under the rules of every grant.
+
+// releasedRequest is the mcp/request the gateway releases for an approved
+// proposal: from the proposer, correlated to the proposal (as MEW's
+// fulfilment is), with its approval.
+type releasedRequest struct {
+	Protocol      string          `json:"protocol"`
+	ID            string          `json:"id"`
+	TS            string          `json:"ts"`
+	From          string          `json:"from"`
+	To            []string        `json:"to"`
+	Kind          string          `json:"kind"`
+	CorrelationID string          `json:"correlation_id"`
+	Context       *wire.Context   `json:"context,omitempty"`
+	Approval      wire.Approval   `json:"approval"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// approve handles gateway/approve for the sender: it returns the
+// system/approve answer's payload, or the refusal.
+func (in *ingress) approve(a wire.Approve) (wire.ProposalEvent, *envelope.Error) {
+	p, s := in.pod, in.from
+	switch {
+	case a.Scope != "" && a.Scope != wire.ScopeOnce && a.Scope != wire.ScopeAlways:
+		return wire.ProposalEvent{}, envelope.Errorf(wire.CodeInvalidEnvelope, `scope is "once" (the default) or "always"`)
+	case a.Scope != wire.ScopeAlways && (a.Context != "" || a.Payload != nil):
+		return wire.ProposalEvent{}, envelope.Errorf(wire.CodeInvalidEnvelope, `context and payload narrow an "always" approval's grant: give them with scope "always"`)
+	}
+	p.lock()
+	defer p.unlock()
+	if e := p.removedSender(s); e != nil {
+		return wire.ProposalEvent{}, e
+	}
+	pr := p.proposals.byID[a.Proposal]
+	if e := notPending(pr, a.Proposal); e != nil {
+		return wire.ProposalEvent{}, e
+	}
+	if !p.mayMake(s.ID, s.caps(), pr) {
+		e := envelope.Errorf(wire.CodeCapabilityViolation, "only a participant that may make the proposed call itself approves proposal %q", a.Proposal)
+		e.AttemptedKind, e.YourCapabilities = wire.KindMCPRequest, s.caps().Wire()
+		return wire.ProposalEvent{}, e
+	}
+	var grant *capabilityChange
+	var grantPayload []byte
+	if a.Scope == wire.ScopeAlways {
+		var e *envelope.Error
+		if grant, grantPayload, e = p.alwaysGrant(pr, a, s); e != nil {
+			return wire.ProposalEvent{}, e
+		}
+	}
+	// The event first, then the call it released: whoever awaits the
+	// proposal's outcome learns the call's id before its answer comes
+	// (the gateway's own, at once, when the recipient is not there).
+	requestID, grantID := uuid.NewString(), ""
+	if grant != nil {
+		grantID = uuid.NewString()
+	}
+	p.endProposal(pr.id, wire.ProposalApproved, s.ID, "", requestID)
+	p.commitProposalEventFull(pr, "", scopeOf(a), grantID)
+	if grant != nil {
+		p.commitGrant(grant, grantPayload, s.ID, grantID)
+	}
+	p.release(pr, s.ID, requestID)
+	return pr.event(scopeOf(a), grantID), nil
+}
+
+func scopeOf(a wire.Approve) string {
+	if a.Scope == "" {
+		return wire.ScopeOnce
+	}
+	return a.Scope
+}
+
+// alwaysGrant is the grant an "always" approval makes: the proposer may
+// make that call from then on, its method and tool name (not its
+// arguments), or what the approval's payload pattern says, which the
+// proposed call must match; for the whole pod or the approval's context.
+// The approver grants it as any grantor does: it must hold
+// capability/grant and the granted capability where the grant applies.
+func (p *Pod) alwaysGrant(pr *proposal, a wire.Approve, s *Sender) (*capabilityChange, []byte, *envelope.Error) {
+	pattern := a.Payload
+	if pattern == nil {
+		pat := map[string]any{"method": gjson.GetBytes(pr.call, "method").String()}
+		if name := gjson.GetBytes(pr.call, "params.name"); name.Type == gjson.String {
+			pat["params"] = map[string]any{"name": name.Str}
+		}
+		pattern, _ = json.Marshal(pat)
+	}
+	capab := wire.Capability{Kind: wire.KindMCPRequest, Payload: pattern}
+	set, err := capability.Compile([]wire.Capability{capab})
+	if err != nil {
+		return nil, nil, envelope.Errorf(wire.CodeInvalidEnvelope, "payload: %v", err)
+	}
+	if !set.Allows(wire.KindMCPRequest, pr.call) {
+		return nil, nil, envelope.Errorf(wire.CodeInvalidEnvelope, "payload: the proposed call does not match the pattern to grant: it would not grant the call approved")
+	}
+	g := wire.Grant{Recipient: pr.proposer, Capabilities: []wire.Capability{capab}, Context: a.Context,
+		Reason: fmt.Sprintf("approved always: proposal %s", pr.id)}
+	payload, _ := json.Marshal(g)
+	c := &capabilityChange{grant: true, g: g, caps: set}
+	if e := p.checkCapabilityChange(c, s, payload, nil); e != nil {
+		e.Message = "scope always grants the proposer the call: " + e.Message
+		return nil, nil, e
+	}
+	return c, payload, nil
+}
+
+// release commits the proposed call as the proposer's mcp/request, the
+// proposal's bytes its payload, naming the approver. Call it with mu
+// held.
+func (p *Pod) release(pr *proposal, approver, id string) {
+	r := releasedRequest{Protocol: wire.ProtocolMCPP, ID: id, TS: timeNow().UTC().Format(wire.TimeFormat), From: pr.proposer,
+		To: []string{pr.to}, Kind: wire.KindMCPRequest, CorrelationID: pr.id,
+		Approval: wire.Approval{Proposal: pr.id, By: approver}, Payload: pr.call}
+	if pr.ctx.id != "" {
+		r.Context = &wire.Context{ID: pr.ctx.id}
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		panic("pod: a released request does not marshal: " + err.Error()) // the proposal's payload was JSON
+	}
+	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCall, Origin: p.node.ID, From: pr.proposer,
+		To: []string{pr.to}, ID: id, Seq: p.node.frameSeq.Add(1), Protocol: protocolSpan,
+		ContextID: pr.ctx.id, ContextType: pr.ctx.typ, ContextParent: pr.ctx.parent, Ancestors: pr.ctx.ancestors}
+	if pr.ctx.path {
+		m.Flags |= envelope.FlagPath
+	}
+	ci, e := readCall(wire.KindMCPRequest, m.To, pr.call, nil, gjson.Result{})
+	if e == nil && ci.rpcID != nil {
+		p.acceptCall(&ci, &m, timeNow())
+	}
+	p.commit(&m, body, envelope.Frame(&m, body), 0, timeNow())
+	if e == nil {
+		p.afterCall(&ci, &m)
+	}
+}
+
+// commitGrant commits an "always" approval's capability/grant, from the
+// approver to the proposer. Call it with mu held.
+func (p *Pod) commitGrant(c *capabilityChange, payload []byte, grantor, id string) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"protocol":%q,"id":%q,"ts":%q,"from":%q,"to":[%q],"kind":%q,"payload":`,
+		wire.ProtocolMCPP, id, timeNow().UTC().Format(wire.TimeFormat), grantor, c.g.Recipient, wire.KindGrant)
+	b.Write(payload)
+	b.WriteByte('}')
+	body := b.Bytes()
+	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCapability, Origin: p.node.ID, From: grantor,
+		To: []string{c.g.Recipient}, ID: id, Seq: p.node.frameSeq.Add(1), Protocol: protocolSpan, Via: c.via}
+	p.commit(&m, body, envelope.Frame(&m, body), 0, timeNow())
+}
+
+// proposalsRequest reads gateway/proposals' payload: all or pending.
+func proposalsRequest(payload []byte) (bool, *envelope.Error) {
+	if payload == nil || bytes.Equal(bytes.TrimSpace(payload), []byte("null")) {
+		return false, nil
+	}
+	var q wire.ProposalsRequest
+	if err := strictDecode(payload, &q); err != nil {
+		return false, envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/proposals takes {"state"?: "pending" | "all"}`)
+	}
+	switch strings.TrimSpace(q.State) {
+	case "", wire.ProposalPending:
+		return false, nil
+	case wire.StateAll:
+		return true, nil
+	}
+	return false, envelope.Errorf(wire.CodeInvalidEnvelope, `state must be "pending" or "all"`)
+}

@@ -1,0 +1,576 @@
+package pod
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/gjson"
+
+	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
+)
+
+// Calls the gateway can vouch for (docs/protocol.md section 11): an
+// mcp/request names one recipient; the gateway keeps it in flight until
+// an mcp/response from that recipient, correlated to it, goes to its
+// requester alone; when the recipient leaves, or no answer comes within
+// the timeout, the gateway answers the requester itself (an mcp/response
+// from system:gateway carrying a JSON-RPC error), and an answer that
+// comes later is dropped and counted.
+//
+// Every node keeps the pod's calls, as it applies the pod's frames: it
+// must know, for a response a participant of its own sends, which request
+// it answers. The node that accepted a request (its origin) is the one
+// that answers for the recipient: it alone arms the timer, and answers
+// when the recipient leaves. Everything here runs with the pod's order
+// lock held.
+
+// Defaults of CallsConfig's fields left zero.
+const (
+	DefaultCallTimeout                = 60 * time.Second
+	DefaultMaxCallsPerParticipant     = 128
+	DefaultMaxCallsPerPod             = 1024
+	DefaultProposalTimeout            = 10 * time.Minute
+	DefaultMaxProposalsPerParticipant = 32
+	DefaultMaxProposalsPerPod         = 256
+)
+
+// CallsConfig bounds the MCP requests in flight and the pending proposals
+// of a pod (--mcp-request-timeout, --max-mcp-requests-per-participant,
+// --max-mcp-requests-per-pod, --proposal-timeout, --max-proposals-…).
+// A zero field takes its default.
+type CallsConfig struct {
+	Timeout                    time.Duration
+	MaxPerParticipant          int
+	MaxPerPod                  int
+	ProposalTimeout            time.Duration
+	MaxProposalsPerParticipant int
+	MaxProposalsPerPod         int
+}
+
+func orDefault[T comparable](v, d T) T {
+	var zero T
+	if v == zero {
+		return d
+	}
+	return v
+}
+
+// CallMetrics count the gateway's part in calls and proposals.
+type CallMetrics struct {
+	// Requests counts the mcp/requests accepted that wait for an answer.
+	Requests prometheus.Counter
+	// GatewayAnswers counts the gateway's own answers, by reason
+	// (wire.MCPReason…).
+	GatewayAnswers *prometheus.CounterVec
+	// Late counts the answers dropped because their request was no longer
+	// in flight (answered, timed out, or its requester left).
+	Late prometheus.Counter
+	// Proposals counts proposals' changes of state, by state.
+	Proposals *prometheus.CounterVec
+}
+
+func newCallMetrics() *CallMetrics {
+	return &CallMetrics{
+		Requests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_mcp_requests_total", Help: "mcp/requests accepted that wait for an answer (they have a JSON-RPC id)."}),
+		GatewayAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpp_mcp_gateway_answers_total", Help: "mcp/responses the gateway sent for a recipient, by reason: timeout, recipient_left, recipient_absent."}, []string{"reason"}),
+		Late: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpp_mcp_late_responses_total", Help: "mcp/responses dropped because their request was no longer in flight (answered, timed out, or its requester left)."}),
+		Proposals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpp_proposals_total", Help: "Proposals' changes of state, by state: pending (made), approved, fulfilled, rejected, withdrawn, expired."}, []string{"state"}),
+	}
+}
+
+func (m *CallMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Requests, m.GatewayAnswers, m.Late, m.Proposals}
+}
+
+// call is one mcp/request in flight.
+type call struct {
+	requester, recipient string
+	// rpcID is the request's JSON-RPC id, as written, for the gateway's
+	// answer.
+	rpcID json.RawMessage
+	// suffix is what follows mcp/request in an MCPx kind
+	// (":tools/call:echo"), so that the answer's kind mirrors it.
+	suffix string
+	origin string
+	// ctx is the request's context, in which the gateway answers, so that
+	// its answer folds away with the request.
+	ctx   callContext
+	at    time.Time
+	live  bool        // the request is ephemeral: its answer is not stored either
+	timer *time.Timer // on the origin node
+}
+
+// callContext is a frame's context, kept for the gateway's answer.
+type callContext struct {
+	id, typ, parent string
+	path            bool
+	ancestors       []string
+}
+
+func contextOfFrame(m *envelope.Meta) callContext {
+	if m.ContextID == "" {
+		return callContext{}
+	}
+	c := callContext{id: strings.Clone(m.ContextID), typ: strings.Clone(m.ContextType), parent: strings.Clone(m.ContextParent), path: m.Path()}
+	for _, a := range m.Ancestors {
+		c.ancestors = append(c.ancestors, strings.Clone(a))
+	}
+	return c
+}
+
+// calls are a pod's requests in flight, by request envelope id, and the
+// waits of this node's own requests for their answers.
+type calls struct {
+	byID         map[string]*call
+	byRequester  map[string]int
+	waiters      map[string]chan []byte
+	cfg          CallsConfig
+	sweepingFrom time.Time
+}
+
+func (t *calls) init(cfg CallsConfig) {
+	t.byID, t.byRequester, t.waiters = map[string]*call{}, map[string]int{}, map[string]chan []byte{}
+	t.cfg = CallsConfig{
+		Timeout:                    orDefault(cfg.Timeout, DefaultCallTimeout),
+		MaxPerParticipant:          orDefault(cfg.MaxPerParticipant, DefaultMaxCallsPerParticipant),
+		MaxPerPod:                  orDefault(cfg.MaxPerPod, DefaultMaxCallsPerPod),
+		ProposalTimeout:            orDefault(cfg.ProposalTimeout, DefaultProposalTimeout),
+		MaxProposalsPerParticipant: orDefault(cfg.MaxProposalsPerParticipant, DefaultMaxProposalsPerParticipant),
+		MaxProposalsPerPod:         orDefault(cfg.MaxProposalsPerPod, DefaultMaxProposalsPerPod),
+	}
+}
+
+func (t *calls) add(id string, c *call) {
+	t.byID[id] = c
+	t.byRequester[c.requester]++
+}
+
+// remove takes the call id out and stops its timer; it returns it, or nil.
+func (t *calls) remove(id string) *call {
+	c := t.byID[id]
+	if c == nil {
+		return nil
+	}
+	delete(t.byID, id)
+	if t.byRequester[c.requester]--; t.byRequester[c.requester] <= 0 {
+		delete(t.byRequester, c.requester)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	return c
+}
+
+// callInfo is what ingress read of an MCP envelope.
+type callInfo struct {
+	request, response bool
+	// rpcID is a request's JSON-RPC id (nil: a notification, which waits
+	// for no answer and is not tracked).
+	rpcID json.RawMessage
+	// correlation is the request a response answers.
+	correlation string
+	suffix      string
+}
+
+// tracked reports whether the envelope is a call the gateway keeps in
+// flight, or the answer to one.
+func (ci *callInfo) tracked() bool { return ci.request && ci.rpcID != nil || ci.response }
+
+// readCall reads an mcp/request's or mcp/response's envelope (its kind,
+// payload and correlation_id), refusing one the gateway cannot vouch for:
+// a request without exactly one recipient or without a method, a response
+// without exactly one request it answers or with more than one recipient.
+func readCall(kind string, to []string, payload, raw []byte, correlation gjson.Result) (callInfo, *envelope.Error) {
+	var ci callInfo
+	switch {
+	case wire.IsMCPRequest(kind):
+		ci.request, ci.suffix = true, kind[len(wire.KindMCPRequest):]
+		if len(to) != 1 {
+			return ci, envelope.Errorf(wire.CodeInvalidRecipient, "an mcp/request names exactly one recipient in to (this one names %d): the one whose tool it calls", len(to))
+		}
+		// Its recipient judges the request itself (an MCP server answers
+		// a malformed one with a JSON-RPC error); the gateway needs an
+		// object, and its id, which says whether an answer is due.
+		p := gjson.ParseBytes(payload)
+		if !p.IsObject() {
+			return ci, envelope.Errorf(wire.CodeInvalidEnvelope, `an mcp/request's payload is a JSON-RPC request object: {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {…}}`)
+		}
+		if id := p.Get("id"); id.Exists() {
+			ci.rpcID = json.RawMessage(id.Raw)
+		}
+		if gjson.GetBytes(raw, "approval").Exists() {
+			return ci, envelope.Errorf(wire.CodeInvalidEnvelope, "approval is the gateway's: it names who approved a proposed call it released (docs/protocol.md section 11)")
+		}
+	case wire.IsMCPResponse(kind):
+		ci.response, ci.suffix = true, kind[len(wire.KindMCPResponse):]
+		switch {
+		case correlation.Type == gjson.String:
+			ci.correlation = correlation.Str
+		case correlation.IsArray() && len(correlation.Array()) == 1 && correlation.Array()[0].Type == gjson.String:
+			ci.correlation = correlation.Array()[0].Str
+		default:
+			return ci, envelope.Errorf(wire.CodeInvalidEnvelope, "an mcp/response's correlation_id names the one request it answers (its envelope id)")
+		}
+		if len(to) > 1 {
+			return ci, envelope.Errorf(wire.CodeInvalidRecipient, "an mcp/response goes to its requester alone: to names %d participants", len(to))
+		}
+	}
+	return ci, nil
+}
+
+// checkCall applies, with the order lock held, the rules that need the
+// pod's calls: a request within the bounds of what may be in flight; a
+// response to a request in flight to its sender, addressed to the
+// requester alone. A late response is counted and dropped (refused to
+// its sender).
+func (p *Pod) checkCall(ci *callInfo, sender string, to []string) *envelope.Error {
+	t := &p.calls
+	switch {
+	case ci.request && ci.rpcID != nil:
+		if n := t.byRequester[sender]; n >= t.cfg.MaxPerParticipant {
+			return envelope.Errorf(wire.CodeRequestLimitExceeded, "you have %d mcp/requests in flight in this pod, the most there may be (--max-mcp-requests-per-participant): wait for their answers", n)
+		}
+		if n := len(t.byID); n >= t.cfg.MaxPerPod {
+			return envelope.Errorf(wire.CodeRequestLimitExceeded, "the pod has %d mcp/requests in flight, the most there may be (--max-mcp-requests-per-pod): try again when some are answered", n)
+		}
+	case ci.response:
+		c := t.byID[ci.correlation]
+		if c == nil || c.recipient != sender {
+			p.node.Metrics.Calls.Late.Inc()
+			return envelope.Errorf(wire.CodeNoPendingRequest, "no mcp/request %q to you is in flight (answered, timed out, or its requester left): the answer is dropped", ci.correlation)
+		}
+		if len(to) == 1 && to[0] != c.requester {
+			return envelope.Errorf(wire.CodeInvalidRecipient, "an mcp/response goes to its requester alone: to must be [%q] (or be left out)", c.requester)
+		}
+	}
+	return nil
+}
+
+// requesterOf is the requester of the request id in flight, or "".
+func (p *Pod) requesterOf(id string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.calls.byID[id]; c != nil {
+		return c.requester
+	}
+	return ""
+}
+
+// liveAnswer reports whether a response answers an ephemeral request:
+// then it is not stored either. Call it with mu held.
+func (p *Pod) liveAnswer(ci *callInfo) bool {
+	c := p.calls.byID[ci.correlation]
+	return ci.response && c != nil && c.live
+}
+
+// acceptCall records, with the order lock held, an MCP envelope this node
+// accepted, before it is committed: a request goes in flight (its timer
+// armed here, its origin), a response takes its request out.
+func (p *Pod) acceptCall(ci *callInfo, m *envelope.Meta, now time.Time) {
+	switch {
+	case ci.request && ci.rpcID != nil:
+		c := &call{requester: strings.Clone(m.From), recipient: strings.Clone(m.To[0]), rpcID: ci.rpcID, suffix: strings.Clone(ci.suffix),
+			origin: p.node.ID, ctx: contextOfFrame(m), at: now, live: m.Live()}
+		id := strings.Clone(m.ID)
+		c.rpcID = append(json.RawMessage(nil), ci.rpcID...)
+		p.calls.add(id, c)
+		p.armCall(id, c)
+		p.node.Metrics.Calls.Requests.Inc()
+	case ci.response:
+		p.calls.remove(ci.correlation)
+	}
+}
+
+// afterCall answers, right after it was committed, a request whose
+// recipient is not in the pod.
+func (p *Pod) afterCall(ci *callInfo, m *envelope.Meta) {
+	if !ci.request || ci.rpcID == nil {
+		return
+	}
+	if c := p.calls.byID[m.ID]; c != nil && !p.present(c.recipient) {
+		p.answerCall(m.ID, c, wire.RPCConnectionClosed, wire.MCPReasonRecipientAbsent,
+			fmt.Sprintf("%s is not in the pod", c.recipient))
+	}
+}
+
+// present reports whether id is a member of the pod on any node.
+func (p *Pod) present(id string) bool {
+	if _, ok := p.members[id]; ok {
+		return true
+	}
+	if _, ok := p.guests[id]; ok {
+		return true
+	}
+	_, ok := p.remote[id]
+	return ok
+}
+
+// armCall starts the timer of a call this node answers for.
+func (p *Pod) armCall(id string, c *call) {
+	c.timer = time.AfterFunc(p.calls.cfg.Timeout, func() {
+		p.lock()
+		defer p.unlock()
+		if p.calls.byID[id] == c && !p.dead {
+			p.answerCall(id, c, wire.RPCRequestTimeout, wire.MCPReasonTimeout,
+				fmt.Sprintf("%s did not answer within %v (--mcp-request-timeout)", c.recipient, p.calls.cfg.Timeout))
+		}
+	})
+}
+
+// applyCall does what an MCP frame of the pod's order does on this node,
+// and reports whether it is to be delivered. A frame this node committed
+// was recorded when it was accepted (acceptCall); another node's is
+// recorded here. A response is handed to whoever on this node awaits it;
+// one whose request is no longer in flight (another answer came first,
+// crossing it between nodes) is counted and not delivered, unless it is
+// the gateway's own. A frame of the pod's past (past) is recorded alone:
+// nobody awaits it, and it is delivered to nobody.
+func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time.Time) bool {
+	r := gjson.GetManyBytes(body, "kind", "payload.id", "correlation_id")
+	kind := r[0].String()
+	switch {
+	case wire.IsMCPRequest(kind):
+		if !local && len(m.To) == 1 && r[1].Exists() {
+			c := &call{requester: strings.Clone(m.From), recipient: strings.Clone(m.To[0]),
+				rpcID: json.RawMessage(r[1].Raw), suffix: kind[len(wire.KindMCPRequest):], origin: strings.Clone(m.Origin),
+				ctx: contextOfFrame(m), at: at, live: m.Live()}
+			p.calls.add(strings.Clone(m.ID), c)
+		}
+		return true
+	case kind == wire.KindMCPProposal || kind == wire.KindProposal:
+		if kind == wire.KindProposal && !past {
+			p.proposalDecided(body)
+		}
+		if local && !past {
+			return true // recorded when it was decided
+		}
+		return p.applyProposal(m, body, kind, at) && !past
+	case kind == wire.KindMCPNotification:
+		if !past {
+			p.serversChanged(strings.Clone(m.From))
+		}
+		return true
+	case wire.IsMCPResponse(kind):
+		ci, e := readCall(kind, m.To, nil, nil, r[2])
+		if e != nil {
+			return true // an older gateway's
+		}
+		if past {
+			p.calls.remove(ci.correlation)
+			return false
+		}
+		if w := p.calls.waiters[ci.correlation]; w != nil {
+			delete(p.calls.waiters, ci.correlation)
+			w <- append([]byte(nil), body...)
+		}
+		if local {
+			return true
+		}
+		if p.calls.remove(ci.correlation) == nil && m.From != wire.GatewayID {
+			p.node.Metrics.Calls.Late.Inc()
+			return false
+		}
+		return true
+	}
+	return true
+}
+
+// callsMemberGone answers the calls to a member that left, which this node
+// answers for, and forgets the calls of a requester that left.
+func (p *Pod) callsMemberGone(id string) {
+	for rid, c := range p.calls.byID {
+		switch {
+		case c.recipient == id && c.origin == p.node.ID:
+			p.answerCall(rid, c, wire.RPCConnectionClosed, wire.MCPReasonRecipientLeft,
+				fmt.Sprintf("%s left the pod before it answered", id))
+		case c.requester == id:
+			p.calls.remove(rid)
+		}
+	}
+}
+
+// sweepCalls forgets the calls that another node answers for and that
+// have waited far past the timeout: that node is gone, or its answer was
+// lost with it.
+func (p *Pod) sweepCalls(now time.Time) {
+	limit := 2*p.calls.cfg.Timeout + time.Minute
+	for id, c := range p.calls.byID {
+		if c.timer == nil && now.Sub(c.at) > limit {
+			p.calls.remove(id)
+		}
+	}
+}
+
+// answerCall answers the requester of call id for its recipient: an
+// mcp/response from system:gateway, correlated to the request, in its
+// context, carrying a JSON-RPC error (code, and data {"reason", …}).
+func (p *Pod) answerCall(id string, c *call, code int, reason, why string) {
+	p.calls.remove(id)
+	data, _ := json.Marshal(wire.RPCErrorData{Reason: reason, Recipient: c.recipient, TimeoutMS: timeoutMS(reason, p.calls.cfg.Timeout)})
+	rpcID := c.rpcID
+	if rpcID == nil {
+		rpcID = json.RawMessage("null")
+	}
+	msg := newSystemMessage(wire.ProtocolMCPP, wire.KindMCPResponse+c.suffix, wire.RPCErrorResponse{
+		JSONRPC: "2.0", ID: rpcID, Error: wire.RPCError{Code: code, Message: why, Data: data}})
+	msg.To, msg.CorrelationID = []string{c.requester}, id
+	if c.ctx.id != "" {
+		msg.Context = wire.Context{ID: c.ctx.id}
+	}
+	body := msg.bytes()
+	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCall, Origin: p.node.ID, From: wire.GatewayID,
+		To: []string{c.requester}, ID: msg.ID, Seq: p.node.frameSeq.Add(1), Protocol: protocolSpan,
+		ContextID: c.ctx.id, ContextType: c.ctx.typ, ContextParent: c.ctx.parent, Ancestors: c.ctx.ancestors}
+	if c.ctx.path {
+		m.Flags |= envelope.FlagPath
+	}
+	if c.live {
+		m.Flags |= envelope.FlagLive
+	}
+	p.node.Metrics.Calls.GatewayAnswers.WithLabelValues(reason).Inc()
+	p.commit(&m, body, envelope.Frame(&m, body), 0, timeNow())
+}
+
+func timeoutMS(reason string, d time.Duration) int64 {
+	if reason != wire.MCPReasonTimeout {
+		return 0
+	}
+	return d.Milliseconds()
+}
+
+// ErrNotPresent: the participant asked is not in the pod.
+var ErrNotPresent = errors.New("not in the pod")
+
+// Await waits for the answer to the request id, which the caller is about
+// to hand the pod (an MCP participant's tool call, through Handle): the
+// body of the mcp/response correlated to it, whoever sends it (the
+// recipient, or the gateway for it). Register before handing the request,
+// then wait on the channel; Forget when giving up.
+func (p *Pod) Await(id string) <-chan []byte {
+	ch := make(chan []byte, 1)
+	p.mu.Lock()
+	p.calls.waiters[id] = ch
+	p.mu.Unlock()
+	return ch
+}
+
+// Forget ends an Await that will not be waited on.
+func (p *Pod) Forget(id string) {
+	p.mu.Lock()
+	delete(p.calls.waiters, id)
+	p.mu.Unlock()
+}
+
+// Ask sends the gateway's own mcp/request (from system:gateway) to a
+// participant that serves MCP, and waits for its answer, at most the
+// call timeout or ctx's end. The request and its answer are live: the
+// pod's history keeps neither (what the gateway asks for the MCP hosts it
+// serves does not crowd the history), though members that watch the pod
+// see them.
+func (p *Pod) Ask(ctx context.Context, to string, payload json.RawMessage) ([]byte, error) {
+	msg := newSystemMessage(wire.ProtocolMCPP, wire.KindMCPRequest, payload)
+	msg.To = []string{to}
+	body := msg.bytes()
+	ci, e := readCall(wire.KindMCPRequest, msg.To, payload, nil, gjson.Result{})
+	if e != nil || ci.rpcID == nil {
+		return nil, fmt.Errorf("pod: Ask needs a JSON-RPC request with an id: %v", e)
+	}
+	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCall | envelope.FlagLive, Origin: p.node.ID,
+		From: wire.GatewayID, To: msg.To, ID: msg.ID, Protocol: protocolSpan}
+	ch := make(chan []byte, 1)
+	p.lock()
+	if p.dead || !p.present(to) {
+		p.unlock()
+		return nil, fmt.Errorf("%s: %w", to, ErrNotPresent)
+	}
+	p.calls.waiters[msg.ID] = ch
+	m.Seq = p.node.frameSeq.Add(1)
+	p.acceptCall(&ci, &m, timeNow())
+	p.commit(&m, body, envelope.Frame(&m, body), 0, timeNow())
+	p.unlock()
+	select {
+	case answer := <-ch:
+		return answer, nil
+	case <-ctx.Done():
+		p.Forget(msg.ID)
+		return nil, ctx.Err()
+	}
+}
+
+// The MCP servers of a pod (docs/protocol.md section 11): participants
+// that joined with serves=mcp. The gateway's MCP endpoint lists their
+// tools to its hosts; it is told (Node.OnServers) when one joins or
+// leaves, and when one says its tools changed (an mcp/notification of
+// notifications/tools/list_changed, which ingress flags for it).
+
+// toolsChanged is the method of the notification a server sends when its
+// tools change.
+const toolsChanged = "notifications/tools/list_changed"
+
+// servesMCP reports whether an identity is an MCP server's.
+func servesMCP(id wire.Identity) bool {
+	for _, s := range id.Serves {
+		if s == wire.ServesMCP {
+			return true
+		}
+	}
+	return false
+}
+
+// serversChanged tells the node's OnServers, outside the pod's lock, that
+// server may have come, gone or changed its tools. Call it with mu held.
+func (p *Pod) serversChanged(server string) {
+	if h := p.node.OnServers; h != nil {
+		go h(p, server)
+	}
+}
+
+// presenceOfServer tells OnServers of a presence frame about an MCP
+// server. Call it with mu held.
+func (p *Pod) presenceOfServer(body []byte) {
+	if id, ok := presenceIdentity(body); ok && servesMCP(id) {
+		p.serversChanged(id.ID)
+	}
+}
+
+// Servers lists the pod's MCP servers, on every node.
+func (p *Pod) Servers() []string {
+	var out []string
+	for _, id := range p.Participants() {
+		if servesMCP(id) {
+			out = append(out, id.ID)
+		}
+	}
+	return out
+}
+
+// MayCall says whether participant id, whose own capabilities are caps,
+// may send an mcp/request of payload in the context contextID ("" for
+// none): directly, by its capabilities or a grant it holds there; or else
+// as a proposal (mcp/proposal of the same payload), which someone allowed
+// to make the call must approve.
+func (p *Pod) MayCall(id string, caps *capability.Set, payload []byte, contextID string) (call, propose bool) {
+	if caps.Allows(wire.KindMCPRequest, payload) {
+		return true, false
+	}
+	var ancestors []string
+	if contextID != "" {
+		ancestors = p.Registry.Ancestry(&envelope.Context{ID: contextID}, nil)
+	}
+	g := p.grants.For(id)
+	if g.Allows(wire.KindMCPRequest, payload, contextID, ancestors) {
+		return true, false
+	}
+	return false, caps.Allows(wire.KindMCPProposal, payload) || g.Allows(wire.KindMCPProposal, payload, contextID, ancestors)
+}
