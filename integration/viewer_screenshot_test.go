@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,7 +9,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/mcpp/gateway/bridge/bridgetest"
+	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/gateway"
 	"github.com/mcpp/gateway/integration/internal/harness"
+	"github.com/mcpp/gateway/wire"
 )
 
 // TestViewerScreenshot draws a real scripted pod: three agents, a task
@@ -49,8 +54,8 @@ func TestViewerScreenshot(t *testing.T) {
 	critic.Send(harness.TextEnv("conclusion", review, "plan accepted with one change"))
 	critic.Send(harness.TextEnv("check", "deploy/staging/smoke", "staging smoke test passed"))
 	researcher.Send(harness.TextEnv("reasoning/step", search2, "Redis streams: XREAD with last id works as resume"))
-	researcher.Send(map[string]any{"kind": "mcp/request:tools/call", "context": research,
-		"payload":   map[string]any{"method": "tools/call", "params": map[string]any{"name": "search", "arguments": map[string]any{"q": "queue replay semantics"}}},
+	researcher.Send(map[string]any{"kind": "search/results", "context": research,
+		"payload":   map[string]any{"text": "queue replay semantics: NATS, Kafka, Redis streams, 15 results"},
 		"lifecycle": map[string]any{"mode": "transient", "summary": "15 search results (page 1/3)"}})
 	planner.Send(harness.TextEnv("chat", nil, "Research is in; writing the recommendation."))
 	researcher.Send(map[string]any{"kind": "status", "payload": map[string]any{"text": "typing…"}, "lifecycle": map[string]any{"mode": "ephemeral"}})
@@ -58,10 +63,60 @@ func TestViewerScreenshot(t *testing.T) {
 	b.WaitFor("the tree", harness.JSItem+`('deploy/staging/smoke') && `+harness.JSField+`('review', '.state') === 'concluded: conclusion'`, 15*time.Second)
 	b.WaitFor("the participants", `document.querySelectorAll('#participants li').length === 4`, 10*time.Second)
 	b.ClickItem("research")
-	b.WaitFor("research's envelopes", harness.JSHasRow("Redis streams"), 10*time.Second)
+	b.WaitFor("research's envelopes", harness.JSHasRow("Redis streams")+` && `+harness.JSHasRow("15 search results"), 10*time.Second)
 	b.WaitFor("review folded", harness.JSItem+`('review').getAttribute('aria-expanded') === 'false'`, 10*time.Second)
 	b.Do("blur", harness.EvalVoid(`document.activeElement.blur()`))
 
+	saveScreenshot(t, b, "viewer.png")
+}
+
+// TestViewerScreenshotProposal draws the pod of the README's "People in
+// the loop": boss watches in the viewer (observing); agent may only
+// propose; the bridge everything serves tools. One proposal was approved
+// on the page and answered; another waits, with its exact call. With
+// MCPP_VIEWER_SCREENSHOT=1 it saves the page as docs/viewer-proposal.png.
+func TestViewerScreenshotProposal(t *testing.T) {
+	tokens := harness.WriteFile(t, "tokens.json", `{"tokens": [
+  {"token": "boss-secret", "participant": "boss", "capabilities": ["chat", "mcp/request", "capability/grant", "gateway/observe", "gateway/kick"], "pods": ["lab"]},
+  {"token": "agent-secret", "participant": "agent", "capabilities": ["chat", "mcp/proposal"], "pods": ["lab"]},
+  {"token": "tools-secret", "participant": "everything", "capabilities": ["mcp/response*", "mcp/notification"], "pods": ["lab"]},
+  {"token": "probe-secret", "participant": "probe", "capabilities": ["mcp/request", "gateway/observe"], "pods": ["lab"]}
+]}`)
+	g := harness.StartGateway(t, func(c *gateway.Config) { c.Tokens = tokens; c.History = 1000 })
+	const pod = "lab"
+	probe := bridgetest.DialWith(t, g.WS, client.Options{Pod: pod, Token: "probe-secret", Observe: true})
+	startBridgeProc(t, g, probe, pod, "everything", []string{"--token", "tools-secret"}, goServer(t))
+	b := harness.NewBrowser(t, harness.BrowserOpts{Width: 1400, Height: 860})
+	agent := g.DialToken(t, pod, "agent-secret", true, "routing=directed")
+
+	release := harness.ContextField("release-2.3", "task", "")
+	agent.Send(harness.TextEnv("chat", nil, "Release 2.3.1 is tagged; I'll post the notes and then deploy."))
+	agent.Send(harness.TextEnv("chat", release, "notes drafted: 14 fixes, 2 features"))
+	agent.Send(harness.TextEnv("chat", harness.ContextField("checks", "reasoning", "release-2.3"), "staging smoke tests passed"))
+	agent.Send(map[string]any{"id": "p-notes", "kind": "mcp/proposal", "to": []string{"everything"}, "context": release,
+		"payload": json.RawMessage(bridgetest.ToolCall("notes", "echo", map[string]any{"message": "release notes for 2.3.1 posted"}))})
+	proposalEvent(t, agent, "p-notes", wire.ProposalPending)
+
+	b.Open(g.URL + "/")
+	b.SubmitJoin(pod, "", "boss-secret")
+	b.WaitFor("the viewer to be live", harness.JSLive+` && `+harness.JSMode+` === 'observing'`, 20*time.Second)
+	b.Click("approve the notes", harness.ProposalPart("p-notes", ".approve-once"))
+	b.WaitFor("the answer to the approved call", `(`+harness.JSCardText("p-notes", ".p-answer")+` ?? '').includes('Echo: release notes')`, 10*time.Second)
+	agent.Send(harness.TextEnv("chat", release, "notes are up; asking to deploy"))
+	agent.Send(map[string]any{"id": "p-deploy", "kind": "mcp/proposal", "to": []string{"everything"}, "context": release,
+		"payload": json.RawMessage(bridgetest.ToolCall("deploy", "echo", map[string]any{
+			"message": "deploy api 2.3.1 to production", "delay_ms": 1500}))})
+	b.WaitFor("the pending proposal", harness.JSPending+`().includes('p-deploy')`, 10*time.Second)
+	b.ClickItem("release-2.3")
+	b.WaitFor("release-2.3's envelopes", harness.JSHasRow("notes are up"), 10*time.Second)
+	b.Do("blur", harness.EvalVoid(`document.activeElement.blur()`))
+	saveScreenshot(t, b, "viewer-proposal.png")
+}
+
+// saveScreenshot captures the page and, with MCPP_VIEWER_SCREENSHOT=1,
+// saves it as docs/NAME.
+func saveScreenshot(t *testing.T, b *harness.Browser, name string) {
+	t.Helper()
 	png, err := chromedp.Run(b.Ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
@@ -70,10 +125,10 @@ func TestViewerScreenshot(t *testing.T) {
 		t.Fatalf("the screenshot is only %d bytes", len(png))
 	}
 	if os.Getenv("MCPP_VIEWER_SCREENSHOT") == "" {
-		t.Logf("screenshot taken (%d bytes); set MCPP_VIEWER_SCREENSHOT=1 to save it as docs/viewer.png", len(png))
+		t.Logf("screenshot taken (%d bytes); set MCPP_VIEWER_SCREENSHOT=1 to save it as docs/%s", len(png), name)
 		return
 	}
-	out := filepath.Join("..", "docs", "viewer.png")
+	out := filepath.Join("..", "docs", name)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}

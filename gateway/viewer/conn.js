@@ -1,6 +1,8 @@
 // The viewer's connection to the gateway: one WebSocket at a time, joined
-// as an ordinary participant, reconnected with backoff and resumed from
-// the last envelope that history keeps (docs/protocol.md section 8).
+// as an observer where the token allows it (observe=1: no presence, in no
+// participant list) and as an ordinary participant where it does not,
+// reconnected with backoff and resumed from the last envelope that
+// history keeps (docs/protocol.md section 8).
 
 import { utf8Length } from './util.js';
 
@@ -15,8 +17,10 @@ const FINAL = new Set([400, 401, 403]);
 
 export class Connection {
   // opts: pod, participant, token, and the callbacks
-  //   onWelcome(env, {again, resume})  a welcome; again on a reconnection
-  //   onEnvelope(env, bytes)            every later envelope, as received
+  //   onWelcome(env, {again, resume, observing})
+  //                                     a welcome; again on a reconnection;
+  //                                     observing when joined with observe=1
+  //   onEnvelope(env, bytes, line)      every later envelope, and its JSON text
   //   onStatus(state, text)             connecting | live | reconnecting | failed
   //   onRefused(status, error, message) the gateway refused the join for good
   //   onReplaced()                      another connection took our id
@@ -28,6 +32,10 @@ export class Connection {
     this.failures = 0;
     this.welcomed = false; // some connection got a welcome
     this.timer = null;
+    // The first join asks to watch without presence; a token without
+    // gateway/observe is refused that (403), and then joins as an ordinary
+    // participant. Once a welcome came, the connection stays as it joined.
+    this.observe = true;
   }
 
   // url is the /ws URL. The token goes here and nowhere else: a browser
@@ -43,6 +51,10 @@ export class Connection {
     if (this.token) q.set('token', this.token);
     q.set('batch', '1');
     q.set('history', String(HISTORY));
+    // The page's own messages come back once relayed: they show among
+    // the envelopes as the pod has them.
+    q.set('echo', '1');
+    if (this.observe) q.set('observe', '1');
     if (resume) q.set('resume', resume);
     return u.toString();
   }
@@ -78,6 +90,7 @@ export class Connection {
     const again = this.welcomed;
     const resume = again ? this.resumeFrom() : null;
     const url = this.url(resume);
+    const observing = this.observe;
     this.onStatus(again ? 'reconnecting' : 'connecting', again ? 'reconnecting…' : 'connecting…');
     let ws;
     try {
@@ -110,10 +123,10 @@ export class Connection {
           // the id up); with a token file the token names it anyway.
           if (you && typeof you.id === 'string') this.participant = you.id;
           this.onStatus('live', 'live');
-          this.onWelcome(env, { again, resume });
+          this.onWelcome(env, { again, resume, observing });
           continue;
         }
-        this.onEnvelope(env, utf8Length(line));
+        this.onEnvelope(env, utf8Length(line), line);
       }
     };
     ws.onerror = () => {}; // onclose follows, with what there is to know
@@ -122,7 +135,7 @@ export class Connection {
       this.ws = null;
       if (this.stopped) return;
       if (!welcomed) {
-        this.diagnose(url);
+        this.diagnose(url, observing);
         return;
       }
       if (ev.code === 4000) {
@@ -148,7 +161,7 @@ export class Connection {
   // diagnose finds out why an upgrade failed. A browser's WebSocket only
   // sees a failed connection, so the same URL is fetched as a plain GET:
   // a refused join answers it with the JSON refusal {"error","message"}.
-  async diagnose(url) {
+  async diagnose(url, observing) {
     let status = 0;
     let body = null;
     try {
@@ -163,6 +176,14 @@ export class Connection {
     if (this.stopped) return;
     if (body && typeof body === 'object' && typeof body.error === 'string') {
       const message = typeof body.message === 'string' ? body.message : '';
+      if (status === 403 && observing && !this.welcomed) {
+        // Refused to watch without presence (or refused for another
+        // reason, which the join without observe=1 meets again): join as
+        // an ordinary participant, at once, and say so.
+        this.observe = false;
+        this.connect();
+        return;
+      }
       if (FINAL.has(status)) {
         this.onStatus('failed', `refused: ${body.error}`);
         this.onRefused(status, body.error, message);

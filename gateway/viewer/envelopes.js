@@ -380,6 +380,8 @@ export class EnvelopeView {
     if (kind === 'system/context' && p && typeof p === 'object') {
       text = contextEventText(p);
       if (p.event === 'concluded') badges.append(badge('concluded', 'concluded'));
+    } else if (kind === 'system/proposal' && p && typeof p === 'object') {
+      text = proposalEventText(p);
     } else if (collapsed) {
       li.classList.add('collapsed');
       badges.append(badge('collapsed', 'collapsed'));
@@ -403,6 +405,10 @@ export class EnvelopeView {
       if (Array.isArray(lc.consumes)) badges.append(badge(`consumes ${lc.consumes.length}`, ''));
     }
     if (rec.consumedBy) badges.append(badge(`consumed by ${rec.consumedBy}`, 'collapsed'));
+    // A call the gateway released for an approved proposal names its
+    // approver (docs/protocol.md section 11).
+    const ap = env.approval;
+    if (ap && typeof ap === 'object') badges.append(badge(`approved by ${str(ap.by)}: proposal ${str(ap.proposal)}`, 'conclusion'));
     if (rec.history) badges.append(badge('from history', 'history'));
     if (text !== '') li.append(el('div', 'env-body', text));
     if (summary !== null) li.append(el('div', 'kept-note', `summary: ${summary}`));
@@ -435,6 +441,17 @@ function preview(p) {
   }
   const s = str(p);
   return s.length > 400 ? `${s.slice(0, 400)}…` : s;
+}
+
+// proposalEventText shows a system/proposal event: the proposal's new
+// state, whose it is, who changed it and why.
+function proposalEventText(p) {
+  let s = `proposal ${str(p.proposal)} ${str(p.state)}: ${str(p.proposer)} → ${str(p.to)}`;
+  if (p.by !== undefined) s += `, by ${str(p.by)}`;
+  if (p.scope !== undefined) s += ` (${str(p.scope)})`;
+  if (p.reason !== undefined && p.reason !== '') s += `: ${str(p.reason)}`;
+  if (p.request !== undefined) s += ` · call ${str(p.request)}`;
+  return s;
 }
 
 function contextEventText(p) {

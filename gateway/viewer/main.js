@@ -1,11 +1,17 @@
 // The pod viewer (docs/protocol.md section 10): a form (or a link, /?pod=NAME) joins a
-// pod as an ordinary participant; the page then shows the participants,
-// the context tree and the envelopes of the selected context, live.
+// pod, watching without presence where the token allows it; the page then
+// shows the participants, the context tree and the envelopes of the
+// selected context, live, and the pending proposals. Where the token's
+// capabilities allow, it is a console too: a person sends messages,
+// decides proposals and kicks participants.
 
 import { Model } from './model.js';
 import { Connection } from './conn.js';
 import { TreeView } from './tree.js';
 import { EnvelopeView } from './envelopes.js';
+import { ProposalsView } from './proposals.js';
+import { Composer } from './compose.js';
+import { ParticipantsView } from './participants.js';
 import { el, setText, requestID } from './util.js';
 
 const $ = (id) => document.getElementById(id);
@@ -67,8 +73,21 @@ function leave() {
   document.title = 'MCPP pod viewer';
   setText($('pod-name'), '');
   setStatus('', '');
+  setMode(null);
   setNote('', false);
   showJoin('');
+}
+
+// setMode says how the viewer is in the pod: observing (no presence) or
+// present (a participant the others see); null says nothing.
+function setMode(observing) {
+  const m = $('mode');
+  m.hidden = observing === null;
+  m.className = `mode ${observing ? 'observing' : 'present'}`;
+  setText(m, observing === null ? '' : observing ? 'observing' : 'present');
+  m.title = observing
+    ? 'watching without presence (observe=1): the pod is not told you joined, and no participant list names you'
+    : 'joined as a participant: the pod was told you joined, and participant lists name you (this token may not observe: gateway/observe)';
 }
 
 function setStatus(state, text) {
@@ -94,8 +113,16 @@ class Session {
     this.replayAt = 0;
     this.contextsReq = null;
     this.you = null;
-    this.participants = new Map();
     this.participantsDirty = false;
+    const send = (obj) => this.conn.send(obj);
+    this.people = new ParticipantsView({ list: $('participants'), count: $('participants-count'), note: $('participants-note') }, send);
+    this.proposals = new ProposalsView({
+      list: $('proposals'), count: $('proposals-count'), empty: $('proposals-empty'), hint: $('proposals-hint'),
+      ended: $('ended'), endedBox: $('ended-box'),
+    }, send);
+    this.composer = new Composer({
+      form: $('send-form'), label: $('send-label'), input: $('send-text'), button: $('send-button'), note: $('send-note'),
+    }, send);
 
     const model = this.model = new Model();
     this.view = new EnvelopeView(model, {
@@ -103,8 +130,8 @@ class Session {
       foldedNote: $('folded-note'), foldedText: $('folded-text'), unfold: $('unfold'),
       older: $('load-older'), olderNote: $('older-note'), nested: $('nested'),
       nestedLabel: $('nested-label'), empty: $('empty-note'),
-    }, (obj) => this.conn.send(obj));
-    this.tree = new TreeView($('tree'), model, (c) => this.view.select(c));
+    }, send);
+    this.tree = new TreeView($('tree'), model, (c) => this.select(c));
     model.onChange = () => this.schedule();
     model.onRecord = (r) => {
       this.view.onRecord(r);
@@ -112,8 +139,6 @@ class Session {
     };
     model.onConsumed = (r) => this.view.consumed(r);
 
-    $('participants').replaceChildren();
-    setText($('participants-count'), '');
     setText($('contexts-count'), '');
     setText($('history-note'), '');
     setText($('pod-name'), pod);
@@ -122,19 +147,27 @@ class Session {
     $('app').hidden = false;
     $('leave').hidden = false;
     setNote('', false);
-    this.view.select(null);
+    setMode(null);
+    this.select(null);
     this.ticker = setInterval(() => this.tree.tick(), 1000);
 
     this.conn = new Connection({
       pod, participant, token,
       onWelcome: (env, how) => this.welcome(env, how),
-      onEnvelope: (env, bytes) => this.envelope(env, bytes),
+      onEnvelope: (env, bytes, line) => this.envelope(env, bytes, line),
       onStatus: (state, text) => { if (!this.stopped) setStatus(state, text); },
       onRefused: (status, code, message) => this.refused(status, code, message),
       onReplaced: () => this.replaced(),
       resumeFrom: () => this.model.lastKeptId,
     });
     this.conn.start();
+  }
+
+  // select shows a context's envelopes (null: the main conversation's),
+  // and is where a message the person sends goes.
+  select(c) {
+    this.view.select(c);
+    this.composer.setContext(c);
   }
 
   stop() {
@@ -157,20 +190,29 @@ class Session {
     if (this.stopped) return;
     const selectedChanged = this.tree.flush();
     this.view.flush();
-    if (selectedChanged) this.view.updateHeader();
+    if (selectedChanged) {
+      this.view.updateHeader();
+      this.composer.drawLabel();
+    }
     setText($('contexts-count'), String(this.model.knownCount));
     if (this.participantsDirty) this.drawParticipants();
   }
 
-  welcome(env, { again, resume }) {
+  welcome(env, { again, resume, observing }) {
     const p = env.payload && typeof env.payload === 'object' ? env.payload : {};
     const you = p.you && typeof p.you === 'object' ? p.you : {};
     this.you = typeof you.id === 'string' ? you.id : null;
-    this.participants.clear();
-    if (this.you !== null) this.participants.set(this.you, you.capabilities);
-    if (Array.isArray(p.participants)) {
-      for (const o of p.participants) if (o && typeof o.id === 'string') this.participants.set(o.id, o.capabilities);
+    const caps = Array.isArray(you.capabilities) ? you.capabilities : [];
+    const others = Array.isArray(p.participants) ? p.participants.filter((o) => o && typeof o.id === 'string') : [];
+    if (again) {
+      this.proposals.connectionLost();
+      this.composer.connectionLost();
+      this.people.connectionLost();
     }
+    this.people.welcome(this.you, caps, observing, others);
+    this.proposals.setWho(this.you, caps);
+    this.composer.setWho(caps);
+    setMode(observing);
     this.participantsDirty = true;
     const kinds = p.limits && p.limits.conclusion_kinds;
     if (Array.isArray(kinds)) this.model.conclusionKinds = new Set(kinds.filter((k) => typeof k === 'string'));
@@ -220,9 +262,12 @@ class Session {
     const id = requestID();
     this.contextsReq = id;
     this.conn.send({ kind: 'gateway/contexts', id, payload: { state: 'all', limit: 20000 } });
+    // The pending proposals, after the replay so that the events it held
+    // are applied first.
+    this.proposals.list();
   }
 
-  envelope(env, bytes) {
+  envelope(env, bytes, line) {
     const kind = env.kind;
     if (kind === 'system/presence') {
       this.presence(env.payload);
@@ -230,6 +275,9 @@ class Session {
     }
     if (env.correlation_id !== undefined && env.from === 'system:gateway') {
       if (this.view.answer(env)) return;
+      if (this.proposals.answer(env, line)) return;
+      if (this.composer.answer(env)) return;
+      if (this.people.answer(env)) return;
       if (env.correlation_id === this.contextsReq) {
         this.contextsReq = null;
         if (kind === 'system/contexts' && env.payload) this.model.applySnapshot(env.payload.contexts);
@@ -242,6 +290,8 @@ class Session {
       return;
     }
     if (kind === 'system/welcome' || kind === 'system/filter' || kind === 'system/contexts' || kind === 'system/history') return;
+    this.proposals.observe(env, line);
+    if (env.from === this.you) this.composer.delivered(env);
     if (this.replayLeft > 0) {
       this.replayAt = Date.now();
       if (--this.replayLeft === 0) {
@@ -255,27 +305,14 @@ class Session {
 
   presence(p) {
     if (!p || typeof p !== 'object' || !p.participant || typeof p.participant.id !== 'string') return;
-    const id = p.participant.id;
-    if (p.event === 'join') this.participants.set(id, p.participant.capabilities);
-    else if (p.event === 'leave' && id !== this.you) this.participants.delete(id);
+    this.people.presence(p.event, p.participant.id, p.participant.capabilities);
     this.participantsDirty = true;
     this.schedule();
   }
 
   drawParticipants() {
     this.participantsDirty = false;
-    const ids = [...this.participants.keys()].sort((a, b) => (a === this.you ? -1 : b === this.you ? 1 : a < b ? -1 : a > b ? 1 : 0));
-    const frag = document.createDocumentFragment();
-    for (const id of ids) {
-      const li = el('li');
-      li.append(el('span', 'pid', id));
-      if (id === this.you) li.append(el('span', 'you', 'you'));
-      const caps = this.participants.get(id);
-      if (Array.isArray(caps)) li.append(el('span', 'caps', caps.map(str2).join(', ')));
-      frag.append(li);
-    }
-    $('participants').replaceChildren(frag);
-    setText($('participants-count'), String(ids.length));
+    this.people.draw();
   }
 
   refused(status, code, message) {

@@ -73,12 +73,16 @@ func installChromium(t *testing.T) error {
 	return nil
 }
 
-// Browser is one headless Chromium with one tab, and what the tab did:
-// every request it made, and every uncaught exception of the page or
-// violation of its Content-Security-Policy (each fails the test).
+// Browser is one tab of a headless Chromium, and what the tab did: every
+// request it made, and every uncaught exception of the page or violation
+// of its Content-Security-Policy (each fails the test). NewBrowser starts
+// Chromium with its first tab; Tab opens more in the same Chromium.
 type Browser struct {
 	T   *testing.T
 	Ctx context.Context // the tab, with the test's deadline
+
+	tab  context.Context // the tab without the deadline: Tab opens its siblings from it
+	opts BrowserOpts
 
 	mu         sync.Mutex
 	requests   []string
@@ -121,10 +125,7 @@ func NewBrowser(t *testing.T, o BrowserOpts) *Browser {
 		chromedp.WindowSize(o.Width, o.Height),
 	)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	tabCtx, cancelTab := chromedp.NewContext(allocCtx)
-	b := &Browser{T: t}
 	t.Cleanup(func() {
-		cancelTab()
 		cancelAlloc()
 		// Chromium's helpers can write in the directory for a moment after
 		// the browser ends.
@@ -135,7 +136,27 @@ func NewBrowser(t *testing.T, o BrowserOpts) *Browser {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
-	// Start the browser with no deadline (the deadline would end it).
+	return openTab(t, allocCtx, o)
+}
+
+// Tab opens another tab in b's Chromium for t (a subtest, say), with its
+// own session storage and record of what it did, the size and deadline of
+// b's; t's cleanup closes it. Tests that share one Chromium spare its
+// start, the slowest part of a short viewer test.
+func (b *Browser) Tab(t *testing.T) *Browser {
+	t.Helper()
+	return openTab(t, b.tab, b.opts)
+}
+
+// openTab opens a tab in parent's Chromium (starting it, for the first),
+// closed by t's cleanup.
+func openTab(t *testing.T, parent context.Context, o BrowserOpts) *Browser {
+	t.Helper()
+	tabCtx, cancelTab := chromedp.NewContext(parent)
+	t.Cleanup(cancelTab)
+	b := &Browser{T: t, tab: tabCtx, opts: o}
+	// Start the browser (or the tab) with no deadline (the deadline would
+	// end it).
 	if err := chromedp.Do(tabCtx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
@@ -224,7 +245,10 @@ func (b *Browser) pageState() string {
 		return 'page: ' + location.href + '\nstatus: ' + t('status') + ' | note: ' + t('conn-note') +
 			'\njoin error: ' + t('join-error') + '\nhistory: ' + t('history-note') +
 			'\ntree: ' + [...document.querySelectorAll('#tree [role=treeitem]')].slice(0, 40).map(li => li.querySelector('.row').textContent).join(' | ') +
-			'\nview: ' + t('view-title') + ', ' + document.querySelectorAll('#envelopes > li').length + ' rows; older: ' + t('older-note');
+			'\nview: ' + t('view-title') + ', ' + document.querySelectorAll('#envelopes > li').length + ' rows; older: ' + t('older-note') +
+			'\nmode: ' + t('mode') + ' | participants: ' + t('participants') + ' | ' + t('participants-note') +
+			'\nproposals: ' + [...document.querySelectorAll('#proposals > li, #ended > li')].map(li => li.dataset.id + ' [' + (li.querySelector('.p-state') || {}).textContent + '] ' + ((li.querySelector('.p-outcome') || {}).textContent || '')).join(' | ') +
+			'\nsend: ' + t('send-label') + ' | ' + t('send-note');
 	})()`))
 	if err != nil {
 		return "(page state unavailable: " + err.Error() + ")"
@@ -371,4 +395,49 @@ func (b *Browser) RecordStatuses() {
 		window.__statuses = [s.textContent];
 		new MutationObserver(() => window.__statuses.push(s.textContent)).observe(s, {childList: true, characterData: true, subtree: true});
 	})()`))
+}
+
+// The viewer as a console (issue 30): its proposals, participants and
+// send box, as JavaScript and CSS.
+const (
+	// JSProposal finds a proposal's card, pending or ended.
+	JSProposal = `((id) => [...document.querySelectorAll('#proposals > li, #ended > li')].find((li) => li.dataset.id === id))`
+	// JSPending is the ids of the pending proposals' cards, in order.
+	JSPending = `(() => [...document.querySelectorAll('#proposals > li')].map((li) => li.dataset.id))`
+	// JSMode is how the page says it is in the pod: "observing" or
+	// "present".
+	JSMode = `document.getElementById('mode').textContent`
+)
+
+// JSCardText is the text of a part of a proposal's card (part a CSS
+// selector inside it, "" the whole card), or null when it has none.
+func JSCardText(id, part string) string {
+	if part == "" {
+		return fmt.Sprintf(`((li) => li ? li.textContent : null)(%s(%s))`, JSProposal, JS(id))
+	}
+	return fmt.Sprintf(`((li) => { const e = li && li.querySelector(%s); return e ? e.textContent : null; })(%s(%s))`, JS(part), JSProposal, JS(id))
+}
+
+// ProposalPart is the CSS selector of a part of a proposal's card ("" the
+// card itself).
+func ProposalPart(id, part string) string {
+	return strings.TrimSpace("li.proposal[data-id=" + cssString(id) + "] " + part)
+}
+
+// ParticipantPart is the CSS selector of a part of a participant's entry
+// ("" the entry itself).
+func ParticipantPart(id, part string) string {
+	return strings.TrimSpace("#participants li[data-id=" + cssString(id) + "] " + part)
+}
+
+// Click clicks what sel matches, once it can be seen.
+func (b *Browser) Click(what, sel string) {
+	b.T.Helper()
+	b.Do(what, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+}
+
+// Type types text into the field sel, key by key, as a person does.
+func (b *Browser) Type(what, sel, text string) {
+	b.T.Helper()
+	b.Do(what, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Clear(chromedp.CSS(sel)), chromedp.SendKeys(chromedp.CSS(sel), text))
 }
