@@ -1,16 +1,6 @@
 package envelope
 
-import (
-	"unsafe"
-
-	"github.com/mcpp/gateway/wire"
-)
-
-// The protocols a participant may speak (docs/protocol.md section 2).
-const (
-	ProtocolMCPP = wire.ProtocolMCPP
-	ProtocolMCPX = wire.ProtocolMCPX
-)
+import "unsafe"
 
 // Limits on single fields that docs/protocol.md section 2 fixes.
 const (
@@ -18,9 +8,6 @@ const (
 	MaxParticipantBytes = 128
 	MaxPodBytes         = 64
 )
-
-// GatewayID is the sender of every message the gateway itself writes.
-const GatewayID = wire.GatewayID
 
 // Span is a half-open byte range [Start, End) of a message.
 type Span struct{ Start, End int }

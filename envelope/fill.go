@@ -9,9 +9,6 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// TimeFormat is how the gateway writes ts: RFC 3339, UTC, milliseconds.
-const TimeFormat = wire.TimeFormat
-
 // Fill returns the envelope as it is relayed: the sender's bytes with
 // protocol, id, ts and from spliced in after the opening brace when they were
 // absent, and the span of the protocol string token in the result. When
@@ -28,9 +25,9 @@ func (e *Envelope) Fill(sender string, now time.Time) ([]byte, Span) {
 	var proto Span
 	if needProtocol {
 		out = append(out, `"protocol":`...)
-		proto = Span{len(out), len(out) + len(ProtocolMCPP) + 2}
+		proto = Span{len(out), len(out) + len(wire.ProtocolMCPP) + 2}
 		out = append(out, '"')
-		out = append(out, ProtocolMCPP...)
+		out = append(out, wire.ProtocolMCPP...)
 		out = append(out, `",`...)
 	}
 	if needID {
@@ -68,13 +65,13 @@ type stamp struct {
 
 var lastStamp atomic.Pointer[stamp]
 
-// appendTS appends now as TimeFormat (UTC, milliseconds).
+// appendTS appends now as ts is written (wire.TimeFormat: UTC, milliseconds).
 func appendTS(dst []byte, now time.Time) []byte {
 	ms := now.UnixMilli()
 	if s := lastStamp.Load(); s != nil && s.ms == ms {
 		return append(dst, s.text...)
 	}
-	s := &stamp{ms: ms, text: time.UnixMilli(ms).UTC().AppendFormat(make([]byte, 0, len(TimeFormat)), TimeFormat)}
+	s := &stamp{ms: ms, text: time.UnixMilli(ms).UTC().AppendFormat(make([]byte, 0, len(wire.TimeFormat)), wire.TimeFormat)}
 	lastStamp.Store(s)
 	return append(dst, s.text...)
 }

@@ -91,7 +91,7 @@ func (e *Envelope) Parse(data []byte) *Error {
 			}
 			e.Protocol = v.Str
 			e.ProtocolSpan = Span{v.Index, v.Index + len(v.Raw)}
-			if v.Str != ProtocolMCPP && v.Str != ProtocolMCPX {
+			if v.Str != wire.ProtocolMCPP && v.Str != wire.ProtocolMCPX {
 				badProtocol = true
 			}
 		case "id":
@@ -161,7 +161,7 @@ func (e *Envelope) Parse(data []byte) *Error {
 		return bad
 	}
 	if badProtocol {
-		return Errorf(wire.CodeUnsupportedProtocol, "protocol %q is not supported (use %s or %s)", e.Protocol, ProtocolMCPP, ProtocolMCPX)
+		return Errorf(wire.CodeUnsupportedProtocol, "protocol %q is not supported (use %s or %s)", e.Protocol, wire.ProtocolMCPP, wire.ProtocolMCPX)
 	}
 	return nil
 }

@@ -118,7 +118,7 @@ func TestFill(t *testing.T) {
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("filled envelope is not JSON: %s", out)
 	}
-	if v["protocol"] != ProtocolMCPP || v["from"] != "alice" || v["ts"] != "2026-11-22T10:00:00.123Z" || v["x-custom"] != true {
+	if v["protocol"] != wire.ProtocolMCPP || v["from"] != "alice" || v["ts"] != "2026-11-22T10:00:00.123Z" || v["x-custom"] != true {
 		t.Fatalf("filled: %s", out)
 	}
 	if id, _ := v["id"].(string); len(id) != 36 || id != e.ID {

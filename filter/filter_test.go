@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
 func mustQuery(t *testing.T, q string) *Filter {
@@ -244,7 +245,7 @@ func to(m envelope.Meta, ids ...string) envelope.Meta {
 }
 
 func event(id, typ string, anc ...string) envelope.Meta {
-	return envelope.Meta{Kind: envelope.FrameContextEvent, Flags: envelope.FlagConclusion, From: envelope.GatewayID,
+	return envelope.Meta{Kind: envelope.FrameContextEvent, Flags: envelope.FlagConclusion, From: wire.GatewayID,
 		ContextID: id, ContextType: typ, Ancestors: anc}
 }
 

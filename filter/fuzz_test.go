@@ -38,8 +38,8 @@ func fuzzMetas(f *filter.Filter) []envelope.Meta {
 		{Kind: envelope.FrameEnvelope, From: "alice", ContextID: "r1"},
 		{Kind: envelope.FrameEnvelope, From: "alice", ContextID: "a/b/c", ContextType: "plan", Ancestors: []string{"a/b", "a"}, Flags: envelope.FlagPath},
 		{Kind: envelope.FrameEnvelope, From: "alice", ContextID: "r2", ContextType: "reasoning", Flags: envelope.FlagConclusion, To: []string{"bob"}},
-		{Kind: envelope.FrameContextEvent, From: envelope.GatewayID, ContextID: "r1", ContextType: "reasoning", Flags: envelope.FlagConclusion},
-		{Kind: envelope.FrameContextEvent, From: envelope.GatewayID, ContextID: "c", ContextType: "x", Ancestors: []string{"p", "q"}, Flags: envelope.FlagConclusion, To: []string{self}},
+		{Kind: envelope.FrameContextEvent, From: wire.GatewayID, ContextID: "r1", ContextType: "reasoning", Flags: envelope.FlagConclusion},
+		{Kind: envelope.FrameContextEvent, From: wire.GatewayID, ContextID: "c", ContextType: "x", Ancestors: []string{"p", "q"}, Flags: envelope.FlagConclusion, To: []string{self}},
 	}
 	for _, list := range [][]string{f.Types, f.ExcludeTypes, f.IDs} {
 		for i, v := range list {

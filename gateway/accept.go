@@ -63,11 +63,11 @@ func (g *Gateway) admit(r *http.Request) (*admission, *envelope.Error) {
 			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin"))
 	}
 	q := r.URL.Query()
-	a := &admission{protocol: envelope.ProtocolMCPP}
+	a := &admission{protocol: wire.ProtocolMCPP}
 	a.pod = q.Get("pod")
 	if a.pod == "" {
 		if a.pod = q.Get("topic"); a.pod != "" {
-			a.protocol = envelope.ProtocolMCPX // topic is the MCPx name
+			a.protocol = wire.ProtocolMCPX // topic is the MCPx name
 		}
 	}
 	if !envelope.ValidPodName(a.pod) {
@@ -75,10 +75,10 @@ func (g *Gateway) admit(r *http.Request) (*admission, *envelope.Error) {
 	}
 	switch v := q.Get("protocol"); v {
 	case "":
-	case envelope.ProtocolMCPP, envelope.ProtocolMCPX:
+	case wire.ProtocolMCPP, wire.ProtocolMCPX:
 		a.protocol = v
 	default:
-		return nil, envelope.Errorf(wire.CodeUnsupportedProtocol, "protocol must be %s or %s", envelope.ProtocolMCPP, envelope.ProtocolMCPX)
+		return nil, envelope.Errorf(wire.CodeUnsupportedProtocol, "protocol must be %s or %s", wire.ProtocolMCPP, wire.ProtocolMCPX)
 	}
 
 	var e *envelope.Error

@@ -141,8 +141,8 @@ func expire(p *pod.Pod, r *participant.Participant, now time.Time) {
 }
 
 // watchTokens reloads the tokens when their files change (a token
-// revoked by editing the file takes effect within watchEvery), until ctx
-// ends.
+// revoked by editing the file takes effect within
+// tokens.DefaultWatchInterval), until ctx ends.
 func (g *Gateway) watchTokens(ctx context.Context) {
 	if g.verifier == nil {
 		return

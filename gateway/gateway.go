@@ -201,7 +201,8 @@ func (g *Gateway) openHistory() error {
 		// The embedded server keeps it in files (the temporary directory
 		// without --history-dir) unless told to keep it in the Go heap; an
 		// external deployment's memory is not the gateway's heap.
-		File: g.cfg.HistoryDir != "" || g.cfg.NATSURL == "" && g.cfg.HistoryStore == HistoryStoreFile,
+		File:      g.cfg.HistoryDir != "" || g.cfg.NATSURL == "" && g.cfg.HistoryStore == HistoryStoreFile,
+		Temporary: g.cfg.HistoryDir == "" && g.cfg.NATSURL == "",
 	}
 	if g.cfg.clustered() {
 		// Across a network a leader may die with what it was sent: the
@@ -392,26 +393,27 @@ func (g *Gateway) pod(name string) (*pod.Pod, *envelope.Error) {
 	return p, nil
 }
 
-// readyPod returns the pod, open and ready (what pod then WaitReady do),
-// looking it up again while the one it found died meanwhile.
+// readyPod returns the pod, open and ready (what pod, then WaitReady,
+// do). A pod that could not read its past, or not in time, is forgotten,
+// so that the next call opens it anew, and the refusal says why. A pod
+// removed after readyPod returned it says so when it is joined (dead:
+// Reserve, JoinGuest, Acquire), and the caller looks it up again.
 func (g *Gateway) readyPod(ctx context.Context, name string) (*pod.Pod, *envelope.Error) {
-	for {
-		p, e := g.pod(name)
-		if e != nil {
-			return nil, e
-		}
-		wctx, cancel := context.WithTimeout(ctx, historyOpenTimeout)
-		err := p.WaitReady(wctx)
-		cancel()
-		if err == nil {
-			return p, nil
-		}
-		g.forgetPod(p)
-		if wctx.Err() != nil || ctx.Err() != nil {
-			return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", name)
-		}
-		return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q cannot be opened: %v", name, err)
+	p, e := g.pod(name)
+	if e != nil {
+		return nil, e
 	}
+	wctx, cancel := context.WithTimeout(ctx, historyOpenTimeout)
+	err := p.WaitReady(wctx)
+	cancel()
+	if err == nil {
+		return p, nil
+	}
+	g.forgetPod(p)
+	if wctx.Err() != nil || ctx.Err() != nil {
+		return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", name)
+	}
+	return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q cannot be opened: %v", name, err)
 }
 
 // bucketKey names a participant's buckets: pod names and participant ids

@@ -17,9 +17,9 @@ import (
 // Context Protocol server over Streamable HTTP, built on the official Go SDK,
 // so that an LLM host or an IDE agent takes part in a pod with no client
 // library. Each participant that uses it is a member of the pod with no
-// connection (a guest, pod.go), and its tool calls act as that participant:
+// connection (a guest, pod/members.go), and its tool calls act as that participant:
 //
-//	HTTP request → serveHTTP: authenticate as /ws does, bind the MCP
+//	HTTP request → ServeHTTP: authenticate as /ws does, bind the MCP
 //	  session to its participant, find or start the participant's mcpMember
 //	  → the SDK's handler (with sessions, or without for 2026-07-28 clients)
 //	  → middleware: the member into the context, refusals in the protocol's shape

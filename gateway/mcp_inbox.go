@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/pod"
+	"github.com/mcpp/gateway/wire"
 )
 
 // A participant's inbox in a pod, as an MCP resource (docs/protocol.md
@@ -86,7 +87,7 @@ func (e *mcpEndpoint) readInbox(ctx context.Context, req *mcp.ReadResourceReques
 	// has concluded since is still its mail.
 	sel := x.Newest(inboxReadLimit, false, func(meta *envelope.Meta) bool { return addressedTo(meta, m.id) })
 	answer.More = sel.More
-	n, err := m.pod.Render(ctx, envelope.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
+	n, err := m.pod.Render(ctx, wire.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
 	if err != nil {
 		answer.More = true // what could be read, oldest first
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/pod"
+	"github.com/mcpp/gateway/wire"
 )
 
 // pod_read's bounds (docs/protocol.md section 9).
@@ -83,7 +84,7 @@ func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit, maxTo
 	}
 	rctx, cancel := context.WithTimeout(ctx, pod.ReadTimeout)
 	defer cancel()
-	_, err := m.pod.Render(rctx, envelope.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
+	_, err := m.pod.Render(rctx, wire.ProtocolMCPP, sel.Entries, func(b []byte) { answer.Envelopes = append(answer.Envelopes, b) })
 	for _, e := range sel.Entries[:len(answer.Envelopes)] {
 		answer.Tokens += e.Tokens
 	}

@@ -53,7 +53,7 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 	if err != nil {
 		return relayed{}, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the envelope does not marshal: %v", err))
 	}
-	from := &pod.Sender{ID: m.id, Caps: m.caps.Load(), Protocol: envelope.ProtocolMCPP, Buckets: m.buckets, Guest: m.guest}
+	from := &pod.Sender{ID: m.id, Caps: m.caps.Load(), Protocol: wire.ProtocolMCPP, Buckets: m.buckets, Guest: m.guest}
 	outcome := m.pod.Handle(from, data, false)
 	m.pod.Throttle(from)
 	if len(from.Results) != 1 {

@@ -229,7 +229,7 @@ func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToo
 	if err := m.take(); err != nil {
 		return nil, err
 	}
-	answer, refusal := m.pod.HistoryPage(q, m.filter.Load(), m.id, envelope.ProtocolMCPP)
+	answer, refusal := m.pod.HistoryPage(q, m.filter.Load(), m.id, wire.ProtocolMCPP)
 	if refusal != nil {
 		return nil, refuse(refusal)
 	}

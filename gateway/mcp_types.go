@@ -14,7 +14,7 @@ import (
 // Where a tool takes or returns a shape of the protocol, it is wire's own
 // type, whose jsonschema tags describe it: pod_history takes a
 // wire.HistoryRequest and pod_read and pod_history return a
-// wire.HistoryAnswerOf[json.RawMessage] (rawHistory); pod_contexts takes a
+// wire.HistoryAnswerOf[json.RawMessage] (pod.RawHistory); pod_contexts takes a
 // wire.ContextsRequest and returns a wire.ContextsAnswer; pod_filter takes
 // and returns a wire.Filter; a refusal is a wire.ErrorPayload; identities
 // and a context's statistics are wire.Identity and wire.ContextStats. The

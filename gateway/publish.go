@@ -83,7 +83,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 
 	id := who.ID
-	from := &pod.Sender{ID: id, Caps: who.Caps, Protocol: envelope.ProtocolMCPP, Hold: true}
+	from := &pod.Sender{ID: id, Caps: who.Caps, Protocol: wire.ProtocolMCPP, Hold: true}
 	var p *pod.Pod
 	for {
 		found, perr := g.readyPod(r.Context(), name)

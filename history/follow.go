@@ -42,7 +42,7 @@ const (
 // another.
 const followRetry = 250 * time.Millisecond
 
-// followBuffer bounds what the stream sends the follower ahead of what it
+// followMaxMessages and followMaxBytes bound what the stream sends the follower ahead of what it
 // has handled. It is large on purpose: the stream discards a pod's oldest
 // entries past its limit whether the follower has them or not, and once
 // an entry is in the follower's buffer no discard can take it, so the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
 // What a pod's history index costs the Go heap and its collector, entry
@@ -37,7 +38,7 @@ func heapFrames(pod, n int) (frames [][]byte, metas []envelope.Meta, sizes []int
 		body := envelopeJSON(&m, 300)
 		frames, metas, sizes = append(frames, envelope.Frame(&m, body)), append(metas, m), append(sizes, len(body))
 		if i%20 == 15 {
-			ev := envelope.Meta{Kind: envelope.FrameContextEvent, Origin: "node-a", From: envelope.GatewayID,
+			ev := envelope.Meta{Kind: envelope.FrameContextEvent, Origin: "node-a", From: wire.GatewayID,
 				ID: fmt.Sprintf("ev-%08x-%d", pod, i), ContextID: fmt.Sprintf("task-%d", i/20), ContextType: "reasoning", Flags: envelope.FlagConclusion}
 			evBody := envelopeJSON(&ev, 200)
 			frames, metas, sizes = append(frames, envelope.Frame(&ev, evBody)), append(metas, ev), append(sizes, len(evBody))

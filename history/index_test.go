@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
 // pod builds an index entry by entry, the way the fan-out applies a pod's
@@ -80,7 +81,7 @@ func (p *pod) in(id, ctx string, conclusion bool) uint64 {
 }
 
 func (p *pod) concluded(eventID, ctx string) uint64 {
-	return p.apply(envelope.Meta{Kind: envelope.FrameContextEvent, From: envelope.GatewayID, ID: eventID,
+	return p.apply(envelope.Meta{Kind: envelope.FrameContextEvent, From: wire.GatewayID, ID: eventID,
 		ContextID: ctx, ContextType: "reasoning", Flags: envelope.FlagConclusion})
 }
 

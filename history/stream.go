@@ -35,9 +35,17 @@ type Config struct {
 	MaxMsgSize int32
 	// Replicas is the number of copies over a NATS cluster.
 	Replicas int
-	// File keeps the history on disk (--history-dir), so that it survives
-	// a restart; otherwise it is kept in memory.
+	// File keeps the history in JetStream's file store: in --history-dir,
+	// so that it survives a restart, or in a temporary directory, out of
+	// the Go heap (--history-store file); otherwise in its memory store.
 	File bool
+	// Temporary says the history does not outlive the process (a file
+	// store in a temporary directory): the file store then writes its
+	// messages in batches behind (JetStream's asynchronous persist mode),
+	// not one system call each, since a crash loses the history anyway.
+	// A replicated stream keeps writing each one (nats-server refuses the
+	// asynchronous mode there).
+	Temporary bool
 	// AckWait bounds how long the stream may take to acknowledge a
 	// message before it counts as not stored (a stream without a leader
 	// answers nothing): 2s is right across a network; 0, for a stream in
@@ -117,6 +125,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		Replicas:          max(1, cfg.Replicas),
 		Duplicates:        min(dedupWindow, cfg.MaxAge),
 		AllowDirect:       true,
+	}
+	if cfg.File && cfg.Temporary && max(1, cfg.Replicas) == 1 {
+		sc.PersistMode = jetstream.AsyncPersistMode
 	}
 	var stream jetstream.Stream
 	// A cluster elects its JetStream meta leader a moment after the

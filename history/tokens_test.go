@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/wire"
 )
 
 // TestIndexTokensAsSent: each entry costs the estimate of the bytes a
@@ -71,7 +72,7 @@ func budgetPod(t *testing.T) (*pod, Admit) {
 		p.applySized(m, 100, tokens)
 	}
 	event := func(id, ctx string, anc []string, tokens int) {
-		p.applySized(envelope.Meta{Kind: envelope.FrameContextEvent, From: envelope.GatewayID, ID: id,
+		p.applySized(envelope.Meta{Kind: envelope.FrameContextEvent, From: wire.GatewayID, ID: id,
 			ContextID: ctx, ContextType: "reasoning", Ancestors: anc, Flags: envelope.FlagConclusion}, 100, tokens)
 	}
 	env("m1", 10)
@@ -260,7 +261,7 @@ func BenchmarkReplay(b *testing.B) {
 		pos++
 		x.Apply(pos, at, envelope.Frame(&m, body), &m, len(body), 0, Loc{Seq: pos})
 		if i%10 == 3 {
-			ev := envelope.Meta{Kind: envelope.FrameContextEvent, From: envelope.GatewayID, ID: fmt.Sprintf("ev-%d", i/10),
+			ev := envelope.Meta{Kind: envelope.FrameContextEvent, From: wire.GatewayID, ID: fmt.Sprintf("ev-%d", i/10),
 				ContextID: m.ContextID, ContextType: "reasoning", Flags: envelope.FlagConclusion}
 			evBody := envelopeJSON(&ev, 400)
 			pos++

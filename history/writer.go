@@ -17,9 +17,13 @@ import (
 // What is appended while the previous messages are on their way is packed
 // into one message per pod subject (a batch, batch.go), so that a busy
 // gateway costs the stream one message per burst of a pod, not one per
-// envelope. Across a network every message carries an id (Nats-Msg-Id,
-// WriterOptions.IDs), so that one sent again after its acknowledgement was
-// lost is stored once.
+// envelope. A pod has two subjects, its entries' and its live frames'
+// markers' (AppendMarker); a batch holds what was appended in a row to
+// one of them, so that the stream holds the pod's frames in the order
+// they were appended, which is the order every node delivers them in.
+// Across a network every message carries an id (Nats-Msg-Id,
+// WriterOptions.IDs), so that one sent again after its acknowledgement
+// was lost is stored once.
 //
 // When the stream stops acknowledging (its leader died; an election takes
 // seconds), the writer holds: it sends nothing new, waits until the stream
@@ -41,7 +45,7 @@ type Writer struct {
 	bytes     int64             // of the frames queued and sent, not settled
 	appended  uint64            // items appended, numbered from 1
 	batches   uint64            // batches made: their ordinals, and their ids
-	open      map[string]*batch // pack's, by subject, reused
+	open      map[string]*batch // pack's, by the pod's subject (item.order), reused
 	storedMax uint64            // the ordinal of the last batch stored
 	storedSeq uint64            // the highest stream sequence stored
 	holding   bool
@@ -90,7 +94,10 @@ const (
 
 type item struct {
 	subject string
-	frame   []byte
+	// order is the subject of the pod the frame takes its place in: its
+	// own subject, or, for a marker, the pod's entries' (AppendMarker).
+	order string
+	frame []byte
 	// index is the pod's index, and pos the frame's entry in it; index
 	// is nil for a frame the index does not keep (a live frame's marker).
 	index *Index
@@ -151,14 +158,30 @@ func (w *Writer) Append(subject string, frame []byte, index *Index, entry *Entry
 	} else {
 		index = nil
 	}
+	w.add(item{subject: subject, order: subject, frame: frame, index: index, pos: pos, msgID: msgID})
+}
+
+// AppendMarker queues frame, the marker of a live frame of the pod whose
+// entries go on subject (the live frame's place in the pod's order, no
+// body: history keeps nothing else of it, and no index entry), for
+// markers, the pod's subject of markers. The stream holds it in its place
+// among the pod's entries: after what was appended to subject before it,
+// before what is appended after it. frame must not change afterwards.
+func (w *Writer) AppendMarker(subject, markers string, frame []byte) {
+	w.add(item{subject: markers, order: subject, frame: frame})
+}
+
+// add queues it and wakes the writer's goroutine.
+func (w *Writer) add(it item) {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return
 	}
 	w.appended++
-	w.queue = append(w.queue, item{subject: subject, frame: frame, index: index, pos: pos, msgID: msgID, n: w.appended})
-	w.bytes += int64(len(frame))
+	it.n = w.appended
+	w.queue = append(w.queue, it)
+	w.bytes += int64(len(it.frame))
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -303,10 +326,13 @@ func (w *Writer) run() {
 	}
 }
 
-// pack makes batches of items: the frames of one subject, in their
-// order, up to maxBatchFrames and MaxBytes; an item with an id alone.
-// A batch of one frame is the frame itself, not a copy. Call it with mu
-// held.
+// pack makes batches of items: the frames appended in a row to one
+// subject of a pod, in their order, up to maxBatchFrames and MaxBytes; an
+// item with an id alone. A pod has one batch open at a time, so that an
+// item for its other subject (an entry after a marker, a marker after an
+// entry) starts a batch made after the one before it, and the stream
+// stores them in the order they were appended. A batch of one frame is
+// the frame itself, not a copy. Call it with mu held.
 func (w *Writer) pack(items []item, out []*batch) []*batch {
 	open := w.open
 	if open == nil {
@@ -315,14 +341,14 @@ func (w *Writer) pack(items []item, out []*batch) []*batch {
 	}
 	defer clear(open)
 	for _, it := range items {
-		b := open[it.subject]
-		if it.msgID != "" || b == nil || len(b.items) == maxBatchFrames || int(b.size)+len(it.frame)+16 > w.opts.MaxBytes {
+		b := open[it.order]
+		if it.msgID != "" || b == nil || b.subject != it.subject || len(b.items) == maxBatchFrames || int(b.size)+len(it.frame)+16 > w.opts.MaxBytes {
 			b = w.newBatch(it.subject)
 			out = append(out, b)
 			if it.msgID == "" {
-				open[it.subject] = b
+				open[it.order] = b
 			} else {
-				delete(open, it.subject)
+				delete(open, it.order)
 			}
 		}
 		b.items = append(b.items, it)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,5 +93,77 @@ func TestWriterReusesBatches(t *testing.T) {
 				t.Fatalf("pod %d entry %d reads back as %q (%v), want %s", i, k, m.ID, err, want)
 			}
 		}
+	}
+}
+
+// gatedStream is a Memory stream whose first Append waits until open is
+// closed: what is appended meanwhile waits in the writer's queue and is
+// packed at once, as on a busy gateway.
+type gatedStream struct {
+	*Memory
+	once    sync.Once
+	entered chan struct{} // the first Append has begun
+	open    chan struct{}
+}
+
+func (g *gatedStream) Append(subject string, msg []byte, msgID string, done func(uint64, bool, error)) {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.open
+	})
+	g.Memory.Append(subject, msg, msgID, done)
+}
+
+// TestWriterKeepsAPodsOrderAcrossItsSubjects: a pod's entries and its
+// live frames' markers go on two subjects, which the writer packs while
+// the stream is busy; the stream holds them in the order they were
+// appended (an ephemeral envelope sent between two durable ones is
+// delivered between them on every node, which follow the stream's order),
+// another pod's frames in between or not.
+func TestWriterKeepsAPodsOrderAcrossItsSubjects(t *testing.T) {
+	mem := NewMemory(1000)
+	stream := &gatedStream{Memory: mem, entered: make(chan struct{}), open: make(chan struct{})}
+	w := NewWriter(stream, WriterOptions{Node: "n", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer w.Close()
+	const pod, markers, other = "mcpp.pod.lab", "mcpp.pod.lab.live", "mcpp.pod.other"
+	w.Append(pod, frameOf("e0"), nil, nil, "")
+	<-stream.entered // the writer is sending e0; what follows is packed together
+	w.Append(pod, frameOf("e1"), nil, nil, "")
+	w.AppendMarker(pod, markers, frameOf("m2"))
+	w.Append(other, frameOf("o3"), nil, nil, "")
+	w.Append(pod, frameOf("e4"), nil, nil, "")
+	w.Append(pod, frameOf("e5"), nil, nil, "")
+	w.AppendMarker(pod, markers, frameOf("m6"))
+	w.AppendMarker(pod, markers, frameOf("m7"))
+	w.Append(pod, frameOf("e8"), nil, nil, "")
+	close(stream.open)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	messages := 0
+	err := mem.Scan(ctx, []string{pod, markers}, 1, func(_ string, m Msg) error {
+		messages++
+		return Frames(m.Data, func(_ int, frame []byte) error {
+			var meta envelope.Meta
+			if _, err := envelope.DecodeFrame(frame, &meta); err != nil {
+				return err
+			}
+			got = append(got, meta.ID)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "e0 e1 m2 e4 e5 m6 m7 e8"; strings.Join(got, " ") != want {
+		t.Fatalf("the stream holds the pod's frames in the order %s, want %s", strings.Join(got, " "), want)
+	}
+	// Still packed: e0 alone (sent before the rest came), then one
+	// message for each run of a subject.
+	if messages != 6 {
+		t.Fatalf("the pod's frames took %d messages, want 6 (e0, e1, m2, e4+e5, m6+m7, e8)", messages)
 	}
 }

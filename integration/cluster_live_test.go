@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -25,8 +26,23 @@ import (
 // echoes its own, sees that order), once and in that order; each
 // member's welcome and the presence it then receives name exactly the
 // pod's other members; and no node loses a live frame.
+//
+// The size CI runs is 20 pods of a sender and 12 joiners, each sender
+// sending every 10 ms; MCPP_STORM="PODS,JOINERS,EVERY" runs another (the
+// full size of BENCHMARKS.md is MCPP_STORM=3000,2,1s: 9,000 members).
 func TestClusterLiveFramesInAJoinStorm(t *testing.T) {
-	const pods, joiners = 20, 12
+	pods, joiners, every := 20, 12, 10*time.Millisecond
+	if s := os.Getenv("MCPP_STORM"); s != "" {
+		var e string
+		if _, err := fmt.Sscanf(strings.ReplaceAll(s, ",", " "), "%d %d %s", &pods, &joiners, &e); err != nil {
+			t.Fatalf("MCPP_STORM=%q: want PODS,JOINERS,EVERY: %v", s, err)
+		}
+		d, err := time.ParseDuration(e)
+		if err != nil {
+			t.Fatalf("MCPP_STORM=%q: %v", s, err)
+		}
+		every = d
+	}
 	// Heartbeats every second, not 200 ms: on a loaded machine a node not
 	// heard from for three of them is taken for gone, and its members
 	// for left, which is another test's matter.
@@ -70,7 +86,7 @@ func TestClusterLiveFramesInAJoinStorm(t *testing.T) {
 				default:
 				}
 				r.sender.Send(env)
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(every)
 			}
 		}()
 	}

@@ -251,7 +251,7 @@ func TestProposalSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	tokens := proposalTokens(t)
-	gp := harness.StartGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--tokens", tokens, "--history-dir", dir)
+	gp := harness.StartGatewayProc(t, nil, "--listen", "127.0.0.1:0", "--tokens", tokens, "--history", "1000", "--history-dir", dir)
 	agent := gp.GW.DialToken(t, "restart", "agent-t", true, "")
 	p := propose(t, agent, "p-restart", "echo")
 	proposalEvent(t, agent, p, "pending")

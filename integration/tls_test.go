@@ -444,7 +444,7 @@ func TestPlainListenerWithTokensWarns(t *testing.T) {
 func TestTLSMCPOverHTTPS(t *testing.T) {
 	t.Parallel()
 	ca := gatewaytest.NewCA(t)
-	g, _, _ := tlsGateway(t, ca, nil)
+	g, _, _ := tlsGateway(t, ca, func(c *gateway.Config) { c.History = 1000 }) // /mcp reads the history
 	endpoint := g.URL + "/mcp?pod=tls-mcp&participant=agent"
 	connect := func(hc *http.Client) (*mcp.ClientSession, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -107,14 +107,15 @@ type Conn struct {
 	// through it (CloseHandshake).
 	peek sync.Mutex
 
-	// The write side. Every write goes through Write or tryWrite, under
-	// wmu, so that the library's frames (ping, pong, close) and the
+	// The write side. Every write goes through Write or tryWriteLocked,
+	// under wmu, so that the library's frames (ping, pong, close) and the
 	// participant's never interleave, even when a write that must not
 	// wait leaves part of itself for later (rest).
 	wmu  sync.Mutex
 	wraw syscall.RawConn // the socket, for writes that must not wait; nil: none (not a socket)
-	// rest is the end of a tryWrite that the socket did not take, from
-	// restOff on: written before anything else. nil when there is none.
+	// rest is the end of a tryWriteLocked that the socket did not take,
+	// from restOff on: written before anything else. nil when there is
+	// none.
 	rest    *[]byte
 	restOff int
 }
@@ -244,7 +245,7 @@ func (c *Conn) fill() (b *[]byte, n int, err error) {
 }
 
 // Write implements net.Conn for the library's frames and for the
-// participant's writes that may wait: what a tryWrite left goes first.
+// participant's writes that may wait: what a tryWriteLocked left goes first.
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -254,7 +255,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// writeRest writes what a tryWrite left, waiting for the socket.
+// writeRest writes what a tryWriteLocked left, waiting for the socket.
 func (c *Conn) writeRest() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()

@@ -71,7 +71,7 @@ const (
 type Participant struct {
 	ID  string
 	Pod string
-	// Protocol is what it speaks: envelope.ProtocolMCPP or ProtocolMCPX.
+	// Protocol is what it speaks: wire.ProtocolMCPP or ProtocolMCPX.
 	Protocol string
 	// JoinSeq is the node's frame sequence when it joined (set by the
 	// pod before the participant is in its fan-out).
@@ -331,7 +331,8 @@ func (p *Participant) writeNow() bool {
 
 // Source feeds the writer ahead of the queue: a joiner's welcome and its
 // replay of the pod's history, read as the connection takes them so that a
-// long replay never sits in memory whole. Live envelopes queue behind it.
+// long replay never sits in memory whole. What is delivered meanwhile
+// queues behind it.
 type Source interface {
 	// Next appends to dst at most max messages of at most maxBytes in all
 	// (at least one while any is left) and returns it; nothing appended

@@ -15,7 +15,7 @@ import (
 
 // What a frame does to the pod, wherever it comes from: one this node
 // accepted (commit), one the log hands over (fromLog), one of the pod's
-// past (applyPast). All of it happens with the order lock held.
+// past (applyPast). All of it happens with Pod.mu held.
 
 // commit takes a frame this node accepted (an envelope, presence, a
 // context event) into the pod's order. When the node orders the pod, the
@@ -23,32 +23,33 @@ import (
 // queued for the members at once; otherwise it goes into the stream and
 // is all of that when it comes back (fromLog). frame is the frame of m
 // and body, which commit keeps; tokens is body's token estimate (0: the
-// index works it out). Call it with mu held.
+// index works it out). Call it with Pod.mu held.
 func (p *Pod) commit(m *envelope.Meta, body, frame []byte, tokens int, at time.Time) {
-	if !p.log.here() {
+	if !p.order.here() {
 		p.flow.sent(m, len(body))
-		p.log.publish(m, frame, nil)
+		p.order.publish(m, frame, nil)
 		return
 	}
 	var entry *history.Entry
 	if p.index != nil {
 		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), tokens, history.Loc{})
 	}
-	p.log.publish(m, frame, entry)
+	p.order.publish(m, frame, entry)
 	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
 }
 
-// commitEvent is commit for a context's conclusion event.
+// commitEvent is commit for a context's conclusion event. Call it with
+// Pod.mu held.
 func (p *Pod) commitEvent(m *envelope.Meta, body, frame []byte, id string, at time.Time) {
-	if !p.log.here() {
-		p.log.publishEvent(frame, nil, id)
+	if !p.order.here() {
+		p.order.publishEvent(frame, nil, id)
 		return
 	}
 	var entry *history.Entry
 	if p.index != nil {
 		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), 0, history.Loc{})
 	}
-	p.log.publishEvent(frame, entry, id)
+	p.order.publishEvent(frame, entry, id)
 	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
 }
 
@@ -60,7 +61,7 @@ func (p *Pod) commitEvent(m *envelope.Meta, body, frame []byte, id string, at ti
 func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Sender) {
 	p.lockFor(burst)
 	defer p.unlockFor(burst)
-	if !p.caughtUp {
+	if !p.delivering.Load() {
 		p.applyPast(frame, loc, at)
 		return
 	}
@@ -71,7 +72,7 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Sender) {
 		return
 	}
 	local := m.Origin == p.node.ID
-	if local && p.log.here() {
+	if local && p.order.here() {
 		return // delivered when it was accepted
 	}
 	if local {
@@ -115,10 +116,10 @@ func frameTokens(m *envelope.Meta, body []byte) int {
 // measure what the estimate costs the fan-out.
 var estimateTokens = envelope.EstimateTokens
 
-// handleFrame does what a frame does to the members: presence changes
-// the member lists, a context event of another node concludes the context
+// handleFrame does what a frame does to the members: presence changes the
+// member lists, a context event of another node concludes the context
 // here too; then it is queued for the members that take it. It returns
-// how many did. Call it with mu held.
+// how many did. Call it with Pod.mu held.
 func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 	switch m.Kind {
 	case envelope.FrameKick:
@@ -166,8 +167,8 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 }
 
 // applyPast rebuilds the index and the registry from a frame of the pod's
-// past, whoever sent it: its envelopes (a live frame's marker without
-// its size) and its conclusions. Nobody receives it. Call it with mu
+// past, whoever sent it: its envelopes (a live frame's marker without its
+// size) and its conclusions. Nobody receives it. Call it with Pod.mu
 // held.
 func (p *Pod) applyPast(frame []byte, loc history.Loc, at int64) {
 	m := &p.meta
@@ -229,8 +230,8 @@ func (p *Pod) orderLost(err error) {
 }
 
 // expireContexts concludes the contexts that are due (the registry's
-// timer), with the order lock held, so that their events take their
-// place in the pod's order.
+// timer), taking Pod.mu, so that their events take their place in the
+// pod's order.
 func (p *Pod) expireContexts() {
 	p.lock()
 	defer p.unlock()
@@ -238,9 +239,10 @@ func (p *Pod) expireContexts() {
 }
 
 // publishConclusions sends the system/context events of concluded
-// contexts. The registry calls it with its lock held (timeouts, under the
-// order lock: expireContexts) and ingress within Accept's commit, so
-// events follow the envelope that caused them in the pod's order.
+// contexts. The registry calls it with contexts.Registry.mu held
+// (timeouts: expireContexts) and ingress within Accept's commit, so
+// events follow the envelope that caused them in the pod's order. Call
+// it with Pod.mu held.
 func (p *Pod) publishConclusions(concluded []contexts.Concluded) {
 	now := timeNow()
 	for i := range concluded {
@@ -248,7 +250,7 @@ func (p *Pod) publishConclusions(concluded []contexts.Concluded) {
 		body, id := contextEvent(c)
 		m := envelope.Meta{
 			Kind: envelope.FrameContextEvent, Flags: envelope.FlagConclusion,
-			Origin: p.node.ID, From: envelope.GatewayID, ID: id, Incarnation: c.Incarnation,
+			Origin: p.node.ID, From: wire.GatewayID, ID: id, Incarnation: c.Incarnation,
 			ContextID: c.ID, ContextType: c.Type, ContextParent: c.Parent, Ancestors: c.Ancestors,
 			Protocol: protocolSpan,
 		}

@@ -98,6 +98,7 @@ func scopeOf(a wire.Approve) string {
 // proposed call must match; for the whole pod or the approval's context.
 // The approver grants it as any grantor does: it must hold
 // capability/grant and the granted capability where the grant applies.
+// Call it with Pod.mu held.
 func (p *Pod) alwaysGrant(pr *proposal, a wire.Approve, s *Sender) (*capabilityChange, []byte, *envelope.Error) {
 	pattern := a.Payload
 	if pattern == nil {
@@ -127,7 +128,7 @@ func (p *Pod) alwaysGrant(pr *proposal, a wire.Approve, s *Sender) (*capabilityC
 }
 
 // release commits the proposed call as the proposer's mcp/request, the
-// proposal's bytes its payload, naming the approver. Call it with mu
+// proposal's bytes its payload, naming the approver. Call it with Pod.mu
 // held.
 func (p *Pod) release(pr *proposal, approver, id string) {
 	r := releasedRequest{Protocol: wire.ProtocolMCPP, ID: id, TS: timeNow().UTC().Format(wire.TimeFormat), From: pr.proposer,
@@ -157,7 +158,7 @@ func (p *Pod) release(pr *proposal, approver, id string) {
 }
 
 // commitGrant commits an "always" approval's capability/grant, from the
-// approver to the proposer. Call it with mu held.
+// approver to the proposer. Call it with Pod.mu held.
 func (p *Pod) commitGrant(c *capabilityChange, payload []byte, grantor, id string) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `{"protocol":%q,"id":%q,"ts":%q,"from":%q,"to":[%q],"kind":%q,"payload":`,

@@ -28,8 +28,7 @@ import (
 // must know, for a response a participant of its own sends, which request
 // it answers. The node that accepted a request (its origin) is the one
 // that answers for the recipient: it alone arms the timer, and answers
-// when the recipient leaves. Everything here runs with the pod's order
-// lock held.
+// when the recipient leaves. Everything here runs with Pod.mu held.
 
 // Defaults of CallsConfig's fields left zero.
 const (
@@ -130,7 +129,8 @@ func contextOfFrame(m *envelope.Meta) callContext {
 }
 
 // calls are a pod's requests in flight, by request envelope id, and the
-// waits of this node's own requests for their answers.
+// waits of this node's own requests for their answers. Call its methods
+// with Pod.mu held.
 type calls struct {
 	byID         map[string]*call
 	byRequester  map[string]int
@@ -229,11 +229,10 @@ func readCall(kind string, to []string, payload, raw []byte, correlation gjson.R
 	return ci, nil
 }
 
-// checkCall applies, with the order lock held, the rules that need the
-// pod's calls: a request within the bounds of what may be in flight; a
-// response to a request in flight to its sender, addressed to the
-// requester alone. A late response is counted and dropped (refused to
-// its sender).
+// checkCall applies the rules that need the pod's calls: a request within
+// the bounds of what may be in flight; a response to a request in flight
+// to its sender, addressed to the requester alone. A late response is
+// counted and dropped (refused to its sender). Call it with Pod.mu held.
 func (p *Pod) checkCall(ci *callInfo, sender string, to []string) *envelope.Error {
 	t := &p.calls
 	switch {
@@ -268,15 +267,15 @@ func (p *Pod) requesterOf(id string) string {
 }
 
 // liveAnswer reports whether a response answers an ephemeral request:
-// then it is not stored either. Call it with mu held.
+// then it is not stored either. Call it with Pod.mu held.
 func (p *Pod) liveAnswer(ci *callInfo) bool {
 	c := p.calls.byID[ci.correlation]
 	return ci.response && c != nil && c.live
 }
 
-// acceptCall records, with the order lock held, an MCP envelope this node
-// accepted, before it is committed: a request goes in flight (its timer
-// armed here, its origin), a response takes its request out.
+// acceptCall records an MCP envelope this node accepted, before it is
+// committed: a request goes in flight (its timer armed here, its origin),
+// a response takes its request out. Call it with Pod.mu held.
 func (p *Pod) acceptCall(ci *callInfo, m *envelope.Meta, now time.Time) {
 	switch {
 	case ci.request && ci.rpcID != nil:
@@ -293,7 +292,7 @@ func (p *Pod) acceptCall(ci *callInfo, m *envelope.Meta, now time.Time) {
 }
 
 // afterCall answers, right after it was committed, a request whose
-// recipient is not in the pod.
+// recipient is not in the pod. Call it with Pod.mu held.
 func (p *Pod) afterCall(ci *callInfo, m *envelope.Meta) {
 	if !ci.request || ci.rpcID == nil {
 		return
@@ -304,7 +303,8 @@ func (p *Pod) afterCall(ci *callInfo, m *envelope.Meta) {
 	}
 }
 
-// present reports whether id is a member of the pod on any node.
+// present reports whether id is a member of the pod on any node. Call it
+// with Pod.mu held.
 func (p *Pod) present(id string) bool {
 	if _, ok := p.members[id]; ok {
 		return true
@@ -316,7 +316,8 @@ func (p *Pod) present(id string) bool {
 	return ok
 }
 
-// armCall starts the timer of a call this node answers for.
+// armCall starts the timer of a call this node answers for. Call it with
+// Pod.mu held.
 func (p *Pod) armCall(id string, c *call) {
 	c.timer = time.AfterFunc(p.calls.cfg.Timeout, func() {
 		p.lock()
@@ -335,7 +336,8 @@ func (p *Pod) armCall(id string, c *call) {
 // one whose request is no longer in flight (another answer came first,
 // crossing it between nodes) is counted and not delivered, unless it is
 // the gateway's own. A frame of the pod's past (past) is recorded alone:
-// nobody awaits it, and it is delivered to nobody.
+// nobody awaits it, and it is delivered to nobody. Call it with Pod.mu
+// held.
 func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time.Time) bool {
 	r := gjson.GetManyBytes(body, "kind", "payload.id", "correlation_id")
 	kind := r[0].String()
@@ -386,8 +388,9 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 	return true
 }
 
-// callsMemberGone answers the calls to a member that left, which this node
-// answers for, and forgets the calls of a requester that left.
+// callsMemberGone answers the calls to a member that left, which this
+// node answers for, and forgets the calls of a requester that left. Call
+// it with Pod.mu held.
 func (p *Pod) callsMemberGone(id string) {
 	for rid, c := range p.calls.byID {
 		switch {
@@ -402,7 +405,7 @@ func (p *Pod) callsMemberGone(id string) {
 
 // sweepCalls forgets the calls that another node answers for and that
 // have waited far past the timeout: that node is gone, or its answer was
-// lost with it.
+// lost with it. Call it with Pod.mu held.
 func (p *Pod) sweepCalls(now time.Time) {
 	limit := 2*p.calls.cfg.Timeout + time.Minute
 	for id, c := range p.calls.byID {
@@ -414,7 +417,8 @@ func (p *Pod) sweepCalls(now time.Time) {
 
 // answerCall answers the requester of call id for its recipient: an
 // mcp/response from system:gateway, correlated to the request, in its
-// context, carrying a JSON-RPC error (code, and data {"reason", …}).
+// context, carrying a JSON-RPC error (code, and data {"reason", …}). Call
+// it with Pod.mu held.
 func (p *Pod) answerCall(id string, c *call, code int, reason, why string) {
 	p.calls.remove(id)
 	data, _ := json.Marshal(wire.RPCErrorData{Reason: reason, Recipient: c.recipient, TimeoutMS: timeoutMS(reason, p.calls.cfg.Timeout)})
@@ -529,7 +533,8 @@ func servesMCP(id wire.Identity) bool {
 }
 
 // serversChanged tells the node's OnServers, outside the pod's lock, that
-// server may have come, gone or changed its tools. Call it with mu held.
+// server may have come, gone or changed its tools. Call it with Pod.mu
+// held.
 func (p *Pod) serversChanged(server string) {
 	if h := p.node.OnServers; h != nil {
 		go h(p, server)
@@ -537,7 +542,7 @@ func (p *Pod) serversChanged(server string) {
 }
 
 // presenceOfServer tells OnServers of a presence frame about an MCP
-// server. Call it with mu held.
+// server. Call it with Pod.mu held.
 func (p *Pod) presenceOfServer(body []byte) {
 	if id, ok := presenceIdentity(body); ok && servesMCP(id) {
 		p.serversChanged(id.ID)

@@ -40,6 +40,7 @@ type testStream struct {
 	loseAcks int
 	held     map[string][]heldAppend // by node, while holding
 	holding  map[string]bool
+	stalled  map[string]*stall // by node: its next append waits
 	queued   []followed
 	// stored counts the messages stored, duplicates the appends of one
 	// stored already (not stored again).
@@ -47,6 +48,13 @@ type testStream struct {
 	// scanned is called once a Scan has read what it hands (a test then
 	// stores more while the tail reads the past).
 	scanned func()
+}
+
+// stall is a node's next append, waiting: its history writer waits in
+// it, and what the node appends meanwhile waits in the writer's queue.
+type stall struct {
+	entered chan struct{} // closed once the append waits
+	open    chan struct{}
 }
 
 type heldAppend struct {
@@ -63,7 +71,20 @@ type followed struct {
 }
 
 func newTestStream(perSubject int) *testStream {
-	return &testStream{mem: history.NewMemory(perSubject), held: map[string][]heldAppend{}, holding: map[string]bool{}}
+	return &testStream{mem: history.NewMemory(perSubject), held: map[string][]heldAppend{}, holding: map[string]bool{},
+		stalled: map[string]*stall{}}
+}
+
+// stall makes node's next append wait, with its history writer, until
+// go on is called; entered is closed once it waits. What the node appends
+// meanwhile waits in its writer's queue, and is packed at once, as on a
+// busy gateway.
+func (s *testStream) stall(node string) (entered <-chan struct{}, goOn func()) {
+	st := &stall{entered: make(chan struct{}), open: make(chan struct{})}
+	s.mu.Lock()
+	s.stalled[node] = st
+	s.mu.Unlock()
+	return st.entered, func() { close(st.open) }
 }
 
 // view is node's Backend.
@@ -84,7 +105,7 @@ func (s *testStream) release(node string) {
 	held := s.held[node]
 	delete(s.held, node)
 	for _, a := range held {
-		s.appendLocked(a)
+		s.storeAppend(a)
 	}
 }
 
@@ -111,7 +132,9 @@ func (s *testStream) leaderBack() {
 
 var errNoLeader = errors.New("test stream: no leader")
 
-func (s *testStream) appendLocked(a heldAppend) {
+// storeAppend stores a, or fails it while the leader is gone. Call it
+// with testStream.mu held.
+func (s *testStream) storeAppend(a heldAppend) {
 	if s.gone {
 		if s.loseAcks == 0 {
 			a.done(0, false, errNoLeader)
@@ -145,13 +168,21 @@ type streamView struct {
 func (v *streamView) Append(subject string, msg []byte, msgID string, done func(uint64, bool, error)) {
 	s := v.s
 	s.mu.Lock()
+	st := s.stalled[v.node]
+	delete(s.stalled, v.node)
+	s.mu.Unlock()
+	if st != nil {
+		close(st.entered)
+		<-st.open
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := heldAppend{subject, append([]byte(nil), msg...), msgID, done}
 	if s.holding[v.node] {
 		s.held[v.node] = append(s.held[v.node], a)
 		return
 	}
-	s.appendLocked(a)
+	s.storeAppend(a)
 }
 
 func (v *streamView) Read(ctx context.Context, subject string, want []uint64, fn func(history.Msg) error) error {
@@ -171,7 +202,7 @@ func (v *streamView) Scan(ctx context.Context, subjects []string, from uint64, f
 func (v *streamView) Follow(ctx context.Context, subjects []string, fn func(string, history.Msg), onErr func(error)) (func(), error) {
 	s := v.s
 	return s.mem.Follow(ctx, subjects, func(subject string, m history.Msg) {
-		// Called by mem.Append, which appendLocked calls with s.mu held.
+		// Called by mem.Append, which storeAppend calls with s.mu held.
 		if s.gone {
 			s.queued = append(s.queued, followed{fn, subject, m})
 			return

@@ -50,7 +50,7 @@ func benchDeliver(b *testing.B, n int, mcpx bool, burst int) {
 		go discardAll(m.conn)
 		if mcpx && i%2 == 1 {
 			p.mu.Lock()
-			m.r.Protocol = envelope.ProtocolMCPX
+			m.r.Protocol = wire.ProtocolMCPX
 			p.mu.Unlock()
 		}
 		members = append(members, m)

@@ -54,14 +54,20 @@
 // Every decision about what comes next in a pod is made under its order
 // lock (Pod.mu): an accepted envelope, a join or a leave, a context's
 // conclusion (the registry's timer takes it first: Registry's OnDue), a
-// frame from the log. The locks are taken in this order, never the other
-// way round:
+// frame from the log. The whole order of the locks, this package's, the
+// history's, the gateway's and those taken under them, is in
+// docs/locks.md; its spine:
 //
-//	the gateway's pod table (a shard's lock)
-//	  → Pod.mu, the order lock                 (Tail.order and streamLog.deliver come before it)
-//	    → contexts.Registry's lock
-//	      → participant.Queue's, streamLog.mu, flow.mu: leaves
-//	      → history.Writer's → history.Index's (the writer tells the index where a batch was stored)
+//	gateway.podShard.mu (the pod table), or Tail.order → streamLog.deliver
+//	  → Pod.mu, the order lock
+//	    → contexts.Registry.mu (committing a frame under it takes what follows)
+//	    → liveBodies.mu → history.Writer.mu → history.Index.mu (or one alone)
+//	    → capability.PodGrants.mu → capability.Grants.mu
+//	    → leaves: history.Index.mu, flow.mu, participant.Queue.mu, the memory
+//	      broker's, gateway.cluster.mu
 //
-// A participant's writer is woken after the order lock is let go.
+// streamLog.mu is taken under streamLog.deliver, never under Pod.mu.
+// A participant's writer is woken after the order lock is let go
+// (flushSet). A function that must be called with a lock held says so
+// last in its doc comment: "Call it with Pod.mu held."
 package pod

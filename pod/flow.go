@@ -19,8 +19,9 @@ import (
 //     into it comes back before it is delivered: past maxBacklog bytes or
 //     maxBacklogFrames frames not back yet, a sender waits too. A join
 //     first waits (Settle) until what this node sent is back and queued,
-//     so that a joiner receives nothing live that was accepted before it
-//     joined. Where the node orders the pod itself, both are at once.
+//     so that nothing accepted before a joiner joined is delivered to it
+//     (its replay has it). Where the node orders the pod itself, both are
+//     at once.
 type flow struct {
 	p *Pod
 	// sentN and backN count this node's frames sent into the stream and
@@ -101,7 +102,7 @@ func (f *flow) over() bool {
 	if w := n.Writer; w != nil && w.Pending() > n.Config.FlightBytes {
 		return true
 	}
-	return !f.p.log.here() && (f.backlog.Load() > f.maxBacklog() || f.unseen() > maxBacklogFrames)
+	return !f.p.order.here() && (f.backlog.Load() > f.maxBacklog() || f.unseen() > maxBacklogFrames)
 }
 
 // Throttle waits while the sender is ahead of its bounds, or until the
@@ -120,7 +121,7 @@ func (p *Pod) Throttle(s *Sender) {
 // where the node orders the pod).
 func (p *Pod) Settle() {
 	f := &p.flow
-	if p.log.here() {
+	if p.order.here() {
 		return
 	}
 	target := f.sentN.Load()
@@ -136,7 +137,7 @@ func (p *Pod) Settle() {
 // Drained reports whether everything this node sent into the pod's
 // stream is back (always, where the node orders the pod): a drain waits
 // for it.
-func (p *Pod) Drained() bool { return p.log.here() || p.flow.unseen() == 0 }
+func (p *Pod) Drained() bool { return p.order.here() || p.flow.unseen() == 0 }
 
 // wait waits until done holds, the pod is closed, or stop fires (nil:
 // never), and reports whether done held.

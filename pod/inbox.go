@@ -19,7 +19,7 @@ type inbox struct {
 	wake atomic.Pointer[func()]
 }
 
-// SetInbox has the pod call wake (with its lock held: it must return at
+// SetInbox has the pod call wake (with Pod.mu held: it must return at
 // once and not call the pod) for every envelope addressed to the guest
 // and every conclusion of a context it sent in; nil stops it.
 func (g *guest) SetInbox(wake func()) {
@@ -37,8 +37,8 @@ func (g *guest) knock() {
 	}
 }
 
-// wakeInboxes knocks on the inboxes a frame is news for. Call it with mu
-// held.
+// wakeInboxes knocks on the inboxes a frame is news for. Call it with
+// Pod.mu held.
 func (p *Pod) wakeInboxes(m *envelope.Meta, body []byte) {
 	if len(p.guests) == 0 {
 		return

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -45,16 +46,15 @@ type Sender struct {
 	// goes out in one write per member (a reader that has more messages
 	// buffered sets it, and flushes before it waits for more).
 	Hold bool
-	// touched are the members its envelopes were queued for since its
-	// last Flush; scope numbers that span (FlushMark).
-	touched []*participant.Participant
-	scope   uint64
+	// flushes are the members its envelopes were queued for since its
+	// last Flush.
+	flushes flushSet
 	// grants are the grants the sender holds in the pod (capability/grant),
 	// looked up once.
 	grants *capability.Grants
-	// kicked is set, under the pod's order lock, when the participant of
-	// a sender with neither a connection nor a guest (a POST, between
-	// Acquire and Release) is kicked: what it sends afterwards is refused.
+	// kicked is set, under Pod.mu, when the participant of a sender with
+	// neither a connection nor a guest (a POST, between Acquire and
+	// Release) is kicked: what it sends afterwards is refused.
 	kicked bool
 }
 
@@ -68,17 +68,7 @@ func (s *Sender) caps() *capability.Set {
 
 // Flush wakes the writer of every member the sender's envelopes were
 // queued for since its last Flush (Hold).
-func (s *Sender) Flush() {
-	for i, r := range s.touched {
-		r.Flush()
-		s.touched[i] = nil
-	}
-	s.touched = s.touched[:0]
-	if cap(s.touched) > 4096 {
-		s.touched = nil
-	}
-	s.scope = 0
-}
+func (s *Sender) Flush() { s.flushes.flush() }
 
 // filter is the sender's filter: its connection's, or the default one.
 func (s *Sender) filter() *filter.Filter {
@@ -271,13 +261,46 @@ func (in *ingress) readsPayload() bool {
 	return !in.from.caps().AllowsKind(kind)
 }
 
-// accept takes an envelope that passed check: what remains needs the
-// pod's state (its order lock), except the context's syntax.
+// accept takes an envelope that passed check, in four steps: read what
+// its kind asks the gateway to read (before the order lock), fill it in,
+// check it against the pod's state and commit it, both under the lock,
+// in the main context or in a sub-context. Each step that refuses
+// answers the sender and ends it.
 func (in *ingress) accept(rateErr *envelope.Error) {
 	p, s, env, m := in.pod, in.from, &in.env, &in.meta
-	n := p.node
+	in.frameMeta()
+	c, change, ok := in.read()
+	if !ok {
+		return
+	}
+	sentID := env.ID // Fill may generate one the sender never saw
+	out, proto := env.Fill(s.ID, in.now)
+	m.Protocol, m.ID = proto, env.ID
+	// Its token estimate, for the history's budgets and the contexts'
+	// figures: once, here, before the order lock (docs/protocol.md
+	// section 8).
+	in.tokens = estimateTokens(out)
+
+	p.lockFor(s)
+	defer p.unlockFor(s)
+	dupErr, e := in.checkState(sentID)
+	if e != nil {
+		in.refuse(e, sentID)
+		return
+	}
+	if env.Context == nil {
+		in.commitMain(out, sentID, change, cmp.Or(dupErr, rateErr))
+		return
+	}
+	in.commitInContext(out, sentID, c, change, dupErr, rateErr)
+}
+
+// frameMeta starts the frame's header from the envelope: who, to whom,
+// and the flags its lifecycle and kind give it.
+func (in *ingress) frameMeta() {
+	n, env, m := in.pod.node, &in.env, &in.meta
 	m.Reset()
-	m.Kind, m.Origin, m.From, m.To = envelope.FrameEnvelope, n.ID, s.ID, append(m.To, env.To...)
+	m.Kind, m.Origin, m.From, m.To = envelope.FrameEnvelope, n.ID, in.from.ID, append(m.To, env.To...)
 	if n.Config.ConclusionKinds[env.Kind] {
 		m.Flags |= envelope.FlagConclusion
 	}
@@ -288,19 +311,32 @@ func (in *ingress) accept(rateErr *envelope.Error) {
 		m.Flags |= envelope.FlagLive
 	}
 	m.Consumes = append(m.Consumes, env.Consumes...)
-	var c envelope.Context
+	if env.Kind == wire.KindMCPNotification && gjson.GetBytes(env.Payload, "method").String() == toolsChanged {
+		m.Flags |= envelope.FlagCall // the MCP hosts of every node list the sender's tools again
+	}
+}
+
+// read reads what the envelope's kind asks the gateway to read, none of
+// which needs the pod's state: its context's syntax, an MCP call or
+// proposal, a capability change. It refuses the envelope and reports
+// false when one of them is malformed.
+func (in *ingress) read() (c envelope.Context, change *capabilityChange, ok bool) {
+	p, env, m := in.pod, &in.env, &in.meta
+	n := p.node
+	refuse := func(e *envelope.Error) (envelope.Context, *capabilityChange, bool) {
+		in.refuse(e, env.ID)
+		return envelope.Context{}, nil, false
+	}
 	if env.Context != nil {
 		var e *envelope.Error
 		if c, e = envelope.ParseContext(env.Context, n.Config.MaxContextBytes); e != nil {
-			in.refuse(e, env.ID)
-			return
+			return refuse(e)
 		}
 	}
 	if wire.IsMCPRequest(env.Kind) || wire.IsMCPResponse(env.Kind) {
 		var e *envelope.Error
 		if in.call, e = readCall(env.Kind, env.To, env.Payload, env.Raw, gjson.GetBytes(env.Raw, "correlation_id")); e != nil {
-			in.refuse(e, env.ID)
-			return
+			return refuse(e)
 		}
 		if in.call.response && len(env.To) == 0 {
 			// The answer goes to its requester alone: the gateway
@@ -313,54 +349,44 @@ func (in *ingress) accept(rateErr *envelope.Error) {
 		if in.call.tracked() {
 			m.Flags |= envelope.FlagCall
 		}
+		if in.call.request {
+			in.correlID = gjson.GetBytes(env.Raw, "correlation_id")
+		}
 	}
 	switch env.Kind {
 	case wire.KindMCPProposal, wire.KindMCPReject, wire.KindMCPWithdraw:
 		var e *envelope.Error
 		if in.prop, e = readProposal(env.Kind, env.To, env.Payload, gjson.GetBytes(env.Raw, "correlation_id")); e != nil {
-			in.refuse(e, env.ID)
-			return
+			return refuse(e)
 		}
 		m.Flags |= envelope.FlagCall
-	}
-	if in.call.request {
-		in.correlID = gjson.GetBytes(env.Raw, "correlation_id")
-	}
-	if env.Kind == wire.KindMCPNotification && gjson.GetBytes(env.Payload, "method").String() == toolsChanged {
-		m.Flags |= envelope.FlagCall // the MCP hosts of every node list the sender's tools again
-	}
-	var change *capabilityChange
-	if env.Kind == wire.KindGrant || env.Kind == wire.KindRevoke {
+	case wire.KindGrant, wire.KindRevoke:
 		var e *envelope.Error
 		if change, e = parseCapabilityChange(env.Kind, env.Payload, n.Config.MaxContextBytes); e != nil {
-			in.refuse(e, env.ID)
-			return
+			return refuse(e)
 		}
 		if r := change.recipient(); len(env.To) > 0 && !slices.Contains(env.To, r) {
-			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "%s: to must name the recipient %q (or be left out)", env.Kind, r), env.ID)
-			return
+			return refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "%s: to must name the recipient %q (or be left out)", env.Kind, r))
 		}
 		m.Flags |= envelope.FlagCapability
 	}
-	sentID := env.ID // Fill may generate one the sender never saw
-	out, proto := env.Fill(s.ID, in.now)
-	m.Protocol, m.ID = proto, env.ID
-	// Its token estimate, for the history's budgets and the contexts'
-	// figures: once, here, before the order lock (docs/protocol.md
-	// section 8).
-	in.tokens = estimateTokens(out)
+	return c, change, true
+}
 
-	p.lockFor(s)
-	defer p.unlockFor(s)
+// checkState checks the envelope against the pod's state: its sender is
+// still in the pod, its call answers one that is open (or opens one),
+// its proposal is the pod's to make. It returns the duplicate_id error,
+// if any, for the caller to rank with the context's own refusals. Call it
+// with Pod.mu held.
+func (in *ingress) checkState(sentID string) (dupErr, e *envelope.Error) {
+	p, s, env, m := in.pod, in.from, &in.env, &in.meta
 	if e := p.removedSender(s); e != nil {
-		in.refuse(e, sentID)
-		return
+		return nil, e
 	}
-	dupErr := p.duplicate(sentID, env.Mode)
+	dupErr = p.duplicate(sentID, env.Mode)
 	if in.call.tracked() {
 		if e := p.checkCall(&in.call, s.ID, env.To); e != nil {
-			in.refuse(e, sentID)
-			return
+			return nil, e
 		}
 		if p.liveAnswer(&in.call) {
 			m.Flags |= envelope.FlagLive // the answer to an ephemeral request is not stored either
@@ -371,40 +397,44 @@ func (in *ingress) accept(rateErr *envelope.Error) {
 	}
 	if in.prop.kind != "" {
 		if e := p.checkProposal(&in.prop, s, env.ID); e != nil {
-			in.refuse(e, sentID)
-			return
+			return nil, e
 		}
 	}
-	var ctx *envelope.Context
-	if env.Context != nil {
-		ctx = &c
+	return dupErr, nil
+}
+
+// commitMain commits an envelope of the main context, unless err (a
+// duplicate id, then the sender's rate, in that order) or its capability
+// change refuses it. Call it with Pod.mu held.
+func (in *ingress) commitMain(out []byte, sentID string, change *capabilityChange, err *envelope.Error) {
+	if err == nil && change != nil {
+		err = in.pod.checkCapabilityChange(change, in.from, in.env.Payload, nil)
 	}
-	if env.Context == nil {
-		e := dupErr
-		if e == nil {
-			e = rateErr
-		}
-		if e == nil && change != nil {
-			e = p.checkCapabilityChange(change, s, env.Payload, nil)
-		}
-		if e != nil {
-			in.refuse(e, sentID)
-			return
-		}
-		if change != nil {
-			m.Via = append(m.Via, change.via...)
-		}
-		in.commit(out)
-		in.answerCapabilityChange(change)
+	if err != nil {
+		in.refuse(err, sentID)
 		return
 	}
+	if change != nil {
+		in.meta.Via = append(in.meta.Via, change.via...)
+	}
+	in.commit(out)
+	in.answerCapabilityChange(change)
+}
+
+// commitInContext commits an envelope of a sub-context through the pod's
+// context registry, which ranks its own refusals (depth, the context's
+// limits, a concluded context) with the duplicate id and the sender's
+// rate, and opens or concludes contexts as the envelope asks. Call it
+// with Pod.mu held.
+func (in *ingress) commitInContext(out []byte, sentID string, c envelope.Context, change *capabilityChange, dupErr, rateErr *envelope.Error) {
+	p, s, env, m := in.pod, in.from, &in.env, &in.meta
 	in.req = contexts.Request{Context: c, Kind: env.Kind, Sender: s.ID, EnvelopeID: env.ID, Size: len(out), Tokens: in.tokens, Now: in.now,
 		Duplicate: dupErr, SenderRate: rateErr, Create: s.Buckets.Create}
 	if change != nil {
 		// A grant scoped by the envelope's own context: the context must
 		// be open, or be opened by this envelope (it is checked again
 		// below, with everything else of the context).
-		if e := p.checkCapabilityChange(change, s, env.Payload, ctx); e != nil {
+		if e := p.checkCapabilityChange(change, s, env.Payload, &c); e != nil {
 			in.refuse(e, sentID)
 			return
 		}
@@ -469,7 +499,7 @@ func (in *ingress) allowed() bool {
 // (docs/protocol.md section 8): an id the pod's history holds, or one
 // this node sent into the stream and has not seen back (OrderStream), is
 // a duplicate. Ephemeral envelopes are not checked, and ids the gateway
-// fills are new. Call it with mu held.
+// fills are new. Call it with Pod.mu held.
 func (p *Pod) duplicate(id string, mode envelope.Mode) *envelope.Error {
 	if p.index == nil || id == "" || mode == envelope.ModeEphemeral {
 		return nil
@@ -486,7 +516,7 @@ func tooLarge(n, limit int) *envelope.Error {
 }
 
 // commit takes the accepted envelope, body, into the pod's order. Call it
-// with mu held.
+// with Pod.mu held.
 func (in *ingress) commit(body []byte) {
 	p := in.pod
 	m := &in.meta
@@ -502,7 +532,7 @@ func (in *ingress) commit(body []byte) {
 		// The members' queues keep it: not the read buffer's memory.
 		body = bytes.Clone(body)
 	}
-	if !p.log.here() && p.index != nil && !m.Live() {
+	if !p.order.here() && p.index != nil && !m.Live() {
 		p.sending[strings.Clone(m.ID)] = struct{}{} // until it comes back (fromLog); not the read buffer's memory
 	}
 	if in.call.tracked() {

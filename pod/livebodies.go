@@ -81,7 +81,7 @@ func (s *liveBodies) keep(seq uint64, frame []byte, now time.Time) {
 	s.bySeq[seq] = frame
 	s.order = append(s.order, keptBody{seq: seq, mark: unmarked})
 	s.bytes += int64(len(frame))
-	s.evictLocked(now)
+	s.evictOld(now)
 }
 
 // appended records that the marker of seq was handed to the writer, whose
@@ -105,14 +105,17 @@ func (s *liveBodies) get(seq uint64) []byte {
 	return s.bySeq[seq]
 }
 
-// evict forgets what no node needs any more.
+// evict forgets what no node needs any more (evictOld).
 func (s *liveBodies) evict(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.evictLocked(now)
+	s.evictOld(now)
 }
 
-func (s *liveBodies) evictLocked(now time.Time) {
+// evictOld forgets the bodies no node needs any more: those whose
+// markers the stream stored liveRetain ago, and the oldest past
+// liveRetainBytes. Call it with liveBodies.mu held.
+func (s *liveBodies) evictOld(now time.Time) {
 	for s.seen < len(s.order) {
 		k := &s.order[s.seen]
 		if k.mark == unmarked || !s.settled(k.mark) {

@@ -28,12 +28,12 @@ type podLog interface {
 	// here reports whether the node orders the pod: what it accepts is
 	// delivered at once (commit), not when the log hands it back.
 	here() bool
-	// publish sends a frame this node accepted, with the order lock held.
-	// entry is its index entry when the node orders the pod with history.
+	// publish sends a frame this node accepted; entry is its index entry
+	// when the node orders the pod with history. Call it with Pod.mu held.
 	publish(m *envelope.Meta, frame []byte, entry *history.Entry)
 	// publishEvent sends a context's conclusion event, which several nodes
 	// may publish for one conclusion: id names it, and the stream keeps
-	// the first.
+	// the first. Call it with Pod.mu held.
 	publishEvent(frame []byte, entry *history.Entry, id string)
 	// tick is the janitor's, every second (sweep: every ten): it forgets
 	// what waited too long for what will not come, and looks for what
@@ -97,7 +97,7 @@ func (l *localLog) publish(m *envelope.Meta, frame []byte, entry *history.Entry)
 	if m.Live() {
 		// History keeps a live frame's place (a client may resume after
 		// it, across a restart), never its body.
-		p.node.Writer.Append(markerSubject(p.Name), markerOf(m), nil, nil, "")
+		p.node.Writer.AppendMarker(p.subject, markerSubject(p.Name), markerOf(m))
 		return
 	}
 	p.node.Writer.Append(p.subject, frame, p.index, entry, "")

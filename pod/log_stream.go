@@ -124,7 +124,7 @@ func (l *streamLog) publish(m *envelope.Meta, frame []byte, _ *history.Entry) {
 		if err := n.Broker.Publish(liveSubject(p.Name), frame); err != nil {
 			n.Log.Error("publish failed", "subject", liveSubject(p.Name), "err", err)
 		}
-		n.Writer.Append(markerSubject(p.Name), markerOf(m), nil, nil, "")
+		n.Writer.AppendMarker(p.subject, markerSubject(p.Name), markerOf(m))
 		n.bodies.appended(m.Seq, n.Writer.Mark())
 		return
 	}
@@ -145,7 +145,7 @@ func (l *streamLog) close() {
 	}
 	l.mu.Lock()
 	l.closed = true
-	l.endWaitLocked()
+	l.endWait()
 	l.mu.Unlock()
 }
 
@@ -194,7 +194,8 @@ func (l *streamLog) release(burst *Sender) {
 
 // flush hands the pod the parked frames, in order, as far as their
 // bodies have come: a body lost (gone) hands its marker as it is, and the
-// members that may have missed it are told. Call it with deliver held.
+// members that may have missed it are told. Call it with
+// streamLog.deliver held.
 func (l *streamLog) flush(burst *Sender) {
 	for {
 		l.mu.Lock()
@@ -222,12 +223,12 @@ func (l *streamLog) flush(burst *Sender) {
 				lost = g.err
 			} else {
 				if l.waiting != f.key {
-					l.awaitLocked(f.key)
+					l.await(f.key)
 				}
 				l.mu.Unlock()
 				return
 			}
-			l.endWaitLocked()
+			l.endWait()
 		}
 		l.parked[0] = parkedFrame{}
 		l.parked = l.parked[1:]
@@ -245,7 +246,7 @@ func (l *streamLog) flush(burst *Sender) {
 // bodyOf finds the body of frame when it is a marker: body is nil for a
 // frame that is not one (or one of the pod's past, whose body is long
 // gone), and waiting is set when the body is still to come. Call it with
-// mu held.
+// streamLog.mu held.
 func (l *streamLog) bodyOf(frame []byte) (body []byte, key liveKey, waiting bool) {
 	key, ok := markerKey(frame)
 	if !ok {
@@ -261,7 +262,7 @@ func (l *streamLog) bodyOf(frame []byte) (body []byte, key liveKey, waiting bool
 		}
 	}
 	key.origin = string([]byte(key.origin)) // not the frame's memory
-	return nil, key, l.p.live.Load()
+	return nil, key, l.p.delivering.Load()
 }
 
 // markerKey is the key of frame's body when frame is a live frame's
@@ -277,18 +278,18 @@ func markerKey(frame []byte) (liveKey, bool) {
 	return liveKey{m.Origin, m.Seq}, true
 }
 
-// awaitLocked starts the wait of the first parked frame for the body of
-// key. Call it with mu held.
-func (l *streamLog) awaitLocked(key liveKey) {
+// await starts the wait of the first parked frame for the body of key.
+// Call it with streamLog.mu held.
+func (l *streamLog) await(key liveKey) {
 	l.wait++
 	l.waiting = key
 	wait := l.wait
 	l.timer = time.AfterFunc(liveWait, func() { l.ask(wait) })
 }
 
-// endWaitLocked ends the wait of the first parked frame. Call it with mu
-// held.
-func (l *streamLog) endWaitLocked() {
+// endWait ends the wait of the first parked frame. Call it with
+// streamLog.mu held.
+func (l *streamLog) endWait() {
 	if l.timer != nil {
 		l.timer.Stop()
 		l.timer = nil

@@ -10,13 +10,13 @@ import (
 // the pod's past (want), then every envelope of the pod after it joined;
 // then the others hear of it (unless it replaces a connection of the same
 // participant, which is closed with 4000 and announced to no one). It
-// all happens under the order lock, so that the replay ends exactly where
-// the live envelopes begin. Call Settle first, where the stream orders
-// the pod. A join consumes a Reserve.
+// all happens under Pod.mu, so that the replay ends exactly where what is
+// delivered to it begins. Call Settle first, where the stream orders the
+// pod. A join consumes a Reserve.
 //
 // A participant kicked with a ban between its Reserve and its Join (its
 // upgrade under way) does not join: the ban is checked again here, under
-// the order lock in which kicks are applied, and the refusal returned;
+// Pod.mu, in which kicks are applied, and the refusal returned;
 // the caller closes the connection (4410). r has been sent nothing.
 func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error {
 	p.lock()
@@ -30,10 +30,10 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 		return nil
 	}
 	old := p.members[r.ID]
-	oldGuest := p.dropGuestLocked(r.ID)
+	oldGuest := p.dropGuest(r.ID)
 	_, elsewhere := p.remote[r.ID]
 	delete(p.remote, r.ID)
-	others := p.identitiesLocked(r.ID)
+	others := p.identities(r.ID)
 	info, rep := p.replayFor(r, want)
 	welcome := p.welcome(r, others, info)
 	// This node's presence frames up to here are reflected in the
@@ -65,9 +65,9 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 // joinObserver is Join for a connection that watches (observe=1): its
 // welcome and replay as any member's, and then what members receive; no
 // presence is told, it replaces no one and no list names it. Call it with
-// mu held.
+// Pod.mu held.
 func (p *Pod) joinObserver(r *participant.Participant, want HistoryWant) {
-	others := p.identitiesLocked("")
+	others := p.identities("")
 	info, rep := p.replayFor(r, want)
 	welcome := p.welcome(r, others, info)
 	r.JoinSeq = p.node.frameSeq.Load()
@@ -101,13 +101,13 @@ func (p *Pod) Leave(r *participant.Participant) {
 }
 
 // publishPresence sends a presence event about who, a connection or a
-// guest; history never keeps it. Call it with mu held.
+// guest; history never keeps it. Call it with Pod.mu held.
 func (p *Pod) publishPresence(kind envelope.FrameKind, who wire.Identity, flags uint8) {
 	p.publishPresenceWhy(kind, who, flags, "")
 }
 
 // publishPresenceWhy is publishPresence with the reason the gateway made
-// the participant leave.
+// the participant leave. Call it with Pod.mu held.
 func (p *Pod) publishPresenceWhy(kind envelope.FrameKind, who wire.Identity, flags uint8, reason string) {
 	event := wire.PresenceJoin
 	if kind == envelope.FrameLeave {
@@ -131,8 +131,8 @@ type guest struct {
 	// ended is called when the guest is no longer a member: a newer
 	// member of the same id (a connection or a guest, on any node) took
 	// its place (nobody is told, as for a connection), or it was kicked.
-	// It is called with the pod's lock held: it must return at once and
-	// not call the pod.
+	// It is called with Pod.mu held: it must return at once and not call
+	// the pod.
 	ended func(why string)
 	inbox inbox
 }
@@ -141,8 +141,8 @@ type guest struct {
 // endpoint holds it.
 type Guest = *guest
 
-// NewGuest makes a guest; ended is called (with the pod's lock held: it
-// must return at once and not call the pod) when it stops being a member
+// NewGuest makes a guest; ended is called (with Pod.mu held: it must
+// return at once and not call the pod) when it stops being a member
 // without leaving: replaced by a newer member of the same id, or kicked.
 func NewGuest(id wire.Identity, ended func(why string)) Guest {
 	return &guest{Identity: id, ended: ended}
@@ -179,7 +179,7 @@ func (p *Pod) JoinGuest(g Guest) (dead bool, refusal *envelope.Error, cursor uin
 		p.rebuildSnapshot()
 		old.Close(participant.StatusReplaced, "replaced by an MCP session of the same participant")
 	}
-	oldGuest := p.dropGuestLocked(g.ID)
+	oldGuest := p.dropGuest(g.ID)
 	_, elsewhere := p.remote[g.ID]
 	delete(p.remote, g.ID)
 	p.guests[g.ID] = g
@@ -209,9 +209,9 @@ func (p *Pod) LeaveGuest(g Guest, reason string) {
 	}
 }
 
-// dropGuestLocked removes the guest of id, if any, telling it it was
-// replaced, and returns it.
-func (p *Pod) dropGuestLocked(id string) *guest {
+// dropGuest removes the guest of id, if any, telling it it was replaced,
+// and returns it. Call it with Pod.mu held.
+func (p *Pod) dropGuest(id string) *guest {
 	g := p.guests[id]
 	if g != nil {
 		delete(p.guests, id)

@@ -17,13 +17,14 @@ import (
 )
 
 // Pod is one named room on this node: its local members, its context
-// registry, the index of its history, and its log (where its order comes
-// from and how its frames reach the other nodes: log.go).
+// registry, the index of its history, and its log (order, log.go: where
+// its order comes from and how its frames reach the other nodes).
 type Pod struct {
-	Name     string
-	node     *Node
-	subject  string
-	log      podLog
+	Name    string
+	node    *Node
+	subject string
+	// order is the pod's log (podLog): where its order comes from.
+	order    podLog
 	Registry *contexts.Registry
 	// index is what this node knows of the pod's history; nil when
 	// history is off.
@@ -37,7 +38,7 @@ type Pod struct {
 	// mu is the pod's order lock: whoever holds it decides what comes
 	// next in the pod (an accepted envelope, a join, a leave, a context's
 	// conclusion, a frame from the log), records it and queues it for the
-	// members. See doc.go for the order of the locks.
+	// members. See docs/locks.md for the order of the locks.
 	mu sync.Mutex
 	// pos is the position (history.Entry.Pos) of the last frame applied.
 	pos     uint64
@@ -61,12 +62,10 @@ type Pod struct {
 	// (Acquire: POSTs), so that a kick reaches what they send next.
 	publishers map[*Sender]struct{}
 	dead       bool // removed from the gateway (or closed): joiners must look again
-	// touched are the members queued something since the order lock was
+	// flushes are the members queued something since the order lock was
 	// taken, flushed once when it is let go (unlock), or handed to a
-	// sender that holds its flushes (unlockFor); scope numbers what one
-	// flush covers, so that a member is in touched once in each.
-	touched []*participant.Participant
-	scope   uint64
+	// sender that holds its flushes (unlockFor).
+	flushes flushSet
 	// sending are the ids of envelopes this node sent into the stream and
 	// has not seen back (OrderStream): duplicates already.
 	sending map[string]struct{}
@@ -83,10 +82,13 @@ type Pod struct {
 	// eventBuf is reused for the frames of context events.
 	eventBuf []byte
 
-	ready    chan struct{} // closed once the pod has read its past
-	openErr  error         // why it could not (set before ready closes)
-	caughtUp bool          // set once the pod delivers (its past is read)
-	live     atomic.Bool   // caughtUp, for who may not take the order lock
+	ready   chan struct{} // closed once the pod has read its past
+	openErr error         // why it could not (set before ready closes)
+	// delivering is set, under the order lock, once the pod has read its
+	// past: until then what the log hands it is its past (applyPast),
+	// delivered to nobody. It is read with the lock held, and without it
+	// (streamLog.bodyOf).
+	delivering atomic.Bool
 }
 
 // New opens a pod on node. It reads the pod's past (its history: the
@@ -123,7 +125,7 @@ func New(node *Node, name string) *Pod {
 	p.flow.init(p)
 	p.calls.init(cfg.Calls)
 	p.proposals.init()
-	p.log = newLog(p)
+	p.order = newLog(p)
 	p.framed = node.historyOn() || node.Order != OrderLocal
 	// Nothing may conclude before the past is in the registry.
 	p.Registry.Pause(true)
@@ -138,14 +140,13 @@ const openTimeout = 30 * time.Second
 func (p *Pod) open() {
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	err := p.log.open(ctx)
+	err := p.order.open(ctx)
 	p.mu.Lock()
 	if err != nil {
 		p.openErr = err
 		p.dead = true
 	} else {
-		p.caughtUp = true
-		p.live.Store(true)
+		p.delivering.Store(true)
 		p.Registry.Pause(false)
 		p.armProposals()
 	}
@@ -179,7 +180,7 @@ func (p *Pod) Close() {
 	}
 	p.mu.Unlock()
 	p.Registry.Close()
-	p.log.close()
+	p.order.close()
 	p.flow.wake()
 	p.node.closed(p.Name)
 }
@@ -195,7 +196,7 @@ func (p *Pod) Dead() bool {
 // lock takes the order lock and starts a flush scope of its own.
 func (p *Pod) lock() {
 	p.mu.Lock()
-	p.scope = p.node.scopes.Add(1)
+	p.flushes.open(&p.node.scopes)
 }
 
 // lockFor takes the order lock for a sender's envelope: a sender that
@@ -205,11 +206,8 @@ func (p *Pod) lockFor(s *Sender) {
 		p.lock()
 		return
 	}
-	if s.scope == 0 {
-		s.scope = p.node.scopes.Add(1)
-	}
 	p.mu.Lock()
-	p.scope = s.scope
+	p.flushes.share(&s.flushes, &p.node.scopes)
 }
 
 // unlockFor lets the order lock go, handing a sender that holds its
@@ -219,38 +217,16 @@ func (p *Pod) unlockFor(s *Sender) {
 		p.unlock()
 		return
 	}
-	s.touched = append(s.touched, p.touched...)
-	clear(p.touched)
-	p.touched = p.touched[:0]
+	p.flushes.handTo(&s.flushes)
 	p.mu.Unlock()
 }
 
 // unlock lets the order lock go and wakes, once, the writer of every
 // member something was queued for while it was held: a burst goes out
 // in one write per connection.
-func (p *Pod) unlock() {
-	if len(p.touched) == 0 {
-		p.mu.Unlock()
-		return
-	}
-	if len(p.touched) > flushSmall {
-		p.unlockLarge() // deliver.go
-		return
-	}
-	var small [flushSmall]*participant.Participant
-	touched := append(small[:0], p.touched...)
-	clear(p.touched)
-	p.touched = p.touched[:0]
-	if cap(p.touched) > 4096 {
-		p.touched = nil // give a large pod's slice back
-	}
-	p.mu.Unlock()
-	for _, r := range touched {
-		r.Flush()
-	}
-}
+func (p *Pod) unlock() { p.flushes.flushUnlocking(&p.mu) }
 
-// nextPos gives the next frame its position. Call it with mu held.
+// nextPos gives the next frame its position. Call it with Pod.mu held.
 func (p *Pod) nextPos() uint64 {
 	p.pos++
 	return p.pos
@@ -259,6 +235,8 @@ func (p *Pod) nextPos() uint64 {
 // Members returns the local members with a connection.
 func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
 
+// rebuildSnapshot makes the members' snapshot anew after a change of
+// members or observers. Call it with Pod.mu held.
 func (p *Pod) rebuildSnapshot() {
 	s := make([]*participant.Participant, 0, len(p.members)+len(p.observers))
 	for _, m := range p.members {
@@ -272,8 +250,8 @@ func (p *Pod) rebuildSnapshot() {
 
 // Idle reports whether the pod holds nothing worth keeping: a pod exists
 // while it has participants or contexts (its history outlives it, and its
-// participants' rate buckets are the node's). Call it with the pod's
-// lock held (LockForRemoval).
+// participants' rate buckets are the node's). Call it with Pod.mu held
+// (RemoveIfIdle).
 func (p *Pod) idle() bool {
 	if len(p.bans) > 0 {
 		now := timeNow()
@@ -320,12 +298,12 @@ func (p *Pod) Reserve(id string, observe bool) (dead bool, refusal *envelope.Err
 }
 
 // admits is the refusal of a join of id, or nil: it is banned, or the pod
-// is full. Call it with mu held.
+// is full. Call it with Pod.mu held.
 func (p *Pod) admits(id string) *envelope.Error {
 	if e := p.banned(id, timeNow()); e != nil {
 		return e
 	}
-	if !p.hasRoomLocked(id) {
+	if !p.hasRoom(id) {
 		return envelope.Errorf(wire.CodeOverCapacity, "pod %q has %d participants, the limit", p.Name, p.node.Config.MaxParticipantsPerPod)
 	}
 	return nil
@@ -339,9 +317,10 @@ func (p *Pod) Unreserve() {
 	p.mu.Unlock()
 }
 
-// hasRoomLocked reports whether id may join: it is a member here already
-// (and would be replaced), or the pod is under --max-participants-per-pod.
-func (p *Pod) hasRoomLocked(id string) bool {
+// hasRoom reports whether id may join: it is a member here already (and
+// would be replaced), or the pod is under --max-participants-per-pod.
+// Call it with Pod.mu held.
+func (p *Pod) hasRoom(id string) bool {
 	_, conn := p.members[id]
 	_, guest := p.guests[id]
 	return conn || guest || len(p.members)+len(p.guests)+p.pending < p.node.Config.MaxParticipantsPerPod
@@ -355,7 +334,7 @@ func (p *Pod) Index() *history.Index { return p.index }
 func (p *Pod) Participants() []wire.Identity {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.identitiesLocked("")
+	return p.identities("")
 }
 
 // LocalIdentities lists the members on this node, connections and
@@ -373,8 +352,9 @@ func (p *Pod) LocalIdentities() []wire.Identity {
 	return out
 }
 
-// identitiesLocked lists the pod's members on every node but except.
-func (p *Pod) identitiesLocked(except string) []wire.Identity {
+// identities lists the pod's members on every node but except. Call it
+// with Pod.mu held.
+func (p *Pod) identities(except string) []wire.Identity {
 	out := make([]wire.Identity, 0, len(p.members)+len(p.guests)+len(p.remote))
 	for id, m := range p.members {
 		if id != except {
@@ -423,9 +403,9 @@ func (p *Pod) Release(s *Sender) {
 // removedSender is the refusal of an envelope whose sender is no longer
 // the pod's: its connection or MCP session was kicked or replaced, or its
 // participant was kicked while its POST was at work. Nothing it sends
-// after that is relayed (docs/protocol.md section 6). Call it with mu
-// held: the kick's removal happens under it, so there is no moment
-// between the two.
+// after that is relayed (docs/protocol.md section 6). A kick's removal
+// happens under Pod.mu too, so that there is no moment between the two.
+// Call it with Pod.mu held.
 func (p *Pod) removedSender(s *Sender) *envelope.Error {
 	switch {
 	case s.Conn != nil && p.members[s.ID] == s.Conn:
@@ -450,7 +430,7 @@ func (p *Pod) Tick(now time.Time, first uint64, sweep bool) {
 	if first > 0 && p.index != nil {
 		p.index.Discard(first)
 	}
-	p.log.tick(now, sweep)
+	p.order.tick(now, sweep)
 	if sweep {
 		p.mu.Lock()
 		p.sweepCalls(now)

@@ -32,7 +32,7 @@ import (
 // are committed; the others when the event comes. Every node expires the
 // proposals it holds (the history keeps the first event of a proposal's
 // expiry: its envelope id is the same on every node). Everything here runs
-// with the pod's order lock held.
+// with Pod.mu held.
 
 // proposal is one proposal the pod holds.
 type proposal struct {
@@ -51,7 +51,8 @@ type proposal struct {
 
 // proposals are a pod's proposals: the pending ones, and the ended ones
 // it still lists (gateway/proposals with state all), at most
-// MaxProposalsPerPod of them, the oldest forgotten first.
+// MaxProposalsPerPod of them, the oldest forgotten first. Call its
+// methods with Pod.mu held.
 type proposals struct {
 	byID    map[string]*proposal
 	pending map[string]int // by proposer
@@ -111,17 +112,17 @@ func readProposal(kind string, to []string, payload []byte, correlation gjson.Re
 
 // mayMake reports whether a sender (its own capabilities caps, its grants
 // in the pod) may send the proposed call itself, in the proposal's
-// context: who may approve, fulfil or reject a proposal. Call it with mu
-// held.
+// context: who may approve, fulfil or reject a proposal. Call it with
+// Pod.mu held.
 func (p *Pod) mayMake(id string, caps *capability.Set, pr *proposal) bool {
 	return caps.Allows(wire.KindMCPRequest, pr.call) ||
 		p.grants.For(id).Allows(wire.KindMCPRequest, pr.call, pr.ctx.id, pr.ctx.ancestors)
 }
 
-// checkProposal applies, with the order lock held, the rules that need
-// the pod's proposals: a new one within the bounds, and an id the pod
-// does not hold already; a decision on a pending one, by whoever may make
-// the call (a rejection) or by its proposer (a withdrawal).
+// checkProposal applies the rules that need the pod's proposals: a new
+// one within the bounds, and an id the pod does not hold already; a
+// decision on a pending one, by whoever may make the call (a rejection)
+// or by its proposer (a withdrawal). Call it with Pod.mu held.
 func (p *Pod) checkProposal(pi *proposalInfo, s *Sender, id string) *envelope.Error {
 	t, cfg := &p.proposals, &p.calls.cfg
 	switch pi.kind {
@@ -166,9 +167,9 @@ func notPending(pr *proposal, id string) *envelope.Error {
 	return nil
 }
 
-// acceptProposal records, with the order lock held, what a proposal or a
-// decision this node accepted changes, before its envelope is committed;
-// afterProposal commits the event that says so, after it.
+// acceptProposal records what a proposal or a decision this node accepted
+// changes, before its envelope is committed; afterProposal commits the
+// event that says so, after it. Call it with Pod.mu held.
 func (p *Pod) acceptProposal(pi *proposalInfo, m *envelope.Meta, payload []byte, now time.Time) {
 	switch pi.kind {
 	case wire.KindMCPProposal:
@@ -180,6 +181,9 @@ func (p *Pod) acceptProposal(pi *proposalInfo, m *envelope.Meta, payload []byte,
 	}
 }
 
+// afterProposal commits, after a proposal or a decision this node
+// accepted, the event that says what it changed. Call it with Pod.mu
+// held.
 func (p *Pod) afterProposal(pi *proposalInfo, m *envelope.Meta) {
 	id := m.ID
 	if pi.kind != wire.KindMCPProposal {
@@ -191,7 +195,7 @@ func (p *Pod) afterProposal(pi *proposalInfo, m *envelope.Meta) {
 }
 
 // recordProposal keeps a new pending proposal (from its envelope's frame)
-// and arms its expiry. Call it with mu held.
+// and arms its expiry. Call it with Pod.mu held.
 func (p *Pod) recordProposal(m *envelope.Meta, payload []byte, at time.Time) *proposal {
 	if len(m.To) != 1 || p.proposals.byID[m.ID] != nil {
 		return nil
@@ -206,9 +210,9 @@ func (p *Pod) recordProposal(m *envelope.Meta, payload []byte, at time.Time) *pr
 }
 
 // armProposal starts the timer that expires pr, on this node as on every
-// other.
+// other. Call it with Pod.mu held.
 func (p *Pod) armProposal(pr *proposal) {
-	if !p.caughtUp {
+	if !p.delivering.Load() {
 		return // the pod's past is being read: armed once it is (armProposals)
 	}
 	pr.timer = time.AfterFunc(max(time.Until(pr.expires), 0), func() {
@@ -222,8 +226,8 @@ func (p *Pod) armProposal(pr *proposal) {
 	})
 }
 
-// armProposals arms the proposals read from the pod's past. Call it with
-// mu held, once the pod has caught up.
+// armProposals arms the proposals read from the pod's past, once the pod
+// delivers (Pod.delivering). Call it with Pod.mu held.
 func (p *Pod) armProposals() {
 	for _, pr := range p.proposals.byID {
 		if pr.state == wire.ProposalPending && pr.timer == nil {
@@ -233,7 +237,7 @@ func (p *Pod) armProposals() {
 }
 
 // endProposal ends a pending proposal with state, by whom and why; the
-// call it made, if any (request). Call it with mu held.
+// call it made, if any (request). Call it with Pod.mu held.
 func (p *Pod) endProposal(id, state, by, reason, request string) *proposal {
 	t := &p.proposals
 	pr := t.pendingOf(id)
@@ -271,11 +275,14 @@ func (pr *proposal) event(scope, grantID string) wire.ProposalEvent {
 // its proposer and to the pod's participants who could approve it, in the
 // proposal's context. An expiry (named) is decided by every node: its
 // envelope id is derived from the proposal's, and the history keeps the
-// first. Call it with mu held.
+// first. Call it with Pod.mu held.
 func (p *Pod) commitProposalEvent(pr *proposal, named string) {
 	p.commitProposalEventFull(pr, named, "", "")
 }
 
+// commitProposalEventFull is commitProposalEvent for an approval, with
+// its scope and the id of the grant an "always" approval made. Call it
+// with Pod.mu held.
 func (p *Pod) commitProposalEventFull(pr *proposal, named, scope, grantID string) {
 	if pr.state == wire.ProposalPending {
 		p.node.Metrics.Calls.Proposals.WithLabelValues(wire.ProposalPending).Inc()
@@ -307,8 +314,8 @@ func (p *Pod) commitProposalEventFull(pr *proposal, named, scope, grantID string
 }
 
 // approvers are the proposer and the pod's participants, on every node,
-// who could approve pr: whoever may make the call itself. Call it with mu
-// held.
+// who could approve pr: whoever may make the call itself. Call it with
+// Pod.mu held.
 func (p *Pod) approvers(pr *proposal) []string {
 	out := []string{pr.proposer}
 	check := func(id string, caps *capability.Set) {
@@ -337,8 +344,9 @@ func (p *Pod) approvers(pr *proposal) []string {
 // pod's past) does here: a proposal is recorded, and an event from the
 // gateway sets the proposal's state. It reports whether the frame is to
 // be delivered: an expiry another node decided is delivered by the
-// stream's first copy alone, and, without history, by no node but its
-// own (each node tells its own members, as of a context's conclusion).
+// stream's first copy alone, and, without history, by no node but its own
+// (each node tells its own members, as of a context's conclusion). Call
+// it with Pod.mu held.
 func (p *Pod) applyProposal(m *envelope.Meta, body []byte, kind string, at time.Time) bool {
 	switch {
 	case kind == wire.KindMCPProposal:
@@ -357,8 +365,8 @@ func (p *Pod) applyProposal(m *envelope.Meta, body []byte, kind string, at time.
 
 // fulfils reports, for an mcp/request correlated to a pending proposal,
 // whether it makes the proposed call (MEW's fulfilment): the same method
-// and params, as JSON values, whatever its JSON-RPC id. Call it with mu
-// held.
+// and params, as JSON values, whatever its JSON-RPC id. Call it with
+// Pod.mu held.
 func (p *Pod) fulfils(correlation gjson.Result, payload []byte) *proposal {
 	id := correlation.Str
 	if correlation.IsArray() {
@@ -436,8 +444,8 @@ func (p *Pod) AwaitProposal(id string) <-chan []byte {
 }
 
 // proposalDecided hands a proposal's end to whoever on this node awaits
-// it, and has the answer to the call that made it follow. Call it with mu
-// held.
+// it, and has the answer to the call that made it follow. Call it with
+// Pod.mu held.
 func (p *Pod) proposalDecided(body []byte) {
 	r := gjson.GetManyBytes(body, "payload.proposal", "payload.state", "payload.request")
 	w := p.calls.waiters[r[0].Str]

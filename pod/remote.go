@@ -23,7 +23,7 @@ type remoteMember struct {
 // remoteJoin records a join on another node and reports whether the local
 // members are to be told. A join of an id already in the pod is a
 // replacement: a connection here is closed with 4000, and nobody is told.
-// Call it with mu held.
+// Call it with Pod.mu held.
 func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 	id, ok := presenceIdentity(body)
 	if !ok {
@@ -35,7 +35,7 @@ func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 		delete(p.members, id.ID)
 		p.rebuildSnapshot()
 	}
-	oldGuest := p.dropGuestLocked(id.ID)
+	oldGuest := p.dropGuest(id.ID)
 	p.remote[id.ID] = remoteMember{Identity: id, node: strings.Clone(m.Origin)}
 	if old != nil {
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant on another gateway node")
@@ -45,7 +45,7 @@ func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 
 // remoteLeave records a leave on another node and reports whether to tell
 // the local members: not when the participant has since joined elsewhere.
-// Call it with mu held.
+// Call it with Pod.mu held.
 func (p *Pod) remoteLeave(m *envelope.Meta) bool {
 	if r, ok := p.remote[m.From]; ok && r.node == m.Origin {
 		delete(p.remote, m.From)

@@ -85,9 +85,9 @@ func ParseHistoryWant(q url.Values) (HistoryWant, error) {
 	return w, nil
 }
 
-// replayFor decides, with the order lock held, what r receives of the
-// pod's past: the welcome's history object (docs/protocol.md section 8),
-// and the replay (nil when nothing is replayed).
+// replayFor decides what r receives of the pod's past: the welcome's
+// history object (docs/protocol.md section 8), and the replay (nil when
+// nothing is replayed). Call it with Pod.mu held.
 func (p *Pod) replayFor(r *participant.Participant, want HistoryWant) (*wire.HistoryInfo, *replay) {
 	if !want.asked() {
 		return nil, nil
@@ -252,7 +252,7 @@ func (p *Pod) Render(ctx context.Context, protocol string, sel []history.Selecte
 		if err != nil {
 			return i, err
 		}
-		if protocol == envelope.ProtocolMCPX {
+		if protocol == wire.ProtocolMCPX {
 			body = asMCPX(body, m.Protocol)
 		}
 		if by := sel[i].ConsumedBy; by != "" {
@@ -300,7 +300,7 @@ func (p *Pod) HistoryPage(q history.PageQuery, f *filter.Filter, self, protocol 
 	return answer, nil
 }
 
-// checkBound refuses a gateway/history query whose before or after names
+// CheckBound refuses a gateway/history query whose before or after names
 // an id the pod's history does not hold (invalid_envelope): a page of no
 // entries finds out at the cost of one lookup, before the request takes
 // its place after rate_limited (docs/protocol.md section 6). With history

@@ -39,7 +39,7 @@ type Follower struct {
 	handled  atomic.Uint64 // the last stream sequence the consumer handed
 	lastMove atomic.Int64  // when it moved last (unix ns)
 	// behindSince is when the follower was first seen behind what the
-	// stream stored (unix ns; 0: it was not). Under the node's followMu.
+	// stream stored (unix ns; 0: it was not). Under Node.followMu.
 	behindSince int64
 	errors      atomic.Int64
 	lastError   atomic.Pointer[string]
@@ -93,7 +93,8 @@ func (f *Follower) trouble(err error) {
 // seen behind, or since it last moved if that is later. Not since it last
 // moved alone: a follower idle while the stream had no leader, and so
 // stored nothing, is not behind the moment the new leader stores what
-// was held. Call it with the node's followMu held, every second or so.
+// was held. The janitor asks every second or so (checkFollower). Call it
+// with Node.followMu held.
 func (f *Follower) behind(now time.Time, stored uint64) time.Duration {
 	if f.handled.Load() >= stored {
 		f.behindSince = 0
@@ -210,7 +211,8 @@ func (tl *Tail) handle(tm tailMsg, burst *Sender) {
 	tl.deliver(tm.subject, tm.m, burst)
 }
 
-// deliver hands m unless it was handed already. Call it with order held.
+// deliver hands m unless it was handed already. Call it with Tail.order
+// held.
 func (tl *Tail) deliver(subject string, m history.Msg, burst *Sender) {
 	tl.mu.Lock()
 	if m.Seq <= tl.last[subject] || tl.stopped {

@@ -83,19 +83,20 @@ func parseCapabilityChange(kind string, payload []byte, maxContext int) (*capabi
 	return c, nil
 }
 
-// checkCapabilityChange decides, with the order lock held, whether the
-// change may be made by s, whose envelope (payload: its payload) is in
-// the context ctx (zero: the main context): a grant's scope (its
-// payload's context, or the envelope's own) must be an open context, or
-// the one the envelope opens; a revoke must name a grant in force that s
-// made. It keeps the answer for the grantor.
+// checkCapabilityChange decides whether the change may be made by s,
+// whose envelope (payload: its payload) is in the context ctx (zero: the
+// main context): a grant's scope (its payload's context, or the
+// envelope's own) must be an open context, or the one the envelope
+// opens; a revoke must name a grant in force that s made. It keeps the
+// answer for the grantor.
 //
 // A grant never amplifies (docs/protocol.md section 6): its grantor may
 // not name itself, and must hold capability/grant, and every capability
 // it grants, where the grant applies: its own capabilities (its token's)
 // or a grant it holds whose scope is the new grant's scope or one of its
 // ancestors (a pod-wide grant needs a pod-wide one). What it held only
-// through grants is what the new grant is made through (Via).
+// through grants is what the new grant is made through (Via). Call it
+// with Pod.mu held.
 func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []byte, ctx *envelope.Context) *envelope.Error {
 	sender := s.ID
 	if !c.grant {
@@ -153,7 +154,8 @@ func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []by
 	return nil
 }
 
-// checkRevoke is checkCapabilityChange for a revoke.
+// checkRevoke is checkCapabilityChange for a revoke. Call it with Pod.mu
+// held.
 func (p *Pod) checkRevoke(c *capabilityChange, sender string) *envelope.Error {
 	g := p.grants.For(c.r.Recipient)
 	if c.r.GrantID != "" {
@@ -206,7 +208,7 @@ func (in *ingress) answerCapabilityChange(c *capabilityChange) {
 // capability/revoke of the pod's order says, whoever accepted it, and
 // tells the recipient's connections here of a revocation, and of every
 // grant that ended with it because it was made through a revoked one.
-// Call it with mu held.
+// Call it with Pod.mu held.
 func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
 	kind := gjson.GetBytes(body, "kind").String()
 	payload := []byte(gjson.GetBytes(body, "payload").Raw)
@@ -254,7 +256,7 @@ func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
 
 // endGrants ends the grants scoped to a context that concluded, and the
 // grants made through them, and tells their recipients' connections here.
-// Call it with mu held.
+// Call it with Pod.mu held.
 func (p *Pod) endGrants(contextID string, tell bool) {
 	var ended []string
 	for _, e := range p.grants.EndContext(contextID) {
@@ -267,8 +269,8 @@ func (p *Pod) endGrants(contextID string, tell bool) {
 	p.endThrough(ended, "a grant it was made through ended with its context", tell)
 }
 
-// endThrough ends the grants made through the grants named by ids (and
-// so on), telling their recipients here why. Call it with mu held.
+// endThrough ends the grants made through the grants named by ids (and so
+// on), telling their recipients here why. Call it with Pod.mu held.
 func (p *Pod) endThrough(ids []string, why string, tell bool) {
 	for _, e := range p.grants.EndThrough(ids) {
 		if tell {
@@ -279,7 +281,7 @@ func (p *Pod) endThrough(ids []string, why string, tell bool) {
 }
 
 // tellGrantee sends ev to the recipient's connection on this node, if it
-// has one. Call it with mu held.
+// has one. Call it with Pod.mu held.
 func (p *Pod) tellGrantee(recipient string, ev wire.CapabilityEvent) {
 	if r := p.members[recipient]; r != nil {
 		r.Answer(direct(r.ID, r.Protocol, wire.KindCapability, "", ev))
@@ -293,8 +295,8 @@ type ban struct {
 	reason string
 }
 
-// banned is the refusal of a join of id while it is banned, or nil.
-// Call it with mu held.
+// banned is the refusal of a join of id while it is banned, or nil. Call
+// it with Pod.mu held.
 func (p *Pod) banned(id string, now time.Time) *envelope.Error {
 	b, ok := p.bans[id]
 	if !ok {
@@ -357,11 +359,11 @@ func (in *ingress) kick(k wire.Kick) (wire.Kicked, *envelope.Error) {
 // applyKick carries out a kick of the pod's order on this node: its ban
 // is kept, and the participant's connection and MCP session here leave
 // the pod (everyone is told, with the reason) and are closed with 4410.
-// Call it with mu held.
+// Call it with Pod.mu held.
 func (p *Pod) applyKick(m *envelope.Meta, body []byte) {
 	if reason, ok := p.keepBan(m, body); ok {
 		id := strings.Clone(m.From)
-		p.removeLocked(id, reason, participant.StatusKicked)
+		p.removeByID(id, reason, participant.StatusKicked)
 		for s := range p.publishers {
 			if s.ID == id {
 				s.kicked = true
@@ -370,8 +372,8 @@ func (p *Pod) applyKick(m *envelope.Meta, body []byte) {
 	}
 }
 
-// keepBan keeps the ban of a kick frame, if it has one still running,
-// and returns the reason its participant is told. Call it with mu held.
+// keepBan keeps the ban of a kick frame, if it has one still running, and
+// returns the reason its participant is told. Call it with Pod.mu held.
 func (p *Pod) keepBan(m *envelope.Meta, body []byte) (reason string, ok bool) {
 	var k kickBody
 	if json.Unmarshal(body, &k) != nil {
@@ -403,14 +405,14 @@ func (p *Pod) Remove(r *participant.Participant, reason string, code participant
 		return
 	}
 	if p.members[r.ID] == r {
-		p.removeLocked(r.ID, reason, code)
+		p.removeByID(r.ID, reason, code)
 	}
 }
 
-// removeLocked takes participant id's connection and MCP session on this
-// node out of the pod, telling the others with reason. Call it with mu
-// held.
-func (p *Pod) removeLocked(id, reason string, code participant.CloseStatus) {
+// removeByID takes participant id's connection and MCP session on this
+// node out of the pod, telling the others with reason. Call it with
+// Pod.mu held.
+func (p *Pod) removeByID(id, reason string, code participant.CloseStatus) {
 	for o := range p.observers {
 		if o.ID == id { // its watching connections go too, untold
 			delete(p.observers, o)
