@@ -30,8 +30,11 @@ const (
 	membersSubject   = "mcpp.nodes.members"
 	missedHeartbeats = 3
 	// membersWait bounds how long opening a pod waits for the other nodes'
-	// member lists.
-	membersWait = 500 * time.Millisecond
+	// member lists. The wait ends when every known node has answered (a
+	// few milliseconds when they are not busy); 500 ms was too short in a
+	// join storm of 9,000 members on 2 cores, where a busy node answered
+	// later and the welcomes of the node that asked missed its members.
+	membersWait = 5 * time.Second
 )
 
 // cluster is a node's view of the other nodes.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,12 @@ func TestClusterLiveFramesInAJoinStorm(t *testing.T) {
 	// Heartbeats every second, not 200 ms: on a loaded machine a node not
 	// heard from for three of them is taken for gone, and its members
 	// for left, which is another test's matter.
+	// A client's buffers are allocated whole; at the full size, 9,000 of
+	// them get what they receive (a few hundred messages) and some room.
+	buffer := 1 << 16
+	if pods*(1+joiners) > 1000 {
+		buffer = 4096
+	}
 	nodes := startCluster(t, 3, "--history", "1000", "--rate", "100000", "--burst", "100000", "--cluster-heartbeat", "1s")
 	type joiner struct {
 		c        *harness.Client
@@ -59,7 +66,7 @@ func TestClusterLiveFramesInAJoinStorm(t *testing.T) {
 	runs := make([]*podRun, pods)
 	for i := range runs {
 		r := &podRun{name: fmt.Sprint("live-storm-", i)}
-		r.sender = nodes[0].GW.Dial(t, r.name, "sender", "echo=true")
+		r.sender = nodes[0].GW.DialBuffered(t, r.name, "sender", "echo=true", buffer)
 		runs[i] = r
 	}
 
@@ -94,6 +101,8 @@ func TestClusterLiveFramesInAJoinStorm(t *testing.T) {
 	var mu sync.Mutex
 	var joining sync.WaitGroup
 	slots := make(chan struct{}, 16)
+	var retried atomic.Int64
+	started := time.Now()
 	for _, r := range runs {
 		for j := range joiners {
 			joining.Add(1)
@@ -106,12 +115,21 @@ func TestClusterLiveFramesInAJoinStorm(t *testing.T) {
 				if filtered {
 					q.Set("contexts", "none")
 				}
+				// A joiner does what a client does with a refusal that
+				// says "try again" (the pod still reading its history on
+				// that node) or a dial that timed out: it tries again.
 				conn, err := harness.DialConn(nodes[1+j%2].GW.WS, q, nil)
+				for deadline := time.Now().Add(2 * time.Minute); err != nil && time.Now().Before(deadline) &&
+					(strings.Contains(err.Error(), "try again") || strings.Contains(err.Error(), "deadline exceeded")); {
+					retried.Add(1)
+					time.Sleep(500 * time.Millisecond)
+					conn, err = harness.DialConn(nodes[1+j%2].GW.WS, q, nil)
+				}
 				if err != nil {
 					t.Errorf("%s: j%d could not join: %v", r.name, j, err)
 					return
 				}
-				c := harness.StartClient(t, conn, false)
+				c := harness.StartClientBuffered(t, conn, false, buffer)
 				c.ID = fmt.Sprint("j", j)
 				mu.Lock()
 				r.joiners = append(r.joiners, joiner{c, filtered})
@@ -120,6 +138,8 @@ func TestClusterLiveFramesInAJoinStorm(t *testing.T) {
 		}
 	}
 	joining.Wait()
+	t.Logf("%d pods: %d members joined on the other nodes in %v (%d dials tried again)",
+		pods, pods*joiners, time.Since(started).Round(time.Millisecond), retried.Load())
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	sending.Wait()

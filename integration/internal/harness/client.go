@@ -76,6 +76,12 @@ func (g *Gateway) Dial(t *testing.T, pod, id string, query string) *Client {
 	return StartClient(t, dialPod(t, g.WS, pod, id, query), true)
 }
 
+// DialBuffered is Dial with room for n messages unread (StartClientBuffered).
+func (g *Gateway) DialBuffered(t *testing.T, pod, id string, query string, n int) *Client {
+	t.Helper()
+	return StartClientBuffered(t, dialPod(t, g.WS, pod, id, query), true, n)
+}
+
 // DialWebSocket is Dial with coder/websocket itself, for a test that
 // also sends a binary message (WebSocketConn.WriteBinary).
 func (g *Gateway) DialWebSocket(t *testing.T, pod, id string, query string) *Client {
@@ -187,7 +193,17 @@ func closeCode(err error) wire.CloseCode {
 // waits for the welcome and checks that it comes first.
 func StartClient(t *testing.T, conn FrameConn, wantWelcome bool) *Client {
 	t.Helper()
-	c := &Client{T: t, Conn: conn, In: make(chan Msg, 1<<16), Raw: make(chan []byte, 1<<16), reading: newReading()}
+	return StartClientBuffered(t, conn, wantWelcome, 1<<16)
+}
+
+// StartClientBuffered is StartClient with room for n messages unread
+// instead of 65,536. The buffers are allocated whole (2 MiB a client at
+// the default), so a test of thousands of clients gives each the room it
+// needs; a client that receives more than n unread blocks its reader, and
+// the gateway then cuts it as a slow consumer, which the test sees.
+func StartClientBuffered(t *testing.T, conn FrameConn, wantWelcome bool, n int) *Client {
+	t.Helper()
+	c := &Client{T: t, Conn: conn, In: make(chan Msg, n), Raw: make(chan []byte, n), reading: newReading()}
 	go c.run(conn, c.take)
 	t.Cleanup(func() { _ = conn.CloseNow() })
 	if wantWelcome {
