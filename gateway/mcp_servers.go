@@ -411,13 +411,8 @@ func (e *mcpEndpoint) callServerTool(ctx context.Context, m *mcpMember, server, 
 		return e.propose(ctx, m, out, proposalWait)
 	}
 	answer := m.pod.Await(out.ID)
-	if _, err := m.relay(out); err != nil {
-		m.pod.Forget(out.ID)
-		var no refused
-		if errors.As(err, &no) {
-			return refusalResult(no), nil
-		}
-		return nil, err
+	if res, err := m.relayCall(out); res != nil || err != nil {
+		return res, err
 	}
 	select {
 	case body := <-answer:
@@ -461,15 +456,27 @@ const proposalWait = 30 * time.Second
 // wait for its outcome.
 func (e *mcpEndpoint) propose(ctx context.Context, m *mcpMember, out outgoing, wait time.Duration) (*mcp.CallToolResult, error) {
 	outcome := m.pod.AwaitProposal(out.ID)
-	if _, err := m.relay(out); err != nil {
-		m.pod.Forget(out.ID)
-		var no refused
-		if errors.As(err, &no) {
-			return refusalResult(no), nil
-		}
-		return nil, err
+	if res, err := m.relayCall(out); res != nil || err != nil {
+		return res, err
 	}
 	return e.awaitProposal(ctx, m, out.ID, outcome, wait)
+}
+
+// relayCall relays a host's call (a request or a proposal whose answer
+// the pod awaits) and returns nothing when it was relayed. Otherwise the
+// pod forgets the wait, and a refusal is the tool's result (an error
+// result) where any other error is the call's.
+func (m *mcpMember) relayCall(out outgoing) (*mcp.CallToolResult, error) {
+	_, err := m.relay(out)
+	if err == nil {
+		return nil, nil
+	}
+	m.pod.Forget(out.ID)
+	var no refused
+	if errors.As(err, &no) {
+		return refusalResult(no), nil
+	}
+	return nil, err
 }
 
 // awaitProposal waits at most wait for the outcome of proposal id: the

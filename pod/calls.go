@@ -214,12 +214,8 @@ func readCall(kind string, to []string, payload, raw []byte, correlation gjson.R
 		}
 	case wire.IsMCPResponse(kind):
 		ci.response, ci.suffix = true, kind[len(wire.KindMCPResponse):]
-		switch {
-		case correlation.Type == gjson.String:
-			ci.correlation = correlation.Str
-		case correlation.IsArray() && len(correlation.Array()) == 1 && correlation.Array()[0].Type == gjson.String:
-			ci.correlation = correlation.Array()[0].Str
-		default:
+		var ok bool
+		if ci.correlation, ok = oneCorrelation(correlation); !ok {
 			return ci, envelope.Errorf(wire.CodeInvalidEnvelope, "an mcp/response's correlation_id names the one request it answers (its envelope id)")
 		}
 		if len(to) > 1 {
@@ -578,4 +574,16 @@ func (p *Pod) MayCall(id string, caps *capability.Set, payload []byte, contextID
 		return true, false
 	}
 	return false, caps.Allows(wire.KindMCPProposal, payload) || g.Allows(wire.KindMCPProposal, payload, contextID, ancestors)
+}
+
+// oneCorrelation reads a correlation_id that names one envelope: a string,
+// or a list of one string.
+func oneCorrelation(c gjson.Result) (string, bool) {
+	switch {
+	case c.Type == gjson.String:
+		return c.Str, true
+	case c.IsArray() && len(c.Array()) == 1 && c.Array()[0].Type == gjson.String:
+		return c.Array()[0].Str, true
+	}
+	return "", false
 }

@@ -94,12 +94,8 @@ func readProposal(kind string, to []string, payload []byte, correlation gjson.Re
 			return pi, envelope.Errorf(wire.CodeInvalidEnvelope, `an mcp/proposal's payload is the mcp/request payload it proposes: {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {…}}`)
 		}
 	case wire.KindMCPReject, wire.KindMCPWithdraw:
-		switch {
-		case correlation.Type == gjson.String:
-			pi.target = correlation.Str
-		case correlation.IsArray() && len(correlation.Array()) == 1 && correlation.Array()[0].Type == gjson.String:
-			pi.target = correlation.Array()[0].Str
-		default:
+		var ok bool
+		if pi.target, ok = oneCorrelation(correlation); !ok {
 			return pi, envelope.Errorf(wire.CodeInvalidEnvelope, "%s names the proposal it decides in correlation_id (its envelope id), one", kind)
 		}
 		pi.reason = gjson.GetBytes(payload, "reason").String()
