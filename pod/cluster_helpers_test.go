@@ -472,3 +472,13 @@ func readUntilClosed(m *member) error {
 		m.in <- v
 	}
 }
+
+// noneLost fails the test when a node counted or logged a live frame lost.
+func (c *testCluster) noneLost(t *testing.T) {
+	t.Helper()
+	for i, n := range c.nodes {
+		if lost := counted(n.Metrics.LiveLost); lost != 0 || c.logs[i].has("lost") {
+			t.Errorf("%s counted %v live frames lost", n.ID, lost)
+		}
+	}
+}

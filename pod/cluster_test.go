@@ -195,11 +195,7 @@ func TestClusterLateBody(t *testing.T) {
 	if v := y.next(); v["id"] != "m2" {
 		t.Fatalf("y: %v, want m2 after e1", v)
 	}
-	for i, n := range c.nodes {
-		if lost := counted(n.Metrics.LiveLost); lost != 0 || c.logs[i].has("lost") {
-			t.Errorf("%s counted %v live frames lost", n.ID, lost)
-		}
-	}
+	c.noneLost(t)
 }
 
 // TestClusterSenderOrderAcrossLifecycles: a sender's durable, ephemeral
@@ -446,11 +442,7 @@ func TestClusterJoinStorm(t *testing.T) {
 			}
 		}
 	}
-	for i, n := range c.nodes {
-		if lost := counted(n.Metrics.LiveLost); lost != 0 || c.logs[i].has("lost") {
-			t.Errorf("%s counted %v live frames lost", n.ID, lost)
-		}
-	}
+	c.noneLost(t)
 }
 
 // TestClusterRemoteMembers: a welcome lists the members of the other

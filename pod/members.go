@@ -41,13 +41,7 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 	r.JoinSeq = p.node.frameSeq.Load()
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
-	if rep != nil {
-		rep.first = welcome
-		r.Start(rep)
-	} else {
-		r.Answer(welcome)
-		r.Start(nil)
-	}
+	startWith(r, welcome, rep)
 	switch {
 	case old != nil:
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")
@@ -73,13 +67,7 @@ func (p *Pod) joinObserver(r *participant.Participant, want HistoryWant) {
 	r.JoinSeq = p.node.frameSeq.Load()
 	p.observers[r] = struct{}{}
 	p.rebuildSnapshot()
-	if rep != nil {
-		rep.first = welcome
-		r.Start(rep)
-	} else {
-		r.Answer(welcome)
-		r.Start(nil)
-	}
+	startWith(r, welcome, rep)
 }
 
 // Leave removes r unless a newer connection has replaced it; the caller
@@ -218,4 +206,16 @@ func (p *Pod) dropGuest(id string) *guest {
 		g.replaced()
 	}
 	return g
+}
+
+// startWith starts r's writer with its welcome first, then its replay
+// (rep, nil when it asked for none).
+func startWith(r *participant.Participant, welcome []byte, rep *replay) {
+	if rep != nil {
+		rep.first = welcome
+		r.Start(rep)
+		return
+	}
+	r.Answer(welcome)
+	r.Start(nil)
 }
