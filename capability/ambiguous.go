@@ -26,9 +26,12 @@ const maxLinearKeys = 16
 // Ambiguous reports whether raw, a JSON value, holds an object with two
 // keys equal ignoring case (under Unicode simple case folding, as
 // strings.EqualFold and Go's encoding/json compare them; escaped keys are
-// read unescaped), at any depth; identical keys count too. It returns
-// where: the object's path ("payload", "payload.params", "payload.items[]")
-// and the two keys as written. It reads raw once, left to right, without
+// read unescaped), at any depth; identical keys count too; and whether it
+// holds a key with a NUL ("name\u0000" is "name" to a parser that reads
+// C strings, a second "name" beside the first). It returns where: the
+// object's path ("payload", "payload.params", "payload.items[]") and the
+// two keys as written (for a key with a NUL, what precedes the NUL, then
+// the key). It reads raw once, left to right, without
 // recursing, so its cost is raw's length however deep it nests. raw that
 // is not valid JSON gives no guarantee but never a panic.
 func Ambiguous(raw []byte) (path, first, second string, ambiguous bool) {
@@ -81,9 +84,13 @@ type scope struct {
 	last      string // the latest key, for the path
 }
 
-// add records key and reports the earlier key it equals ignoring case.
+// add records key and reports the earlier key it equals ignoring case,
+// or, for a key with a NUL, what a C string reads of it.
 func (s *scope) add(key string) (string, bool) {
 	s.last = key
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return key[:i], true
+	}
 	if s.folded == nil {
 		for _, k := range s.keys {
 			if strings.EqualFold(k, key) {

@@ -74,7 +74,7 @@ func BenchmarkAllows(b *testing.B) {
 		}
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			g.Allows(kinds[i%len(kinds)], nil, "task", []string{"root"})
+			g.Allows(kinds[i%len(kinds)], nil, capability.Where{Context: "task", Ancestors: []string{"root"}})
 		}
 	})
 	b.Run("check=grants-payload-match", func(b *testing.B) {
@@ -83,12 +83,12 @@ func BenchmarkAllows(b *testing.B) {
 			b.Fatal(err)
 		}
 		p := payloads["payload-match"]
-		if !g.Allows(p.kind, p.payload, "task", []string{"root"}) {
+		if !g.Allows(p.kind, p.payload, capability.Where{Context: "task", Ancestors: []string{"root"}}) {
 			b.Fatal("not allowed")
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			g.Allows(p.kind, p.payload, "task", []string{"root"})
+			g.Allows(p.kind, p.payload, capability.Where{Context: "task", Ancestors: []string{"root"}})
 		}
 	})
 }

@@ -100,26 +100,28 @@ func (n *node) covers(g *node) bool {
 // Allowing is Allows that also says which grant allows: the id of the
 // first grant in force, in the order they were made, that allows the
 // envelope, or "" and false.
-func (g *Grants) Allowing(kind string, payload []byte, contextID string, ancestors []string) (string, bool) {
+func (g *Grants) Allowing(kind string, payload []byte, w Where) (string, bool) {
 	l := g.cur.Load()
 	if l == nil || reserved(kind) {
 		return "", false
 	}
 	for i := range l.all {
 		gr := &l.all[i]
-		if inScope(gr.Context, contextID, ancestors) && gr.Capabilities.Allows(kind, payload) {
+		if gr.holdsAt(w) && gr.Capabilities.Allows(kind, payload) {
 			return gr.ID, true
 		}
 	}
 	return "", false
 }
 
-// Covering is the id of the first grant in force, in scope at contextID
-// (with its ancestors), that covers capability i of granted (Set.Covers),
+// Covering is the id of the first grant in force whose scope takes in w,
+// the new grant's (its context with its ancestors, and its recipient
+// alone when it has one: a grant scoped to a recipient covers only grants
+// scoped to the same), that covers capability i of granted (Set.Covers),
 // or "" and false.
-func (g *Grants) Covering(granted *Set, i int, contextID string, ancestors []string) (string, bool) {
+func (g *Grants) Covering(granted *Set, i int, w Where) (string, bool) {
 	for _, gr := range g.load() {
-		if inScope(gr.Context, contextID, ancestors) && gr.Capabilities.Covers(granted, i) {
+		if gr.holdsAt(w) && gr.Capabilities.Covers(granted, i) {
 			return gr.ID, true
 		}
 	}

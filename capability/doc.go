@@ -90,17 +90,20 @@
 // capabilities at run time. Grants holds those of one participant in one
 // pod, and PodGrants those of a pod, by recipient. A Grant carries the
 // grant envelope's id, which names it from then on, its grantor, its
-// compiled capabilities and, optionally, a context it is scoped to.
+// compiled capabilities and, optionally, a context it is scoped to and a
+// recipient it is scoped to.
 //
 //	pod.For("bob").Add(capability.Grant{ID: env.ID, Grantor: "alice", Context: "task-1", Capabilities: set})
 //	…
-//	ok := base.Allows(kind, payload) || grants.Allows(kind, payload, contextID, ancestors)
+//	ok := base.Allows(kind, payload) || grants.Allows(kind, payload, capability.Where{Context: contextID, Ancestors: ancestors, To: to})
 //
 // An unscoped grant holds for every envelope; a scoped one for the
 // envelopes in its context or below it (contextID or one of its ancestors
 // is the scope), and it ends when its context concludes: the gateway calls
 // PodGrants.EndContext for each context that concludes and tells each
-// recipient of the grants it returns. Revoke ends a grant by id,
+// recipient of the grants it returns. A grant scoped to a recipient (To)
+// holds only for envelopes addressed to that participant alone, so that
+// approving one server's tool "always" grants nothing on another server. Revoke ends a grant by id,
 // RevokeCapabilities takes capabilities away from the grants of one
 // grantor; only a grant's grantor may revoke it.
 //

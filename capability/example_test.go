@@ -52,12 +52,12 @@ func ExampleGrants() {
 		Context:      "task-1",
 		Capabilities: capability.MustCompile(wire.Kinds("mcp/*")),
 	})
-	fmt.Println(bob.Allows("mcp/request", nil, "step-2", []string{"task-1"}))
-	fmt.Println(bob.Allows("mcp/request", nil, "other", nil))
+	fmt.Println(bob.Allows("mcp/request", nil, capability.Where{Context: "step-2", Ancestors: []string{"task-1"}}))
+	fmt.Println(bob.Allows("mcp/request", nil, capability.Where{Context: "other"}))
 	for _, e := range pod.EndContext("task-1") { // task-1 concluded
 		fmt.Println("tell", e.Recipient, "that", e.ID, "ended")
 	}
-	fmt.Println(bob.Allows("mcp/request", nil, "step-2", []string{"task-1"}))
+	fmt.Println(bob.Allows("mcp/request", nil, capability.Where{Context: "step-2", Ancestors: []string{"task-1"}}))
 	// Output:
 	// true
 	// false

@@ -43,6 +43,10 @@ type Grant struct {
 	// the whole pod. A scoped grant holds only for envelopes in that
 	// context or below it, and ends when that context concludes.
 	Context string
+	// To is the one participant the envelopes it allows must be addressed
+	// to (their to is exactly [To]), or "" for any recipients: an
+	// "always" approval grants one tool of one server.
+	To string
 	// Capabilities are what it grants.
 	Capabilities *Set
 	// Via are the grants of its grantor it was made through: those that
@@ -85,18 +89,28 @@ func (g *Grants) store(all []Grant) {
 	g.cur.Store(l)
 }
 
+// Where is where an envelope goes, what a grant's scope is checked
+// against: the context it is in ("" when it names none) with the
+// ancestors of that context (its parent, its parent's parent, and so on),
+// and the recipients its to names (nil when it has none).
+type Where struct {
+	Context   string
+	Ancestors []string
+	To        []string
+}
+
 // Allows reports whether a grant in force lets the participant send an
-// envelope of this kind and payload (raw JSON, nil when absent) in the
-// context contextID ("" when it names none), whose ancestors (its parent,
-// its parent's parent, and so on) are ancestors. An unscoped grant holds
-// everywhere; a scoped one when its context is contextID or one of the
-// ancestors. The participant's own capabilities are not looked at: check
-// them first (Set.Allows), as they need no context.
+// envelope of this kind and payload (raw JSON, nil when absent) where w
+// says. An unscoped grant holds everywhere; one scoped to a context when
+// that context is w's or one of its ancestors; one scoped to a recipient
+// (Grant.To) when w.To is that recipient alone. The participant's own
+// capabilities are not looked at: check them first (Set.Allows), as they
+// need no context.
 //
 // Plain kind patterns of every grant in scope are looked at before any
 // payload pattern, so the payload is read only when no kind pattern
 // allows the kind, and then once, within one work budget for the check.
-func (g *Grants) Allows(kind string, payload []byte, contextID string, ancestors []string) bool {
+func (g *Grants) Allows(kind string, payload []byte, w Where) bool {
 	l := g.cur.Load()
 	if l == nil || reserved(kind) {
 		return false
@@ -104,7 +118,7 @@ func (g *Grants) Allows(kind string, payload []byte, contextID string, ancestors
 	shaped := false
 	for i := range l.all {
 		gr := &l.all[i]
-		if !inScope(gr.Context, contextID, ancestors) {
+		if !gr.holdsAt(w) {
 			continue
 		}
 		for _, p := range gr.Capabilities.kinds {
@@ -117,23 +131,26 @@ func (g *Grants) Allows(kind string, payload []byte, contextID string, ancestors
 	if !shaped {
 		return false
 	}
-	var w work
+	var budget work
 	for i := range l.all {
 		gr := &l.all[i]
-		if inScope(gr.Context, contextID, ancestors) && gr.Capabilities.allowsPayload(kind, payload, &w) {
+		if gr.holdsAt(w) && gr.Capabilities.allowsPayload(kind, payload, &budget) {
 			return true
 		}
 	}
 	return false
 }
 
-func inScope(scope, contextID string, ancestors []string) bool {
-	return scope == "" || scope == contextID || slices.Contains(ancestors, scope)
+// holdsAt reports whether the grant's scope takes in an envelope sent
+// where w says: its context, and its recipient.
+func (gr *Grant) holdsAt(w Where) bool {
+	return (gr.Context == "" || gr.Context == w.Context || slices.Contains(w.Ancestors, gr.Context)) &&
+		(gr.To == "" || len(w.To) == 1 && w.To[0] == gr.To)
 }
 
 // Scoped reports whether a grant in force is scoped to a context: when it
-// is not, Allows never reads ancestors, and the caller need not look them
-// up.
+// is not, Allows never reads Where's ancestors, and the caller need not
+// look them up.
 func (g *Grants) Scoped() bool {
 	l := g.cur.Load()
 	return l != nil && l.scoped

@@ -24,7 +24,7 @@ func grant(t testing.TB, id, grantor, ctx, caps string) capability.Grant {
 
 func TestGrantUnscoped(t *testing.T) {
 	var g capability.Grants
-	if g.Allows("chat", nil, "", nil) {
+	if g.Allows("chat", nil, capability.Where{}) {
 		t.Fatal("no grant allows chat")
 	}
 	if err := g.Add(grant(t, "g1", "alice", "", `["chat", {"kind": "mcp/request", "payload": {"method": "tools/call", "params": {"name": "read_*"}}}]`)); err != nil {
@@ -43,7 +43,7 @@ func TestGrantUnscoped(t *testing.T) {
 		{"system/error", ``, "", nil, false},
 	}
 	for _, c := range cases {
-		if got := g.Allows(c.kind, []byte(c.payload), c.ctx, c.ancestors); got != c.want {
+		if got := g.Allows(c.kind, []byte(c.payload), capability.Where{Context: c.ctx, Ancestors: c.ancestors}); got != c.want {
 			t.Errorf("Allows(%s %s in %q %q) = %v, want %v", c.kind, c.payload, c.ctx, c.ancestors, got, c.want)
 		}
 	}
@@ -79,7 +79,7 @@ func TestGrantScoped(t *testing.T) {
 		{"", nil, false},     // no context
 	}
 	for _, c := range cases {
-		if got := g.Allows("mcp/request", nil, c.ctx, c.ancestors); got != c.want {
+		if got := g.Allows("mcp/request", nil, capability.Where{Context: c.ctx, Ancestors: c.ancestors}); got != c.want {
 			t.Errorf("mcp/request in %q %q: %v, want %v", c.ctx, c.ancestors, got, c.want)
 		}
 	}
@@ -90,10 +90,10 @@ func TestGrantScoped(t *testing.T) {
 	if len(ended) != 1 || ended[0].ID != "g1" || ended[0].Context != "task" || ended[0].Grantor != "alice" {
 		t.Fatalf("EndContext(task) = %+v, want g1", ended)
 	}
-	if g.Allows("mcp/request", nil, "task", nil) || g.Allows("mcp/request", nil, "task-step", []string{"task"}) {
+	if g.Allows("mcp/request", nil, capability.Where{Context: "task"}) || g.Allows("mcp/request", nil, capability.Where{Context: "task-step", Ancestors: []string{"task"}}) {
 		t.Error("the grant holds after its context concluded")
 	}
-	if !g.Allows("chat", nil, "task", nil) {
+	if !g.Allows("chat", nil, capability.Where{Context: "task"}) {
 		t.Error("the unscoped grant ended with the context")
 	}
 	if g.Scoped() {
@@ -151,11 +151,11 @@ func TestGrantScopedRegistry(t *testing.T) {
 	call := []byte(`{"method": "tools/call", "params": {"name": "x"}}`)
 
 	id, anc, _ := send("bob", "mcp/request", `{"id": "step"}`)
-	if !slices.Equal(anc, []string{"task"}) || !bob.Allows("mcp/request", call, id, anc) {
+	if !slices.Equal(anc, []string{"task"}) || !bob.Allows("mcp/request", call, capability.Where{Context: id, Ancestors: anc}) {
 		t.Errorf("in step (ancestors %q): not allowed", anc)
 	}
 	id, anc, _ = send("bob", "mcp/request", `{"id": "elsewhere"}`)
-	if bob.Allows("mcp/request", call, id, anc) {
+	if bob.Allows("mcp/request", call, capability.Where{Context: id, Ancestors: anc}) {
 		t.Error("allowed outside the grant's context")
 	}
 
@@ -171,7 +171,7 @@ func TestGrantScopedRegistry(t *testing.T) {
 	// An envelope naming step now opens a new context of that id, the
 	// grant no longer holds.
 	id, anc, _ = send("bob", "mcp/request", `{"id": "step", "parent": "task"}`)
-	if bob.Allows("mcp/request", call, id, anc) {
+	if bob.Allows("mcp/request", call, capability.Where{Context: id, Ancestors: anc}) {
 		t.Errorf("allowed in %s %q after task concluded", id, anc)
 	}
 }
@@ -192,17 +192,17 @@ func TestRevoke(t *testing.T) {
 	if _, err := g.Revoke("nope", "alice"); !errors.Is(err, capability.ErrNoGrant) {
 		t.Errorf("revoking an unknown grant: %v, want ErrNoGrant", err)
 	}
-	if !g.Allows("chat", nil, "", nil) {
+	if !g.Allows("chat", nil, capability.Where{}) {
 		t.Fatal("a refused revocation ended the grant")
 	}
 	gr, err := g.Revoke("g1", "alice")
 	if err != nil || gr.ID != "g1" || gr.Grantor != "alice" {
 		t.Fatalf("Revoke(g1, alice) = %+v, %v", gr, err)
 	}
-	if g.Allows("chat", nil, "", nil) {
+	if g.Allows("chat", nil, capability.Where{}) {
 		t.Error("chat allowed after its grant was revoked")
 	}
-	if !g.Allows("note", nil, "", nil) {
+	if !g.Allows("note", nil, capability.Where{}) {
 		t.Error("carol's grant went with alice's")
 	}
 	if _, err := g.Revoke("g1", "alice"); !errors.Is(err, capability.ErrNoGrant) {
@@ -230,7 +230,7 @@ func TestRevokeCapabilities(t *testing.T) {
 		t.Fatalf("revocations %+v: want the mcp/request pattern of g1", revs)
 	}
 	call := []byte(`{"method": "tools/call", "params": {"name": "read_file"}}`)
-	if !g.Allows("chat", nil, "", nil) {
+	if !g.Allows("chat", nil, capability.Where{}) {
 		t.Error("the rest of g1 went too")
 	}
 
@@ -243,10 +243,10 @@ func TestRevokeCapabilities(t *testing.T) {
 	if len(revs) != 1 || revs[0].Grant.ID != "g2" || revs[0].Ended || len(revs[0].Removed) != 2 {
 		t.Fatalf("revocations %+v: want mcp/response and mcp/request:tools/* of g2", revs)
 	}
-	if !g.Allows("note", nil, "task", nil) {
+	if !g.Allows("note", nil, capability.Where{Context: "task"}) {
 		t.Error("note of g2 went too")
 	}
-	if !g.Allows("mcp/request", call, "", nil) {
+	if !g.Allows("mcp/request", call, capability.Where{}) {
 		t.Error("carol's mcp/* went too")
 	}
 	got := g.List()
@@ -346,7 +346,7 @@ func TestPodGrantsEndContext(t *testing.T) {
 	if want := []string{"bob:b1", "bob:b3", "zoe:z1"}; !slices.Equal(got, want) {
 		t.Errorf("EndContext(task) = %q, want %q", got, want)
 	}
-	if !pod.For("bob").Allows("chat", nil, "other", nil) || !pod.For("amy").Allows("chat", nil, "", nil) {
+	if !pod.For("bob").Allows("chat", nil, capability.Where{Context: "other"}) || !pod.For("amy").Allows("chat", nil, capability.Where{}) {
 		t.Error("grants of other contexts ended too")
 	}
 }
@@ -368,11 +368,11 @@ func TestGrantsConcurrent(t *testing.T) {
 					return
 				default:
 				}
-				if !g.Allows("chat", nil, "", nil) {
+				if !g.Allows("chat", nil, capability.Where{}) {
 					t.Error("the grant that never changes was not seen")
 					return
 				}
-				g.Allows("mcp/request", []byte(`{"method": "tools/call"}`), "task", []string{"root"})
+				g.Allows("mcp/request", []byte(`{"method": "tools/call"}`), capability.Where{Context: "task", Ancestors: []string{"root"}})
 			}
 		})
 	}
@@ -381,7 +381,7 @@ func TestGrantsConcurrent(t *testing.T) {
 		if err := g.Add(grant(t, id, "alice", "task", `[{"kind": "mcp/request", "payload": {"method": "tools/*"}}]`)); err != nil {
 			t.Fatal(err)
 		}
-		if !g.Allows("mcp/request", []byte(`{"method": "tools/call"}`), "task", nil) {
+		if !g.Allows("mcp/request", []byte(`{"method": "tools/call"}`), capability.Where{Context: "task"}) {
 			t.Fatal("a grant is not in force for the next envelope")
 		}
 		if i%2 == 0 {
@@ -389,10 +389,50 @@ func TestGrantsConcurrent(t *testing.T) {
 		} else if _, err := g.Revoke(id, "alice"); err != nil {
 			t.Fatal(err)
 		}
-		if g.Allows("mcp/request", []byte(`{"method": "tools/call"}`), "task", nil) {
+		if g.Allows("mcp/request", []byte(`{"method": "tools/call"}`), capability.Where{Context: "task"}) {
 			t.Fatal("an ended grant still holds for the next envelope")
 		}
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// TestGrantScopedToRecipient: a grant scoped to a recipient holds for an
+// envelope addressed to it alone, and covers (for a grantor that holds
+// it) only a grant scoped to the same recipient.
+func TestGrantScopedToRecipient(t *testing.T) {
+	var g capability.Grants
+	gr := grant(t, "g1", "alice", "", `[{"kind": "mcp/request", "payload": {"method": "tools/call", "params": {"name": "echo"}}}]`)
+	gr.To = "srv"
+	if err := g.Add(gr); err != nil {
+		t.Fatal(err)
+	}
+	call := []byte(`{"method": "tools/call", "params": {"name": "echo"}}`)
+	for _, c := range []struct {
+		to   []string
+		want bool
+	}{
+		{[]string{"srv"}, true},
+		{[]string{"srv2"}, false},
+		{nil, false},
+		{[]string{"srv", "srv2"}, false},
+		{[]string{"srv2", "srv"}, false},
+	} {
+		if got := g.Allows("mcp/request", call, capability.Where{To: c.to}); got != c.want {
+			t.Errorf("to %q: Allows = %v, want %v", c.to, got, c.want)
+		}
+		if _, got := g.Allowing("mcp/request", call, capability.Where{To: c.to}); got != c.want {
+			t.Errorf("to %q: Allowing = %v, want %v", c.to, got, c.want)
+		}
+	}
+	granted := compile(t, `[{"kind": "mcp/request", "payload": {"method": "tools/call", "params": {"name": "echo"}}}]`)
+	if _, ok := g.Covering(granted, 0, capability.Where{To: []string{"srv"}}); !ok {
+		t.Error("a grant scoped to srv does not cover the same grant scoped to srv")
+	}
+	if _, ok := g.Covering(granted, 0, capability.Where{}); ok {
+		t.Error("a grant scoped to srv covers a grant to any recipient")
+	}
+	if _, ok := g.Covering(granted, 0, capability.Where{To: []string{"srv2"}}); ok {
+		t.Error("a grant scoped to srv covers a grant scoped to srv2")
+	}
 }

@@ -188,6 +188,15 @@ func (c *compiler) array(path string, depth int, deep bool) (*node, string, erro
 	return n, "", nil
 }
 
+// Literal reports whether s, written as a string pattern, matches the
+// string s alone: it is no regular expression, negation or glob. An
+// "always" approval grants a tool by its name only when it is, so that a
+// tool named "*" is never granted as every tool.
+func Literal(s string) bool {
+	n, err := compileString(s)
+	return err == nil && n.op == opLiteral
+}
+
 // compileString reads a string pattern as MEW's matcher does, in its
 // order: a regular expression between slashes, then a negation, then a
 // glob, else a literal.

@@ -97,6 +97,8 @@ func TestAmbiguous(t *testing.T) {
 		{`{"k":1,"\u212a":2}`, "payload"},                  // the Kelvin sign
 		{`{"s":1,"ſ":2}`, "payload"},                       // the long s
 		{`{"straße":1,"STRASSE":2,"Straße":3}`, "payload"}, // simple folding: ß is not SS, Straße is straße
+		{`{"name":1,"name\u0000":2}`, "payload"},           // the same up to a NUL
+		{`{"x":{"name\u0000x":2}}`, "payload.x"},           // a key with a NUL, alone
 		{`{"` + strings.Repeat(`k`, 3) + `":1,"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"i":1,"j":1,"l":1,"m":1,"n":1,"o":1,"p":1,"q":1,"r":1,"KKK":2}`, "payload"},
 	} {
 		where, a, b, ok := capability.Ambiguous([]byte(tc.payload))

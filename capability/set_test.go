@@ -321,3 +321,15 @@ func TestCoversKind(t *testing.T) {
 		t.Error("the payload pattern allowed tools/call")
 	}
 }
+
+// TestLiteral: the names an "always" approval may grant as themselves.
+func TestLiteral(t *testing.T) {
+	for s, want := range map[string]bool{
+		"echo": true, "read_file": true, "a.b-c": true, "tools/call": true, "/": true, "a/b/": true, "[x]": true,
+		"*": false, "read_*": false, "?": false, "**": false, "/.*/": false, "/a/": false, "!x": false, "a?b": false,
+	} {
+		if got := capability.Literal(s); got != want {
+			t.Errorf("Literal(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package envelope
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -72,7 +74,13 @@ func (e *Envelope) Parse(data []byte) *Error {
 	gjson.Parse(bytesString(data)).ForEach(func(k, v gjson.Result) bool {
 		bit, known := fieldBits[k.Str]
 		if !known {
-			return true // unknown top-level fields are relayed untouched
+			// Unknown top-level fields are relayed untouched, but for
+			// one that a receiver could read as the envelope's own: in
+			// another case, or with a NUL (docs/protocol.md section 2).
+			if msg := misleadingField(k.Str); msg != "" {
+				fail("%s", msg)
+			}
+			return true
 		}
 		if seen&bit != 0 {
 			fail("field %q appears twice", k.Str)
@@ -164,6 +172,28 @@ func (e *Envelope) Parse(data []byte) *Error {
 		return Errorf(wire.CodeUnsupportedProtocol, "protocol %q is not supported (use %s or %s)", e.Protocol, wire.ProtocolMCPP, wire.ProtocolMCPX)
 	}
 	return nil
+}
+
+// ReservedFields are the top-level fields the envelope's own rules give a
+// meaning: those Parse reads, and those the gateway writes (approval, on a
+// call it released for an approved proposal).
+var ReservedFields = []string{"protocol", "id", "ts", "from", "to", "kind", "correlation_id", "context", "payload", "lifecycle", "approval"}
+
+// misleadingField says why an unknown top-level field may not be relayed,
+// or "": it names a reserved field in another case (Go's encoding/json,
+// among others, reads keys ignoring case, and would take "Approval" for
+// the gateway's "approval"), or it has a NUL (a C-string parser reads
+// "kind\u0000" as a second "kind").
+func misleadingField(key string) string {
+	if strings.IndexByte(key, 0) >= 0 {
+		return fmt.Sprintf("field %q has a NUL: a receiver could read it as %q", key, key[:strings.IndexByte(key, 0)])
+	}
+	for _, f := range ReservedFields {
+		if key != f && strings.EqualFold(key, f) {
+			return fmt.Sprintf("field %q is %q in another case: receivers could read one for the other; send %q, or another name", key, f, f)
+		}
+	}
+	return ""
 }
 
 var fieldBits = map[string]uint16{

@@ -66,6 +66,11 @@ func TestParseRefuses(t *testing.T) {
 		{"protocol number", `{"kind":"a","protocol":1}`, wire.CodeInvalidEnvelope},
 		{"protocol unknown", `{"kind":"a","protocol":"mcp/v9"}`, wire.CodeUnsupportedProtocol},
 		{"envelope error wins over protocol", `{"protocol":"mcp/v9"}`, wire.CodeInvalidEnvelope},
+		{"reserved field in another case", `{"kind":"a","Approval":{"by":"x"}}`, wire.CodeInvalidEnvelope},
+		{"reserved field escaped in another case", `{"kind":"a","\u004bind":"b"}`, wire.CodeInvalidEnvelope},
+		{"known field in upper case", `{"kind":"a","PAYLOAD":{}}`, wire.CodeInvalidEnvelope},
+		{"field with a NUL", `{"kind":"a","kind\u0000":"b"}`, wire.CodeInvalidEnvelope},
+		{"unknown field with a NUL", `{"kind":"a","note\u0000":"b"}`, wire.CodeInvalidEnvelope},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -78,6 +83,17 @@ func TestParseRefuses(t *testing.T) {
 				t.Fatal("an error without a message")
 			}
 		})
+	}
+}
+
+// TestParseRelaysUnknownFields: unknown top-level fields, in any case,
+// pass untouched when they are not the envelope's own in another case.
+func TestParseRelaysUnknownFields(t *testing.T) {
+	for _, in := range []string{`{"kind":"a","Note":1}`, `{"kind":"a","approval":{}}`, `{"kind":"a","kinds":1,"Payloads":2}`} {
+		var e Envelope
+		if err := e.Parse([]byte(in)); err != nil {
+			t.Errorf("Parse(%s) = %v", in, err)
+		}
 	}
 }
 

@@ -39,7 +39,7 @@ func (e *mcpEndpoint) addProposalTools(s *mcp.Server) {
 
 	s.AddTool(&mcp.Tool{Name: "proposal_wait", Title: "Wait for a proposed call",
 		Description: "Waits for the outcome of a proposal your call became (when you may not make a call yourself, calling a server's tool proposes it): " +
-			"the call's result once someone approved it, the rejection with its reason, or that it is still pending.",
+			"the call's result once someone approved it, the rejection with its reason, or that it is still pending. Only the proposal's proposer may wait on it.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &yes},
 		InputSchema: schemaFor[waitArgs](func(p map[string]*jsonschema.Schema) {
 			p["proposal"].MinLength = jsonschema.Ptr(1)
@@ -49,10 +49,12 @@ func (e *mcpEndpoint) addProposalTools(s *mcp.Server) {
 
 	addTool(e, s, &mcp.Tool{Name: "proposal_approve", Title: "Approve a proposed call",
 		Description: "Approves a proposed call you may make yourself: the gateway makes the call, exactly as proposed, for its proposer, naming you as its approver. " +
-			"With scope always you also grant the proposer that call (its method and tool) from now on, for the pod or a context (you need capability/grant).",
+			"Give the digest pod_proposals lists with the call you read: if the proposal's id now names another call, the approval is refused (proposal_changed). " +
+			"With scope always you also grant the proposer that call (its method and exact tool name, on that server alone) from now on, for the pod or a context (you need capability/grant).",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, OpenWorldHint: &yes},
 	}, schemaFor[wire.Approve](func(p map[string]*jsonschema.Schema) {
 		p["proposal"].MinLength = jsonschema.Ptr(1)
+		p["digest"].Pattern = "^sha256:[0-9a-f]{64}$"
 		withEnum(p["scope"], wire.ScopeOnce, wire.ScopeAlways)
 		withDefault(p["scope"], wire.ScopeOnce)
 	}), schemaFor[wire.ProposalEvent](nil), e.proposalApprove)
@@ -84,6 +86,11 @@ func (e *mcpEndpoint) proposalWait(ctx context.Context, req *mcp.CallToolRequest
 	if !ok {
 		return refusalResult(refuse(envelope.Errorf(wire.CodeProposalNotPending, "the pod holds no proposal %q", args.Proposal))), nil
 	}
+	if info.Proposer != m.id {
+		// Its outcome, and the answer to the call it releases, are the
+		// proposer's alone (docs/protocol.md section 9).
+		return refusalResult(refuse(envelope.Errorf(wire.CodeCapabilityViolation, "proposal %q is %s's: only its proposer waits on it (pod_proposals shows its state)", args.Proposal, info.Proposer))), nil
+	}
 	if info.State != wire.ProposalPending {
 		b, _ := json.Marshal(info)
 		text := "the proposal is " + info.State + " (the answer to the call it made, if any, is in pod_read, addressed to you): " + string(b)
@@ -91,7 +98,7 @@ func (e *mcpEndpoint) proposalWait(ctx context.Context, req *mcp.CallToolRequest
 			Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
 	}
 	wait := min(time.Duration(args.WaitMS)*time.Millisecond, maxReadWait)
-	return e.awaitProposal(ctx, m, args.Proposal, m.pod.AwaitProposal(args.Proposal), wait)
+	return e.awaitProposal(ctx, m, args.Proposal, m.pod.Await(args.Proposal, m.id), wait)
 }
 
 func (e *mcpEndpoint) proposalApprove(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Approve) (any, error) {

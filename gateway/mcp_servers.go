@@ -60,6 +60,10 @@ type serverTool struct {
 type podServerTools struct {
 	mu      sync.Mutex
 	servers map[string][]serverTool // by server participant
+	// reading are the servers whose tools a read is under way for, each
+	// with whether to read them again when it ends: however often a
+	// server says its tools changed, one read of them is in flight.
+	reading map[string]bool
 }
 
 // exposedName is the name under which a host sees tool of server: the
@@ -119,7 +123,7 @@ func (e *mcpEndpoint) podTools(name string) *podServerTools {
 	defer e.mu.Unlock()
 	t := e.serverTools[name]
 	if t == nil {
-		t = &podServerTools{servers: map[string][]serverTool{}}
+		t = &podServerTools{servers: map[string][]serverTool{}, reading: map[string]bool{}}
 		e.serverTools[name] = t
 	}
 	return t
@@ -147,9 +151,40 @@ func (e *mcpEndpoint) serversChanged(p *pod.Pod, server string) {
 		e.mu.Unlock()
 		return
 	}
-	e.readTools(p, server)
-	for _, m := range hosts {
-		m.syncTools()
+	if e.readLatest(p, server) {
+		for _, m := range e.hosts(p.Name) {
+			m.syncTools()
+		}
+	}
+}
+
+// readLatest reads server's tools (readTools), unless a read of them is
+// under way: that one then reads them again when it ends, once however
+// often it was asked meanwhile. It reports whether it read them, and so
+// whether the hosts are to be told.
+func (e *mcpEndpoint) readLatest(p *pod.Pod, server string) bool {
+	t := e.podTools(p.Name)
+	t.mu.Lock()
+	if _, busy := t.reading[server]; busy {
+		t.reading[server] = true
+		t.mu.Unlock()
+		return false
+	}
+	t.reading[server] = false
+	t.mu.Unlock()
+	for {
+		e.readTools(p, server)
+		t.mu.Lock()
+		again := t.reading[server]
+		if !again {
+			delete(t.reading, server)
+		} else {
+			t.reading[server] = false
+		}
+		t.mu.Unlock()
+		if !again {
+			return true
+		}
 	}
 }
 
@@ -168,7 +203,7 @@ func (e *mcpEndpoint) discover(p *pod.Pod) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.readTools(p, server)
+			e.readLatest(p, server)
 		}()
 	}
 	done := make(chan struct{})
@@ -294,7 +329,7 @@ func (m *mcpMember) syncTools() {
 			continue // its own tools it calls itself
 		}
 		for _, st := range tools {
-			if call, propose := m.pod.MayCall(m.id, m.caps.Load(), callProbe(st.name), m.branch()); call || propose {
+			if call, propose := m.pod.MayCall(m.id, m.caps.Load(), server, callProbe(st.name), m.branch()); call || propose {
 				want[st.exposed] = st
 			}
 		}
@@ -404,24 +439,24 @@ func (e *mcpEndpoint) callServerTool(ctx context.Context, m *mcpMember, server, 
 	if cx != "" {
 		out.Context = wire.Context{ID: cx}.JSON()
 	}
-	if call, propose := m.pod.MayCall(m.id, m.caps.Load(), payload, cx); !call && propose {
+	if call, propose := m.pod.MayCall(m.id, m.caps.Load(), server, payload, cx); !call && propose {
 		// It may not make the call, but may propose it: someone allowed
 		// to make it decides (docs/protocol.md section 11).
 		out.Kind = wire.KindMCPProposal
 		return e.propose(ctx, m, out, proposalWait)
 	}
-	answer := m.pod.Await(out.ID)
-	if res, err := m.relayCall(out); res != nil || err != nil {
+	answer := m.pod.Await(out.ID, m.id)
+	if res, err := m.relayCall(out, answer); res != nil || err != nil {
 		return res, err
 	}
 	select {
 	case body := <-answer:
 		return toolResult(server, body), nil
 	case <-ctx.Done():
-		m.pod.Forget(out.ID)
+		m.pod.Forget(out.ID, answer)
 		return nil, ctx.Err()
 	case <-m.done:
-		m.pod.Forget(out.ID)
+		m.pod.Forget(out.ID, answer)
 		return nil, errSessionEnded
 	}
 }
@@ -455,23 +490,23 @@ const proposalWait = 30 * time.Second
 // propose sends out, the host's call as an mcp/proposal, and waits at most
 // wait for its outcome.
 func (e *mcpEndpoint) propose(ctx context.Context, m *mcpMember, out outgoing, wait time.Duration) (*mcp.CallToolResult, error) {
-	outcome := m.pod.AwaitProposal(out.ID)
-	if res, err := m.relayCall(out); res != nil || err != nil {
+	outcome := m.pod.Await(out.ID, m.id)
+	if res, err := m.relayCall(out, outcome); res != nil || err != nil {
 		return res, err
 	}
 	return e.awaitProposal(ctx, m, out.ID, outcome, wait)
 }
 
 // relayCall relays a host's call (a request or a proposal whose answer
-// the pod awaits) and returns nothing when it was relayed. Otherwise the
-// pod forgets the wait, and a refusal is the tool's result (an error
-// result) where any other error is the call's.
-func (m *mcpMember) relayCall(out outgoing) (*mcp.CallToolResult, error) {
+// the pod awaits on wait) and returns nothing when it was relayed.
+// Otherwise the pod forgets the wait, and a refusal is the tool's result
+// (an error result) where any other error is the call's.
+func (m *mcpMember) relayCall(out outgoing, wait <-chan []byte) (*mcp.CallToolResult, error) {
 	_, err := m.relay(out)
 	if err == nil {
 		return nil, nil
 	}
-	m.pod.Forget(out.ID)
+	m.pod.Forget(out.ID, wait)
 	var no refused
 	if errors.As(err, &no) {
 		return refusalResult(no), nil
@@ -510,17 +545,19 @@ func (e *mcpEndpoint) awaitProposal(ctx context.Context, m *mcpMember, id string
 				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
 			}
 		case <-timer.C:
-			m.pod.Forget(id)
+			m.pod.Forget(id, outcome)
 			if request != "" {
-				m.pod.Forget(request)
+				m.pod.Forget(request, outcome)
 				return pendingResult(id, "approved; its answer has not come yet: it will be in pod_read, addressed to you", request), nil
 			}
 			return pendingResult(id, "pending: nobody allowed to make the call has decided yet", ""), nil
 		case <-ctx.Done():
-			m.pod.Forget(id)
-			m.pod.Forget(request)
+			m.pod.Forget(id, outcome)
+			m.pod.Forget(request, outcome)
 			return nil, ctx.Err()
 		case <-m.done:
+			m.pod.Forget(id, outcome)
+			m.pod.Forget(request, outcome)
 			return nil, errSessionEnded
 		}
 	}

@@ -124,13 +124,14 @@ func TestProposals(t *testing.T) {
 	agent.ExpectErr("capability_violation")
 	p1 := propose(t, agent, "p1", "echo")
 	pending := proposalEvent(t, boss, p1, "pending")
+	d1 := digestOf(t, pending)
 	if pl := pending.Payload(); pl["proposer"] != "agent" || pl["to"] != "tools" || !harness.JSONEqual(pending["to"], []any{"agent", "boss"}) {
 		t.Fatalf("the pending event: %v to %v", pl, pending["to"])
 	}
 	proposalEvent(t, agent, p1, "pending")
 
 	// clerk may not make the call: it decides nothing.
-	if m := request(t, clerk, map[string]any{"id": "a0", "kind": "gateway/approve", "payload": map[string]any{"proposal": p1}}); m.ErrCode() != "capability_violation" {
+	if m := request(t, clerk, approval("a0", p1, d1, "")); m.ErrCode() != "capability_violation" {
 		t.Fatalf("clerk's approval: %v", m)
 	}
 	clerk.Send(map[string]any{"id": "r0", "kind": "mcp/reject", "correlation_id": p1, "payload": map[string]any{"reason": "no"}})
@@ -140,7 +141,7 @@ func TestProposals(t *testing.T) {
 
 	// boss approves once: the call is released, from agent, naming boss;
 	// its answer goes to agent.
-	ans := request(t, boss, map[string]any{"id": "a1", "kind": "gateway/approve", "payload": map[string]any{"proposal": p1}})
+	ans := request(t, boss, approval("a1", p1, d1, ""))
 	if ans.Kind() != "system/approve" || ans.Payload()["state"] != "approved" || ans.Payload()["by"] != "boss" {
 		t.Fatalf("the approval's answer: %v", ans)
 	}
@@ -154,7 +155,7 @@ func TestProposals(t *testing.T) {
 		t.Fatalf("the answer to the released call: %v", resp)
 	}
 	// Deciding it again is refused.
-	if m := request(t, boss, map[string]any{"id": "a2", "kind": "gateway/approve", "payload": map[string]any{"proposal": p1}}); m.ErrCode() != "proposal_not_pending" {
+	if m := request(t, boss, approval("a2", p1, d1, "")); m.ErrCode() != "proposal_not_pending" {
 		t.Fatalf("a second approval: %v", m)
 	}
 	agent.Send(map[string]any{"id": "w1", "kind": "mcp/withdraw", "correlation_id": p1, "payload": map[string]any{}})
@@ -166,8 +167,8 @@ func TestProposals(t *testing.T) {
 	// Approve always: the proposer may make the call from now on, not
 	// another tool's.
 	p2 := propose(t, agent, "p2", "echo")
-	proposalEvent(t, boss, p2, "pending")
-	ans = request(t, boss, map[string]any{"id": "a3", "kind": "gateway/approve", "payload": map[string]any{"proposal": p2, "scope": "always"}})
+	d2 := digestOf(t, proposalEvent(t, boss, p2, "pending"))
+	ans = request(t, boss, approval("a3", p2, d2, "always"))
 	if ans.Payload()["scope"] != "always" || ans.Payload()["grant_id"] == nil {
 		t.Fatalf("an always approval's answer: %v", ans)
 	}
@@ -188,10 +189,10 @@ func TestProposals(t *testing.T) {
 	}
 	// Withdraw, by the proposer.
 	p4 := propose(t, agent, "p4", "pid")
-	proposalEvent(t, boss, p4, "pending")
+	d4 := digestOf(t, proposalEvent(t, boss, p4, "pending"))
 	agent.Send(map[string]any{"id": "w2", "kind": "mcp/withdraw", "correlation_id": p4, "payload": map[string]any{"reason": "no_longer_needed"}})
 	proposalEvent(t, boss, p4, "withdrawn")
-	if m := request(t, boss, map[string]any{"id": "a4", "kind": "gateway/approve", "payload": map[string]any{"proposal": p4}}); m.ErrCode() != "proposal_not_pending" {
+	if m := request(t, boss, approval("a4", p4, d4, "")); m.ErrCode() != "proposal_not_pending" {
 		t.Fatalf("an approval of a withdrawn proposal: %v", m)
 	}
 
@@ -262,7 +263,8 @@ func TestProposalSurvivesRestart(t *testing.T) {
 	if !slices.Equal(ids, []string{p}) {
 		t.Fatalf("pending after the restart: %v", list.Payload())
 	}
-	ans := request(t, boss, map[string]any{"id": "a", "kind": "gateway/approve", "payload": map[string]any{"proposal": p}})
+	digest := list.Payload()["proposals"].([]any)[0].(map[string]any)["digest"].(string)
+	ans := request(t, boss, approval("a", p, digest, ""))
 	if ans.Payload()["state"] != "approved" {
 		t.Fatalf("the approval after the restart: %v", ans)
 	}
@@ -280,8 +282,8 @@ func TestProposalAcrossCluster(t *testing.T) {
 	boss := nodes[1].GW.DialToken(t, pod, "boss-t", true, "")
 	agent.AwaitPresence("join", "boss", 10*time.Second)
 	p := propose(t, agent, "p-cluster", "echo")
-	proposalEvent(t, boss, p, "pending")
-	ans := request(t, boss, map[string]any{"id": "a", "kind": "gateway/approve", "payload": map[string]any{"proposal": p}})
+	digest := digestOf(t, proposalEvent(t, boss, p, "pending"))
+	ans := request(t, boss, approval("a", p, digest, ""))
 	if ans.Payload()["state"] != "approved" {
 		t.Fatalf("the approval on node 2: %v", ans)
 	}
@@ -292,7 +294,7 @@ func TestProposalAcrossCluster(t *testing.T) {
 	}
 	// Node 3 knows it ended too.
 	clerk := nodes[2].GW.DialToken(t, pod, "boss-t", true, "")
-	if m := request(t, clerk, map[string]any{"id": "a2", "kind": "gateway/approve", "payload": map[string]any{"proposal": p}}); m.ErrCode() != "proposal_not_pending" {
+	if m := request(t, clerk, approval("a2", p, digest, "")); m.ErrCode() != "proposal_not_pending" {
 		t.Fatalf("an approval on node 3: %v", m)
 	}
 }
@@ -322,16 +324,16 @@ func TestMCPHostCallBecomesProposal(t *testing.T) {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "tools__echo", Arguments: map[string]any{"message": "may I?"}})
 		done <- result{res, err}
 	}()
-	var id string
+	var id, digest string
 	for deadline := time.Now().Add(10 * time.Second); id == "" && time.Now().Before(deadline); {
 		if m := boss.Next(time.Until(deadline)); m != nil && m.Kind() == "system/proposal" && m.Payload()["state"] == "pending" {
-			id = m.Payload()["proposal"].(string)
+			id, digest = m.Payload()["proposal"].(string), digestOf(t, m)
 		}
 	}
 	if id == "" {
 		t.Fatal("boss was told of no proposal")
 	}
-	request(t, boss, map[string]any{"id": "a", "kind": "gateway/approve", "payload": map[string]any{"proposal": id}})
+	request(t, boss, approval("a", id, digest, ""))
 	r := <-done
 	if r.err != nil || r.res.IsError || r.res.Content[0].(*mcp.TextContent).Text != "Echo: may I?" {
 		t.Fatalf("the host's call after the approval: %v %+v", r.err, r.res)

@@ -15,26 +15,30 @@ import (
 )
 
 // gateway/approve (docs/protocol.md section 11): whoever may make a
-// proposed call approves it; the gateway releases the call, byte for byte
-// what was proposed, as the proposer's mcp/request naming the approver,
-// so that its answer goes to the proposer. With scope "always" the
-// approver also grants the proposer that call (its method and tool name)
-// through a capability/grant of its own, under the rules of every grant.
+// proposed call approves it, naming the digest of the bytes it approves
+// (so that an approval is of the call its approver saw, never of another
+// that the proposal's id names later); the gateway releases the call,
+// byte for byte what was proposed, as the proposer's mcp/request naming
+// the approver, so that its answer goes to the proposer. With scope
+// "always" the approver also grants the proposer that call (its method
+// and exact tool name, on the proposal's recipient alone) through a
+// capability/grant of its own, under the rules of every grant.
 
 // releasedRequest is the mcp/request the gateway releases for an approved
-// proposal: from the proposer, correlated to the proposal (as MEW's
-// fulfilment is), with its approval.
+// proposal, but its payload: from the proposer, correlated to the
+// proposal (as MEW's fulfilment is), with its approval. The proposal's
+// bytes follow as they came (json.Marshal would compact them and escape
+// HTML), so that what is released is what was approved.
 type releasedRequest struct {
-	Protocol      string          `json:"protocol"`
-	ID            string          `json:"id"`
-	TS            string          `json:"ts"`
-	From          string          `json:"from"`
-	To            []string        `json:"to"`
-	Kind          string          `json:"kind"`
-	CorrelationID string          `json:"correlation_id"`
-	Context       *wire.Context   `json:"context,omitempty"`
-	Approval      wire.Approval   `json:"approval"`
-	Payload       json.RawMessage `json:"payload"`
+	Protocol      string        `json:"protocol"`
+	ID            string        `json:"id"`
+	TS            string        `json:"ts"`
+	From          string        `json:"from"`
+	To            []string      `json:"to"`
+	Kind          string        `json:"kind"`
+	CorrelationID string        `json:"correlation_id"`
+	Context       *wire.Context `json:"context,omitempty"`
+	Approval      wire.Approval `json:"approval"`
 }
 
 // approve handles gateway/approve for the sender: it returns the
@@ -60,6 +64,9 @@ func (in *ingress) approve(a wire.Approve) (wire.ProposalEvent, *envelope.Error)
 		e := envelope.Errorf(wire.CodeCapabilityViolation, "only a participant that may make the proposed call itself approves proposal %q", a.Proposal)
 		e.AttemptedKind, e.YourCapabilities = wire.KindMCPRequest, s.caps().Wire()
 		return wire.ProposalEvent{}, e
+	}
+	if a.Digest != pr.digest {
+		return wire.ProposalEvent{}, envelope.Errorf(wire.CodeProposalChanged, "proposal %q is another call than the one you approve: its digest is %s, not %s (read it again with gateway/proposals)", a.Proposal, pr.digest, a.Digest)
 	}
 	var grant *capabilityChange
 	var grantPayload []byte
@@ -93,18 +100,29 @@ func scopeOf(a wire.Approve) string {
 }
 
 // alwaysGrant is the grant an "always" approval makes: the proposer may
-// make that call from then on, its method and tool name (not its
-// arguments), or what the approval's payload pattern says, which the
-// proposed call must match; for the whole pod or the approval's context.
-// The approver grants it as any grantor does: it must hold
-// capability/grant and the granted capability where the grant applies.
-// Call it with Pod.mu held.
+// make that call from then on, to the proposal's recipient alone, its
+// method and tool name exactly (not its arguments), or what the
+// approval's payload pattern says, which the proposed call must match;
+// for the whole pod or the approval's context. A method or tool name that
+// a pattern would read as more than itself ("*", "read_*", "/.*/", "!x")
+// grants nothing: the approval is refused, and "once" remains. The
+// approver grants it as any grantor does: it must hold capability/grant
+// and the granted capability where the grant applies. Call it with Pod.mu
+// held.
 func (p *Pod) alwaysGrant(pr *proposal, a wire.Approve, s *Sender) (*capabilityChange, []byte, *envelope.Error) {
 	pattern := a.Payload
 	if pattern == nil {
-		pat := map[string]any{"method": gjson.GetBytes(pr.call, "method").String()}
+		method := gjson.GetBytes(pr.call, "method").String()
+		pat := map[string]any{"method": method}
+		exact := []string{method}
 		if name := gjson.GetBytes(pr.call, "params.name"); name.Type == gjson.String {
 			pat["params"] = map[string]any{"name": name.Str}
+			exact = append(exact, name.Str)
+		}
+		for _, x := range exact {
+			if !capability.Literal(x) {
+				return nil, nil, envelope.Errorf(wire.CodeInvalidEnvelope, "scope always grants the call's method and tool name exactly, and %q would be read as a pattern (more than itself): approve it once, or give the pattern to grant in payload", x)
+			}
 		}
 		pattern, _ = json.Marshal(pat)
 	}
@@ -116,7 +134,7 @@ func (p *Pod) alwaysGrant(pr *proposal, a wire.Approve, s *Sender) (*capabilityC
 	if !set.Allows(wire.KindMCPRequest, pr.call) {
 		return nil, nil, envelope.Errorf(wire.CodeInvalidEnvelope, "payload: the proposed call does not match the pattern to grant: it would not grant the call approved")
 	}
-	g := wire.Grant{Recipient: pr.proposer, Capabilities: []wire.Capability{capab}, Context: a.Context,
+	g := wire.Grant{Recipient: pr.proposer, Capabilities: []wire.Capability{capab}, Context: a.Context, To: pr.to,
 		Reason: fmt.Sprintf("approved always: proposal %s", pr.id)}
 	payload, _ := json.Marshal(g)
 	c := &capabilityChange{grant: true, g: g, caps: set}
@@ -133,14 +151,17 @@ func (p *Pod) alwaysGrant(pr *proposal, a wire.Approve, s *Sender) (*capabilityC
 func (p *Pod) release(pr *proposal, approver, id string) {
 	r := releasedRequest{Protocol: wire.ProtocolMCPP, ID: id, TS: timeNow().UTC().Format(wire.TimeFormat), From: pr.proposer,
 		To: []string{pr.to}, Kind: wire.KindMCPRequest, CorrelationID: pr.id,
-		Approval: wire.Approval{Proposal: pr.id, By: approver}, Payload: pr.call}
+		Approval: wire.Approval{Proposal: pr.id, By: approver}}
 	if pr.ctx.id != "" {
 		r.Context = &wire.Context{ID: pr.ctx.id}
 	}
-	body, err := json.Marshal(r)
+	head, err := json.Marshal(r)
 	if err != nil {
-		panic("pod: a released request does not marshal: " + err.Error()) // the proposal's payload was JSON
+		panic("pod: a released request does not marshal: " + err.Error()) // strings and ids only
 	}
+	body := make([]byte, 0, len(head)+len(`,"payload":`)+len(pr.call))
+	body = append(append(append(body, head[:len(head)-1]...), `,"payload":`...), pr.call...)
+	body = append(body, '}')
 	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCall, Origin: p.node.ID, From: pr.proposer,
 		To: []string{pr.to}, ID: id, Seq: p.node.frameSeq.Add(1), Protocol: protocolSpan,
 		ContextID: pr.ctx.id, ContextType: pr.ctx.typ, ContextParent: pr.ctx.parent, Ancestors: pr.ctx.ancestors}

@@ -134,13 +134,13 @@ func contextOfFrame(m *envelope.Meta) callContext {
 type calls struct {
 	byID         map[string]*call
 	byRequester  map[string]int
-	waiters      map[string]chan []byte
+	waiters      waits
 	cfg          CallsConfig
 	sweepingFrom time.Time
 }
 
 func (t *calls) init(cfg CallsConfig) {
-	t.byID, t.byRequester, t.waiters = map[string]*call{}, map[string]int{}, map[string]chan []byte{}
+	t.byID, t.byRequester, t.waiters = map[string]*call{}, map[string]int{}, waits{}
 	t.cfg = CallsConfig{
 		Timeout:                    orDefault(cfg.Timeout, DefaultCallTimeout),
 		MaxPerParticipant:          orDefault(cfg.MaxPerParticipant, DefaultMaxCallsPerParticipant),
@@ -236,7 +236,9 @@ func (p *Pod) checkCall(ci *callInfo, sender string, to []string) *envelope.Erro
 		if n := t.byRequester[sender]; n >= t.cfg.MaxPerParticipant {
 			return envelope.Errorf(wire.CodeRequestLimitExceeded, "you have %d mcp/requests in flight in this pod, the most there may be (--max-mcp-requests-per-participant): wait for their answers", n)
 		}
-		if n := len(t.byID); n >= t.cfg.MaxPerPod {
+		// The gateway's own requests (Ask) are not the participants':
+		// they never fill the pod's bound.
+		if n := len(t.byID) - t.byRequester[wire.GatewayID]; n >= t.cfg.MaxPerPod {
 			return envelope.Errorf(wire.CodeRequestLimitExceeded, "the pod has %d mcp/requests in flight, the most there may be (--max-mcp-requests-per-pod): try again when some are answered", n)
 		}
 	case ci.response:
@@ -355,7 +357,10 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 		}
 		return p.applyProposal(m, body, kind, at) && !past
 	case kind == wire.KindMCPNotification:
-		if !past {
+		// Only a server's own word that its tools changed has the
+		// gateway read them again (for its MCP hosts): a participant
+		// that serves nothing is never asked.
+		if !past && gjson.GetBytes(body, "payload.method").Str == toolsChanged && p.servesMCP(m.From) {
 			p.serversChanged(strings.Clone(m.From))
 		}
 		return true
@@ -368,9 +373,8 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 			p.calls.remove(ci.correlation)
 			return false
 		}
-		if w := p.calls.waiters[ci.correlation]; w != nil {
-			delete(p.calls.waiters, ci.correlation)
-			w <- append([]byte(nil), body...)
+		if len(m.To) == 1 {
+			p.calls.waiters.hand(ci.correlation, m.To[0], body)
 		}
 		if local {
 			return true
@@ -452,32 +456,13 @@ func timeoutMS(reason string, d time.Duration) int64 {
 // ErrNotPresent: the participant asked is not in the pod.
 var ErrNotPresent = errors.New("not in the pod")
 
-// Await waits for the answer to the request id, which the caller is about
-// to hand the pod (an MCP participant's tool call, through Handle): the
-// body of the mcp/response correlated to it, whoever sends it (the
-// recipient, or the gateway for it). Register before handing the request,
-// then wait on the channel; Forget when giving up.
-func (p *Pod) Await(id string) <-chan []byte {
-	ch := make(chan []byte, 1)
-	p.mu.Lock()
-	p.calls.waiters[id] = ch
-	p.mu.Unlock()
-	return ch
-}
-
-// Forget ends an Await that will not be waited on.
-func (p *Pod) Forget(id string) {
-	p.mu.Lock()
-	delete(p.calls.waiters, id)
-	p.mu.Unlock()
-}
-
 // Ask sends the gateway's own mcp/request (from system:gateway) to a
 // participant that serves MCP, and waits for its answer, at most the
-// call timeout or ctx's end. The request and its answer are live: the
-// pod's history keeps neither (what the gateway asks for the MCP hosts it
-// serves does not crowd the history), though members that watch the pod
-// see them.
+// call timeout or ctx's end, when the request ends too. The request and
+// its answer are live: the pod's history keeps neither (what the gateway
+// asks for the MCP hosts it serves does not crowd the history), though
+// members that watch the pod see them. The gateway's requests are not
+// counted against the pod's bound of requests in flight.
 func (p *Pod) Ask(ctx context.Context, to string, payload json.RawMessage) ([]byte, error) {
 	msg := newSystemMessage(wire.ProtocolMCPP, wire.KindMCPRequest, payload)
 	msg.To = []string{to}
@@ -488,22 +473,27 @@ func (p *Pod) Ask(ctx context.Context, to string, payload json.RawMessage) ([]by
 	}
 	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCall | envelope.FlagLive, Origin: p.node.ID,
 		From: wire.GatewayID, To: msg.To, ID: msg.ID, Protocol: protocolSpan}
-	ch := make(chan []byte, 1)
+	x := &waiter{who: wire.GatewayID, ch: make(chan []byte, 1)}
 	p.lock()
 	if p.dead || !p.present(to) {
 		p.unlock()
 		return nil, fmt.Errorf("%s: %w", to, ErrNotPresent)
 	}
-	p.calls.waiters[msg.ID] = ch
+	p.calls.waiters[msg.ID] = append(p.calls.waiters[msg.ID], x)
 	m.Seq = p.node.frameSeq.Add(1)
 	p.acceptCall(&ci, &m, timeNow())
 	p.commit(&m, body, envelope.Frame(&m, body), 0, timeNow())
 	p.unlock()
 	select {
-	case answer := <-ch:
+	case answer := <-x.ch:
 		return answer, nil
 	case <-ctx.Done():
-		p.Forget(msg.ID)
+		// Its wait ends, and so does the request: the gateway answers
+		// nobody for it, and a late answer is dropped and counted.
+		p.mu.Lock()
+		p.calls.waiters.forget(msg.ID, x.ch)
+		p.calls.remove(msg.ID)
+		p.mu.Unlock()
 		return nil, ctx.Err()
 	}
 }
@@ -526,6 +516,19 @@ func servesMCP(id wire.Identity) bool {
 		}
 	}
 	return false
+}
+
+// servesMCP reports whether participant id, on any node, joined with
+// serves=mcp. Call it with Pod.mu held.
+func (p *Pod) servesMCP(id string) bool {
+	if r := p.members[id]; r != nil {
+		return servesMCP(identityOf(r))
+	}
+	if g := p.guests[id]; g != nil {
+		return servesMCP(g.Identity)
+	}
+	r, ok := p.remote[id]
+	return ok && servesMCP(r.Identity)
 }
 
 // serversChanged tells the node's OnServers, outside the pod's lock, that
@@ -557,23 +560,23 @@ func (p *Pod) Servers() []string {
 }
 
 // MayCall says whether participant id, whose own capabilities are caps,
-// may send an mcp/request of payload in the context contextID ("" for
-// none): directly, by its capabilities or a grant it holds there; or else
-// as a proposal (mcp/proposal of the same payload), which someone allowed
-// to make the call must approve.
-func (p *Pod) MayCall(id string, caps *capability.Set, payload []byte, contextID string) (call, propose bool) {
+// may send an mcp/request of payload to server in the context contextID
+// ("" for none): directly, by its capabilities or a grant it holds there;
+// or else as a proposal (mcp/proposal of the same payload), which someone
+// allowed to make the call must approve.
+func (p *Pod) MayCall(id string, caps *capability.Set, server string, payload []byte, contextID string) (call, propose bool) {
 	if caps.Allows(wire.KindMCPRequest, payload) {
 		return true, false
 	}
-	var ancestors []string
+	w := capability.Where{Context: contextID, To: []string{server}}
 	if contextID != "" {
-		ancestors = p.Registry.Ancestry(&envelope.Context{ID: contextID}, nil)
+		w.Ancestors = p.Registry.Ancestry(&envelope.Context{ID: contextID}, nil)
 	}
 	g := p.grants.For(id)
-	if g.Allows(wire.KindMCPRequest, payload, contextID, ancestors) {
+	if g.Allows(wire.KindMCPRequest, payload, w) {
 		return true, false
 	}
-	return false, caps.Allows(wire.KindMCPProposal, payload) || g.Allows(wire.KindMCPProposal, payload, contextID, ancestors)
+	return false, caps.Allows(wire.KindMCPProposal, payload) || g.Allows(wire.KindMCPProposal, payload, w)
 }
 
 // oneCorrelation reads a correlation_id that names one envelope: a string,

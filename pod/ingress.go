@@ -204,7 +204,7 @@ func (in *ingress) check() *envelope.Error {
 	}
 	if in.readsPayload() {
 		if path, a, b, ambiguous := capability.Ambiguous(env.Payload); ambiguous {
-			return envelope.Errorf(wire.CodeAmbiguousPayload, "%s has the keys %q and %q, equal ignoring case: receivers would read different values; send one key", path, a, b)
+			return envelope.Errorf(wire.CodeAmbiguousPayload, "%s has the keys %q and %q, which receivers may read as one (equal ignoring case, or the same up to a NUL): receivers would read different values; send one key, without NUL", path, a, b)
 		}
 	}
 	if env.IsGatewayRequest() {
@@ -492,7 +492,7 @@ func (in *ingress) allowed() bool {
 			ancestors = in.pod.Registry.Ancestry(&c, in.acc.Ancestors[:0])
 		}
 	}
-	return s.grants.Allows(env.Kind, env.Payload, ctxID, ancestors)
+	return s.grants.Allows(env.Kind, env.Payload, capability.Where{Context: ctxID, Ancestors: ancestors, To: env.To})
 }
 
 // duplicate is the duplicate_id verdict on an envelope's id

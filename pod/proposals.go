@@ -37,8 +37,11 @@ import (
 // proposal is one proposal the pod holds.
 type proposal struct {
 	id, proposer, to string
-	// call is the proposed mcp/request's payload, byte for byte.
+	// call is the proposed mcp/request's payload, byte for byte, and
+	// digest names it (wire.ProposalDigest): an approval names the digest
+	// of the call it approves.
 	call    json.RawMessage
+	digest  string
 	ctx     callContext
 	created time.Time
 	expires time.Time
@@ -107,12 +110,12 @@ func readProposal(kind string, to []string, payload []byte, correlation gjson.Re
 }
 
 // mayMake reports whether a sender (its own capabilities caps, its grants
-// in the pod) may send the proposed call itself, in the proposal's
-// context: who may approve, fulfil or reject a proposal. Call it with
-// Pod.mu held.
+// in the pod) may send the proposed call itself, to its recipient in the
+// proposal's context: who may approve, fulfil or reject a proposal. Call
+// it with Pod.mu held.
 func (p *Pod) mayMake(id string, caps *capability.Set, pr *proposal) bool {
 	return caps.Allows(wire.KindMCPRequest, pr.call) ||
-		p.grants.For(id).Allows(wire.KindMCPRequest, pr.call, pr.ctx.id, pr.ctx.ancestors)
+		p.grants.For(id).Allows(wire.KindMCPRequest, pr.call, capability.Where{Context: pr.ctx.id, Ancestors: pr.ctx.ancestors, To: []string{pr.to}})
 }
 
 // checkProposal applies the rules that need the pod's proposals: a new
@@ -197,8 +200,8 @@ func (p *Pod) recordProposal(m *envelope.Meta, payload []byte, at time.Time) *pr
 		return nil
 	}
 	pr := &proposal{id: strings.Clone(m.ID), proposer: strings.Clone(m.From), to: strings.Clone(m.To[0]),
-		call: bytes.Clone(payload), ctx: contextOfFrame(m), created: at, expires: at.Add(p.calls.cfg.ProposalTimeout),
-		state: wire.ProposalPending, by: strings.Clone(m.From)}
+		call: bytes.Clone(payload), digest: wire.ProposalDigest(payload), ctx: contextOfFrame(m), created: at,
+		expires: at.Add(p.calls.cfg.ProposalTimeout), state: wire.ProposalPending, by: strings.Clone(m.From)}
 	p.proposals.byID[pr.id] = pr
 	p.proposals.pending[pr.proposer]++
 	p.armProposal(pr)
@@ -261,7 +264,7 @@ func (pr *proposal) event(scope, grantID string) wire.ProposalEvent {
 	ev := wire.ProposalEvent{Proposal: pr.id, State: pr.state, By: pr.by, Reason: pr.reason, Proposer: pr.proposer, To: pr.to,
 		Context: pr.ctx.id, Request: pr.request, Scope: scope, GrantID: grantID}
 	if pr.state == wire.ProposalPending {
-		ev.Call = pr.call
+		ev.Call, ev.Digest = pr.call, pr.digest
 		ev.Expires = pr.expires.UTC().Format(wire.TimeFormat)
 	}
 	return ev
@@ -408,7 +411,7 @@ func (p *Pod) ProposalsList(all bool) []wire.ProposalInfo {
 		if !all && pr.state != wire.ProposalPending {
 			continue
 		}
-		info := wire.ProposalInfo{ID: pr.id, State: pr.state, Proposer: pr.proposer, To: pr.to, Context: pr.ctx.id, Call: pr.call,
+		info := wire.ProposalInfo{ID: pr.id, State: pr.state, Proposer: pr.proposer, To: pr.to, Context: pr.ctx.id, Call: pr.call, Digest: pr.digest,
 			Created: pr.created.UTC().Format(wire.TimeFormat), Expires: pr.expires.UTC().Format(wire.TimeFormat), Request: pr.request}
 		if pr.state != wire.ProposalPending {
 			info.By, info.Reason = pr.by, pr.reason
@@ -424,34 +427,19 @@ func (p *Pod) ProposalsList(all bool) []wire.ProposalInfo {
 	return out
 }
 
-// AwaitProposal waits for the outcome of the proposal id, which the
-// caller is about to hand the pod (an MCP host's call it may only
-// propose, through Handle): the channel receives the body of the
-// system/proposal event that ends it and, when it was approved, then the
-// body of the mcp/response to the call released for it (a fulfilment's
-// answer goes to its fulfiller, MEW's way).
-// Forget the id (and the call's, ProposalEvent.Request) when giving up.
-func (p *Pod) AwaitProposal(id string) <-chan []byte {
-	ch := make(chan []byte, 2)
-	p.mu.Lock()
-	p.calls.waiters[id] = ch
-	p.mu.Unlock()
-	return ch
-}
-
-// proposalDecided hands a proposal's end to whoever on this node awaits
-// it, and has the answer to the call that made it follow. Call it with
-// Pod.mu held.
+// proposalDecided hands a proposal's end to its proposer's waits on this
+// node (Await), and has the answer to the call its approval released
+// follow. Call it with Pod.mu held.
 func (p *Pod) proposalDecided(body []byte) {
-	r := gjson.GetManyBytes(body, "payload.proposal", "payload.state", "payload.request")
-	w := p.calls.waiters[r[0].Str]
-	if w == nil || r[1].Str == wire.ProposalPending {
+	r := gjson.GetManyBytes(body, "payload.proposal", "payload.state", "payload.request", "payload.proposer")
+	if r[1].Str == wire.ProposalPending {
 		return
 	}
-	delete(p.calls.waiters, r[0].Str)
-	w <- bytes.Clone(body)
+	handed := p.calls.waiters.hand(r[0].Str, r[3].Str, body)
 	if req := r[2].Str; req != "" && r[1].Str == wire.ProposalApproved {
-		p.calls.waiters[req] = w // the released call's answer goes to the proposer
+		for _, x := range handed { // the released call's answer goes to the proposer
+			p.calls.waiters[req] = append(p.calls.waiters[req], x)
+		}
 	}
 }
 

@@ -111,8 +111,8 @@ func (in *ingress) request(rateErr *envelope.Error) {
 		in.reply(wire.KindKick, answer)
 	case wire.RequestApprove:
 		var a wire.Approve
-		if err := strictDecode(in.env.Payload, &a); err != nil || a.Proposal == "" {
-			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/approve takes {"proposal": ID, "scope"?: "once" | "always", "context"?: ID, "payload"?: PATTERN}`), in.env.ID)
+		if err := strictDecode(in.env.Payload, &a); err != nil || a.Proposal == "" || a.Digest == "" {
+			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/approve takes {"proposal": ID, "digest": "sha256:HEX" (the call's, as its pending event and gateway/proposals give it), "scope"?: "once" | "always", "context"?: ID, "payload"?: PATTERN}`), in.env.ID)
 			return
 		}
 		if rateErr != nil {

@@ -59,6 +59,9 @@ func parseCapabilityChange(kind string, payload []byte, maxContext int) (*capabi
 		if len(c.g.Context) > maxContext {
 			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: context is over %d bytes", maxContext)
 		}
+		if c.g.To != "" && !envelope.ValidParticipantID(c.g.To) {
+			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: to must be a participant id (the one recipient of the envelopes it allows)")
+		}
 		set, err := capability.Compile(c.g.Capabilities)
 		if err != nil {
 			return nil, envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: %v", err)
@@ -126,7 +129,7 @@ func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []by
 	caps, held := s.caps(), p.grants.For(sender)
 	var via []string
 	if !caps.Allows(wire.KindGrant, payload) {
-		id, ok := held.Allowing(wire.KindGrant, payload, scope, ancestors)
+		id, ok := held.Allowing(wire.KindGrant, payload, capability.Where{Context: scope, Ancestors: ancestors, To: []string{c.g.Recipient}})
 		if !ok {
 			where := "for the whole pod"
 			if scope != "" {
@@ -136,11 +139,15 @@ func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []by
 		}
 		via = append(via, id)
 	}
+	where := capability.Where{Context: scope, Ancestors: ancestors}
+	if c.g.To != "" {
+		where.To = []string{c.g.To}
+	}
 	for i, want := range c.g.Capabilities {
 		if caps.Covers(c.caps, i) {
 			continue
 		}
-		id, ok := held.Covering(c.caps, i, scope, ancestors)
+		id, ok := held.Covering(c.caps, i, where)
 		if !ok {
 			return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: you do not hold %s where the grant applies, so you may not grant it", want)
 		}
@@ -150,7 +157,7 @@ func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []by
 	}
 	c.g.Context, c.via = scope, via
 	c.answer = &wire.CapabilityEvent{Event: wire.CapabilityGranted, Recipient: c.g.Recipient, Grantor: sender,
-		Capabilities: c.caps.Wire(), Context: scope, Reason: c.g.Reason}
+		Capabilities: c.caps.Wire(), Context: scope, To: c.g.To, Reason: c.g.Reason}
 	return nil
 }
 
@@ -167,7 +174,7 @@ func (p *Pod) checkRevoke(c *capabilityChange, sender string) *envelope.Error {
 				return envelope.Errorf(wire.CodeCapabilityViolation, "capability/revoke: grant %q was made by %s: only its grantor may revoke it", c.r.GrantID, gr.Grantor)
 			}
 			c.answer = &wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: gr.ID, Recipient: c.r.Recipient,
-				Grantor: sender, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, Reason: c.r.Reason}
+				Grantor: sender, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, To: gr.To, Reason: c.r.Reason}
 			return nil
 		}
 		return envelope.Errorf(wire.CodeInvalidEnvelope, "capability/revoke: %s holds no grant %q (never made, revoked, or ended)", c.r.Recipient, c.r.GrantID)
@@ -226,7 +233,7 @@ func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
 			via = append(via, strings.Clone(v))
 		}
 		err := p.grants.For(c.g.Recipient).Add(capability.Grant{ID: strings.Clone(m.ID), Grantor: strings.Clone(m.From),
-			Context: strings.Clone(scope), Capabilities: c.caps, Via: via})
+			Context: strings.Clone(scope), To: strings.Clone(c.g.To), Capabilities: c.caps, Via: via})
 		if err != nil && !errors.Is(err, capability.ErrDuplicateGrant) {
 			p.node.Log.Warn("a capability/grant could not be applied", "pod", p.Name, "grant", m.ID, "err", err)
 		}
@@ -239,7 +246,7 @@ func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
 			changed = append(changed, gr.ID)
 			if tell {
 				p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: gr.ID,
-					Recipient: c.r.Recipient, Grantor: gr.Grantor, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, Reason: c.r.Reason})
+					Recipient: c.r.Recipient, Grantor: gr.Grantor, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, To: gr.To, Reason: c.r.Reason})
 			}
 		}
 	} else if revoked, err := g.RevokeCapabilities(m.From, c.r.Capabilities); err == nil {
@@ -247,7 +254,7 @@ func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
 			changed = append(changed, r.Grant.ID)
 			if tell {
 				p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: r.Grant.ID,
-					Recipient: c.r.Recipient, Grantor: r.Grant.Grantor, Capabilities: r.Removed, Context: r.Grant.Context, Reason: c.r.Reason})
+					Recipient: c.r.Recipient, Grantor: r.Grant.Grantor, Capabilities: r.Removed, Context: r.Grant.Context, To: r.Grant.To, Reason: c.r.Reason})
 			}
 		}
 	}
@@ -263,7 +270,7 @@ func (p *Pod) endGrants(contextID string, tell bool) {
 		ended = append(ended, e.ID)
 		if tell {
 			p.tellGrantee(e.Recipient, wire.CapabilityEvent{Event: wire.CapabilityEnded, GrantID: e.ID, Recipient: e.Recipient,
-				Grantor: e.Grantor, Capabilities: e.Capabilities.Wire(), Context: e.Context, Reason: "the context concluded"})
+				Grantor: e.Grantor, Capabilities: e.Capabilities.Wire(), Context: e.Context, To: e.To, Reason: "the context concluded"})
 		}
 	}
 	p.endThrough(ended, "a grant it was made through ended with its context", tell)
@@ -275,7 +282,7 @@ func (p *Pod) endThrough(ids []string, why string, tell bool) {
 	for _, e := range p.grants.EndThrough(ids) {
 		if tell {
 			p.tellGrantee(e.Recipient, wire.CapabilityEvent{Event: wire.CapabilityEnded, GrantID: e.ID, Recipient: e.Recipient,
-				Grantor: e.Grantor, Capabilities: e.Capabilities.Wire(), Context: e.Context, Reason: why})
+				Grantor: e.Grantor, Capabilities: e.Capabilities.Wire(), Context: e.Context, To: e.To, Reason: why})
 		}
 	}
 }

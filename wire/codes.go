@@ -28,6 +28,7 @@ const (
 	CodeContextDepthExceeded  Code = "context_depth_exceeded"  // deeper than max_depth
 	CodeDuplicateID           Code = "duplicate_id"            // the pod's history already holds this id; the first one stands
 	CodeProposalNotPending    Code = "proposal_not_pending"    // a decision on a proposal that is not pending (ended, or never made)
+	CodeProposalChanged       Code = "proposal_changed"        // an approval whose digest is not the pending proposal's: its id now names another call
 	CodeNoPendingRequest      Code = "no_pending_request"      // an mcp/response answers no request in flight (answered, timed out, or its requester left): dropped
 	CodeContextLimitExceeded  Code = "context_limit_exceeded"  // too many active contexts (retryable)
 	CodeRequestLimitExceeded  Code = "request_limit_exceeded"  // too many mcp/requests in flight, the sender's or the pod's (retryable)
@@ -58,7 +59,7 @@ var EnvelopeCodes = []Code{
 	CodeInvalidJSON, CodeInvalidEnvelope, CodeUnsupportedProtocol, CodeAuthViolation, CodeReservedKind,
 	CodeAmbiguousPayload, CodeCapabilityViolation, CodeMessageTooLarge, CodeInvalidRecipient, CodeForbidden,
 	CodeInvalidContext, CodeContextConflict, CodeContextCycle, CodeContextDepthExceeded, CodeDuplicateID,
-	CodeProposalNotPending, CodeNoPendingRequest, CodeContextLimitExceeded, CodeRequestLimitExceeded,
+	CodeProposalNotPending, CodeProposalChanged, CodeNoPendingRequest, CodeContextLimitExceeded, CodeRequestLimitExceeded,
 	CodeProposalLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeUnknownRequest, CodeInvalidFilter,
 	CodeShuttingDown,
 }

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 )
@@ -122,12 +124,16 @@ const (
 	KindProposal = "system/proposal"
 )
 
-// Approve is the payload of gateway/approve.
+// Approve is the payload of gateway/approve. Digest names the bytes
+// approved (ProposalDigest of the call, as the pending proposal's event
+// and the list give it): an approval is of that call, never of whatever
+// its id names later.
 //
-//	{"proposal": "p-1", "scope": "once"}
-//	{"proposal": "p-1", "scope": "always", "context": "task-7"}
+//	{"proposal": "p-1", "digest": "sha256:9f86d0…", "scope": "once"}
+//	{"proposal": "p-1", "digest": "sha256:9f86d0…", "scope": "always", "context": "task-7"}
 type Approve struct {
 	Proposal string `json:"proposal" jsonschema:"the proposal's id (its mcp/proposal envelope's id)"`
+	Digest   string `json:"digest" jsonschema:"the digest of the call you approve, as pod_proposals lists it (sha256:HEX)"`
 	// Scope is ScopeOnce (the default) or ScopeAlways.
 	Scope string `json:"scope,omitempty" jsonschema:"once (the default): this call only; always: also grant the proposer this method and tool from now on"`
 	// Context scopes an always grant to a context and its subtree
@@ -137,6 +143,14 @@ type Approve struct {
 	// instead of the proposal's method and tool name. The proposal must
 	// match it.
 	Payload json.RawMessage `json:"payload,omitempty" jsonschema:"with scope always: the payload pattern to grant instead of {method, params: {name}}; the proposal must match it"`
+}
+
+// ProposalDigest names a proposed call's bytes, exactly as its proposer
+// sent them (the mcp/proposal's payload, which the gateway releases as
+// is): "sha256:" and the SHA-256 of the bytes in lower-case hex.
+func ProposalDigest(call []byte) string {
+	sum := sha256.Sum256(call)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // The scopes of an approval.
@@ -174,8 +188,10 @@ type ProposalEvent struct {
 	To       string `json:"to"`
 	// Context is the proposal's context, if it has one.
 	Context string `json:"context,omitempty"`
-	// Call is the proposed mcp/request payload, byte for byte (pending).
-	Call json.RawMessage `json:"call,omitempty"`
+	// Call is the proposed mcp/request payload (pending), and Digest
+	// names its bytes exactly (ProposalDigest), as an approval must.
+	Call   json.RawMessage `json:"call,omitempty"`
+	Digest string          `json:"digest,omitempty"`
 	// Request is the id of the mcp/request that made the call (approved,
 	// fulfilled).
 	Request string `json:"request,omitempty"`
@@ -207,6 +223,7 @@ type ProposalInfo struct {
 	To       string          `json:"to"`
 	Context  string          `json:"context,omitempty"`
 	Call     json.RawMessage `json:"call"`
+	Digest   string          `json:"digest"`
 	Created  string          `json:"created"`
 	Expires  string          `json:"expires"`
 	// By and Reason say who ended it and why; Request names the call an

@@ -73,15 +73,19 @@ type Kicked struct {
 // the recipient (named in payload.recipient, and in to) may use from the
 // next envelope on. With a context (payload.context, or the envelope's
 // own context), they hold only for envelopes in that context and its
-// subtree, and end when it concludes. The grant's envelope id names it
-// from then on.
+// subtree, and end when it concludes. With to, they hold only for the
+// recipient's envelopes addressed to that one participant alone (an
+// "always" approval grants one tool of one server so). The grant's
+// envelope id names it from then on.
 //
 //	{"recipient": "bob", "capabilities": ["chat", {"kind": "mcp/request", "payload": {"method": "tools/call"}}],
 //	 "context": "task-7", "reason": "to run the tools of this task"}
+//	{"recipient": "bob", "to": "files", "capabilities": [{"kind": "mcp/request", "payload": {"method": "tools/call", "params": {"name": "read_file"}}}]}
 type Grant struct {
 	Recipient    string       `json:"recipient"`
 	Capabilities []Capability `json:"capabilities"`
 	Context      string       `json:"context,omitempty"`
+	To           string       `json:"to,omitempty"`
 	Reason       string       `json:"reason,omitempty"`
 }
 
@@ -108,6 +112,7 @@ type CapabilityEvent struct {
 	Grantor      string       `json:"grantor,omitempty"`
 	Capabilities []Capability `json:"capabilities,omitempty"`
 	Context      string       `json:"context,omitempty"`
+	To           string       `json:"to,omitempty"`
 	Reason       string       `json:"reason,omitempty"`
 }
 

@@ -280,7 +280,7 @@ func TestCodes(t *testing.T) {
 	table := []string{"invalid_json", "invalid_envelope", "unsupported_protocol", "auth_violation", "reserved_kind",
 		"ambiguous_payload", "capability_violation", "message_too_large", "invalid_recipient", "forbidden",
 		"invalid_context", "context_conflict", "context_cycle", "context_depth_exceeded", "duplicate_id",
-		"proposal_not_pending", "no_pending_request", "context_limit_exceeded", "request_limit_exceeded",
+		"proposal_not_pending", "proposal_changed", "no_pending_request", "context_limit_exceeded", "request_limit_exceeded",
 		"proposal_limit_exceeded", "rate_limited", "context_rate_limited", "unknown_request", "invalid_filter",
 		"shutting_down"}
 	retryable := map[string]bool{"context_limit_exceeded": true, "request_limit_exceeded": true, "proposal_limit_exceeded": true,

@@ -28,6 +28,7 @@ class Proposal {
     this.context = null;
     this.call = null; // the proposed mcp/request payload, parsed
     this.callRaw = null; // its JSON text as the gateway sent it
+    this.digest = null; // the gateway's digest of that call, which an approval names
     this.created = null;
     this.expires = null;
     this.state = 'pending';
@@ -141,7 +142,7 @@ export class ProposalsView {
       if (!info || typeof info !== 'object' || typeof info.id !== 'string' || this.gone.has(info.id)) return;
       listed.add(info.id);
       const p = this.pendingOf(info.id);
-      this.fill(p, info.proposer, info.to, info.context, info.call, rawAt(line, ['payload', 'proposals', i, 'call']));
+      this.fill(p, info.proposer, info.to, info.context, info.call, rawAt(line, ['payload', 'proposals', i, 'call']), info.digest);
       if (typeof info.created === 'string') p.created = info.created;
       if (typeof info.expires === 'string') p.expires = info.expires;
       p.seen = Math.max(p.seen, seq);
@@ -162,7 +163,7 @@ export class ProposalsView {
       if (this.gone.has(env.id)) return;
       const p = this.pendingOf(env.id);
       const ref = contextRef(env);
-      this.fill(p, env.from, Array.isArray(env.to) ? env.to[0] : '', ref ? ref.id : null, env.payload, rawAt(line, ['payload']));
+      this.fill(p, env.from, Array.isArray(env.to) ? env.to[0] : '', ref ? ref.id : null, env.payload, rawAt(line, ['payload']), null);
       if (p.created === null && typeof env.ts === 'string') p.created = env.ts;
       p.seen = this.seq;
       this.draw(p);
@@ -187,7 +188,7 @@ export class ProposalsView {
     if (ev.state === 'pending') {
       if (this.gone.has(id)) return;
       const p = this.pendingOf(id);
-      this.fill(p, ev.proposer, ev.to, ev.context, ev.call, rawAt(line, [...at, 'call']));
+      this.fill(p, ev.proposer, ev.to, ev.context, ev.call, rawAt(line, [...at, 'call']), ev.digest);
       if (typeof ev.expires === 'string') p.expires = ev.expires;
       if (to) p.approvers = new Set(to.slice(1));
       p.seen = this.seq;
@@ -198,7 +199,7 @@ export class ProposalsView {
     let p = this.pending.get(id) ?? this.ended.find((q) => q.id === id);
     if (!p) {
       p = new Proposal(id);
-      this.fill(p, ev.proposer, ev.to, ev.context, null, null);
+      this.fill(p, ev.proposer, ev.to, ev.context, null, null, null);
     }
     this.end(p, ev);
   }
@@ -212,13 +213,20 @@ export class ProposalsView {
     return p;
   }
 
-  fill(p, proposer, to, context, call, raw) {
+  // fill takes what a proposal's envelope, event or listing says of it.
+  // The digest an approval names is the gateway's for the call shown:
+  // taken with that call, or later for the same call (the proposal's
+  // envelope carries none, its pending event does).
+  fill(p, proposer, to, context, call, raw, digest) {
     if (typeof proposer === 'string' && proposer !== '') p.proposer = proposer;
     if (typeof to === 'string' && to !== '') p.to = to;
     if (typeof context === 'string' && context !== '') p.context = context;
     if (call !== null && call !== undefined && p.call === null) {
       p.call = call;
       p.callRaw = raw ?? JSON.stringify(call);
+    }
+    if (typeof digest === 'string' && p.digest === null && p.call !== null && JSON.stringify(p.call) === JSON.stringify(call)) {
+      p.digest = digest;
     }
   }
 
@@ -385,7 +393,9 @@ export class ProposalsView {
 
   approve(p, scope) {
     const id = requestID();
-    if (!this.send({ kind: 'gateway/approve', id, payload: { proposal: p.id, scope } })) {
+    // The digest binds the approval to the call shown: if the id names
+    // another call by now, the gateway refuses it (proposal_changed).
+    if (!this.send({ kind: 'gateway/approve', id, payload: { proposal: p.id, digest: p.digest ?? '', scope } })) {
       p.outcome = { text: 'not connected: decide again once the viewer is live', cls: 'bad' };
     } else {
       this.reqs.set(id, { what: 'approve', p, scope });
