@@ -14,10 +14,12 @@ import (
 // Bridge is one MCP server in one pod. Make it with New and run it with
 // Run.
 type Bridge struct {
-	cfg     Config
-	calls   *inflight
-	numbers atomic.Int64            // the bridge's JSON-RPC ids towards the server, never reused
-	current atomic.Pointer[session] // the server's session while it is up; nil while it is down
+	cfg       Config
+	calls     *inflight
+	questions *questionTable          // what the server asks the requesters (questions.go)
+	tasks     *taskOwners             // whose each of the server's tasks is (tasks.go)
+	numbers   atomic.Int64            // the bridge's JSON-RPC ids towards the server, never reused
+	current   atomic.Pointer[session] // the server's session while it is up; nil while it is down
 
 	// Set by Run before anything reads them.
 	self string // the bridge's participant id
@@ -30,7 +32,7 @@ func New(cfg Config) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Bridge{cfg: cfg, calls: newInflight(cfg.MaxInFlight)}, nil
+	return &Bridge{cfg: cfg, calls: newInflight(cfg.MaxInFlight), questions: newQuestionTable(), tasks: newTaskOwners()}, nil
 }
 
 // Run joins the pod, starts the server, and bridges them until ctx ends
@@ -117,6 +119,7 @@ func (b *Bridge) receive(ctx context.Context, pc *client.Client) error {
 			}
 		case *client.GatewayError:
 			b.cfg.Logf("the gateway refused envelope %s: %s", ev.RefusedID(), ev.ErrorPayload.String())
+			b.refusedQuestion(ev)
 		}
 	}
 }

@@ -138,13 +138,17 @@ func TestProgressGoesToTheCaller(t *testing.T) {
 	}
 }
 
-// TestServerRequestsOfItsClient: a server that asks its client for
-// sampling or roots gets method not found, as from a client that offers
-// neither; its ping is answered.
+// TestServerRequestsOfItsClient: a server (of a revision with requests of
+// the client: 2025-11-25) that asks its client for sampling or roots gets
+// method not found, as from a client that offers neither; its ping is
+// answered.
 func TestServerRequestsOfItsClient(t *testing.T) {
 	gw := gatewaytest.Start(t, gatewaytest.Config())
 	srv := testServer(t, nil)
-	startBridge(t, gw, "asks", "srv", func(c *bridge.Config) { c.Server.Transport = inMemory(t, srv, nil) })
+	startBridge(t, gw, "asks", "srv", func(c *bridge.Config) {
+		c.Server.Transport = inMemory(t, srv, nil)
+		c.ProtocolVersion = "2025-11-25"
+	})
 	alice := bridgetest.Dial(t, gw.WS, "asks", "alice")
 
 	got := alice.Call("srv", bridgetest.ToolCall(1, "ask_client", struct{}{})).Text(t)
@@ -158,32 +162,55 @@ func TestServerRequestsOfItsClient(t *testing.T) {
 	}
 }
 
-// TestCapabilitiesDeclared: the bridge declares no client capabilities at
-// initialize, so a server offers no tool that needs one.
+// TestCapabilitiesDeclared: the bridge declares elicitation (form and URL)
+// and nothing else, at initialize (2025-11-25) and in the _meta of each
+// request (2026-07-28), so a server offers the tools that ask their user
+// and none that need a model or folders; the revision is the newest the
+// two share unless one is asked for.
 func TestCapabilitiesDeclared(t *testing.T) {
-	gw := gatewaytest.Start(t, gatewaytest.Config())
-	srv := testServer(t, nil)
-	var mu sync.Mutex
-	var params *mcp.InitializeParams
-	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if p, ok := req.GetParams().(*mcp.InitializeParams); ok {
-				mu.Lock()
-				params = p
-				mu.Unlock()
+	for _, version := range []string{"", "2025-11-25"} {
+		t.Run("revision "+version, func(t *testing.T) {
+			gw := gatewaytest.Start(t, gatewaytest.Config())
+			srv := testServer(t, nil)
+			var mu sync.Mutex
+			var seen []string
+			var client *mcp.InitializeParams
+			srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+				return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+					if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() != nil {
+						mu.Lock()
+						seen = append(seen, method)
+						client = ss.InitializeParams()
+						mu.Unlock()
+					}
+					return next(ctx, method, req)
+				}
+			})
+			startBridge(t, gw, "caps", "srv", func(c *bridge.Config) {
+				c.Server.Transport = inMemory(t, srv, nil)
+				c.ProtocolVersion = version
+			})
+			mu.Lock()
+			p, methods := client, strings.Join(seen, " ")
+			mu.Unlock()
+			want := "2026-07-28"
+			if version != "" {
+				want = version
 			}
-			return next(ctx, method, req)
-		}
-	})
-	startBridge(t, gw, "caps", "srv", func(c *bridge.Config) { c.Server.Transport = inMemory(t, srv, nil) })
-	mu.Lock()
-	p := params
-	mu.Unlock()
-	if p == nil || p.ClientInfo.Name != bridge.ClientName {
-		t.Fatalf("initialize params: %+v", p)
-	}
-	if c := p.Capabilities; c == nil || c.Sampling != nil || c.Elicitation != nil || c.RootsV2 != nil || c.Experimental != nil || c.Extensions != nil {
-		t.Fatalf("the bridge declared capabilities %+v, want none", c)
+			if p == nil || p.ClientInfo == nil || p.ClientInfo.Name != bridge.ClientName || p.ProtocolVersion != want {
+				t.Fatalf("the client the server saw: %+v (methods %s), want %s", p, methods, want)
+			}
+			if version == "" && strings.Contains(methods, "initialize") {
+				t.Fatalf("a server of 2026-07-28 was sent %s", methods)
+			}
+			c := p.Capabilities
+			if c == nil || c.Elicitation == nil || c.Elicitation.Form == nil || c.Elicitation.URL == nil {
+				t.Fatalf("the bridge declared %+v, want elicitation in form and URL modes", c)
+			}
+			if c.Sampling != nil || c.RootsV2 != nil || c.Experimental != nil || c.Extensions != nil {
+				t.Fatalf("the bridge declared %+v, want elicitation alone", c)
+			}
+		})
 	}
 }
 

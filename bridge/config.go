@@ -105,6 +105,11 @@ type Config struct {
 	// ClientVersion is clientInfo.version in the initialize request
 	// (default "devel").
 	ClientVersion string
+	// ProtocolVersion is the MCP revision to speak to the server: "" (the
+	// default) for the newest the two share (MCP 2026-07-28 where the
+	// server offers it, else the one it answers initialize with), or an
+	// older one to ask for at initialize (handshake.go).
+	ProtocolVersion string
 
 	// Logf, when set, is told what a person running the bridge wants to
 	// know: the server started, exited, is restarted; the gateway refused

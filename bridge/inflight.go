@@ -12,6 +12,7 @@ import (
 // and that is waiting for the answer.
 type call struct {
 	n         int64           // the bridge's number: its JSON-RPC id at the server
+	first     int64           // its first number, which its progress token is
 	requester string          // who asked: the mcp/request's from
 	envID     string          // the mcp/request's id: the answer's correlation_id
 	kind      string          // the mcp/request's kind, for the answer's (MCPx's long forms)
@@ -19,6 +20,15 @@ type call struct {
 	id        json.RawMessage // the requester's JSON-RPC id, put back in the answer
 	token     json.RawMessage // the requester's progress token, or nil
 	method    string
+	// params are the params sent to the server (the progress token the
+	// bridge's, the _meta triple of a modern session): a call that
+	// needs input (inputs.go) is sent again with them and the answers.
+	params json.RawMessage
+	// task is the task a tasks/… request names; augmented says the call
+	// asked for a task (params.task): its answer names the task made.
+	task      string
+	augmented bool
+	rounds    int           // the times it was sent again with input (inputs.go)
 	sess      *session      // the server's connection it was sent on
 	timer     *time.Timer   // answers it with a timeout
 	sent      chan struct{} // closed once its write to the server is over
@@ -57,7 +67,7 @@ func requesterKey(requester string, id json.RawMessage) string {
 
 // add puts c in the table, unless the table is full, the requester
 // already waits for a request of the same id, or c's session has ended:
-// a session's end takes out every call of the session (takeSession), and
+// a session's end takes out every call of the session (failCalls), and
 // a call added after that would wait for nothing.
 func (t *inflight) add(c *call) error {
 	t.mu.Lock()
@@ -97,6 +107,55 @@ func (t *inflight) takeByRequester(requester string, id json.RawMessage) *call {
 		t.removeLocked(c)
 	}
 	return c
+}
+
+// renumber gives c, in the table, the number n, and stop to end its
+// next write: a call sent again (with the input its server asked for) is
+// a new request at the server. It reports false when c left meanwhile
+// (cancelled, timed out).
+func (t *inflight) renumber(c *call, n int64, stop context.CancelFunc) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.calls[c.n] != c {
+		return false
+	}
+	delete(t.calls, c.n)
+	c.n = n
+	t.calls[n] = c
+	if c.stop != nil {
+		c.stop() // the answer to the last sending has come
+	}
+	c.stop = stop
+	return true
+}
+
+// byProgress returns the call whose progress token is the bridge's
+// token n (its number when it was first sent), without taking it out.
+func (t *inflight) byProgress(n int64) *call {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c := t.calls[n]; c != nil && c.first == n {
+		return c
+	}
+	for _, c := range t.calls {
+		if c.first == n {
+			return c
+		}
+	}
+	return nil
+}
+
+// ofSession lists the calls in flight on session s.
+func (t *inflight) ofSession(s *session) []*call {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*call
+	for _, c := range t.calls {
+		if c.sess == s {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // get returns the call of number n without taking it out (for its

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"encoding/json"
+
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/mcpp/gateway/wire"
@@ -15,14 +17,33 @@ import (
 //     the requester's own progress token back in it: progress is part of
 //     a call's answer, and belongs where the answer goes.
 //   - notifications/cancelled is about the server's requests of the
-//     bridge, which the bridge answers at once: it is not passed on.
+//     bridge, which the bridge answers at once, and
+//     notifications/subscriptions/acknowledged about the bridge's own
+//     subscriptions/listen (MCP 2026-07-28): neither is passed on.
+//   - notifications/elicitation/complete about a URL-mode question goes
+//     to the requester who was asked it (questions.go).
 //   - every other notification (tools/list_changed, resources/updated,
 //     log messages, progress without a call) goes to the whole pod: it is
 //     about the server, and everyone who may call it wants to know.
 func (b *Bridge) notified(s *session, m *jsonrpc.Request) {
 	switch m.Method {
-	case "notifications/cancelled":
-		return
+	case "notifications/cancelled", "notifications/subscriptions/acknowledged":
+		return // about the bridge's own requests (its subscriptions/listen)
+	case "notifications/elicitation/complete":
+		// A URL-mode question was answered at its URL: its requester,
+		// who opened it, is told, as part of its call.
+		var p struct {
+			ElicitationID string `json:"elicitationId"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		if c := b.elicitationCaller(p.ElicitationID); c != nil {
+			b.out.send(&wire.Envelope{
+				Kind: wire.KindMCPNotification, To: []string{c.requester},
+				CorrelationID: wire.CorrelationID{c.envID}, Context: c.context,
+				Payload: encodeNotification(m.Method, m.Params),
+			})
+			return
+		}
 	case "notifications/progress":
 		if c, ok := b.progressCall(m); ok {
 			if c == nil {
@@ -47,7 +68,7 @@ func (b *Bridge) progressCall(m *jsonrpc.Request) (c *call, ok bool) {
 	if !ok || n <= 0 || n > b.numbers.Load() {
 		return nil, false
 	}
-	c = b.calls.get(n)
+	c = b.calls.byProgress(n)
 	if c != nil && c.token == nil {
 		return nil, false // that call asked for no progress: the token is the server's own
 	}

@@ -20,10 +20,18 @@ import (
 const cancelWait = 5 * time.Second
 
 // received handles an envelope of the pod: an mcp/request addressed to
-// the bridge is passed on to the server; anything else is not the
+// the bridge is passed on to the server, an mcp/response addressed to it
+// answers one of its questions (questions.go); anything else is not the
 // bridge's business.
 func (b *Bridge) received(env *wire.Envelope) {
-	if !wire.IsMCPRequest(env.Kind) || env.From == b.self || !slices.Contains(env.To, b.self) {
+	if env.From == b.self || !slices.Contains(env.To, b.self) {
+		return
+	}
+	if wire.IsMCPResponse(env.Kind) {
+		b.answeredQuestion(env)
+		return
+	}
+	if !wire.IsMCPRequest(env.Kind) {
 		return
 	}
 	req, err := parseRequest(env.Payload)
@@ -43,11 +51,22 @@ func (b *Bridge) received(env *wire.Envelope) {
 		b.reply(env, serverDownAnswer(req.ID))
 		return
 	}
+	if *req.Method == "ping" && s.modern {
+		// MCP 2026-07-28 has no ping: the bridge answers it while the
+		// server is up, which is what a requester asks.
+		b.reply(env, serverAnswer(req.ID, &jsonrpc.Response{Result: json.RawMessage("{}")}))
+		return
+	}
 	if *req.Method == "initialize" {
 		// The bridge made the handshake; a requester who asks for it gets
-		// what the server answered then (its capabilities, its
-		// instructions).
+		// what the server answered then (its revision, capabilities and
+		// instructions; for a server of MCP 2026-07-28, what its
+		// server/discover said, in initialize's shape).
 		b.reply(env, serverAnswer(req.ID, &jsonrpc.Response{Result: s.initResult}))
+		return
+	}
+	if !b.tasks.mayAsk(env.From, *req.Method, req.Params) {
+		b.reply(env, errorAnswer(req.ID, jsonrpc.CodeInvalidParams, "no task of yours with this taskId is known at this MCP server", nil))
 		return
 	}
 	b.forward(s, env, req)
@@ -58,14 +77,19 @@ func (b *Bridge) received(env *wire.Envelope) {
 func (b *Bridge) forward(s *session, env *wire.Envelope, req request) {
 	n := b.nextNumber()
 	c := &call{
-		n: n, requester: env.From, envID: env.ID, kind: env.Kind, context: env.Context,
+		n: n, first: n, requester: env.From, envID: env.ID, kind: env.Kind, context: env.Context,
 		id: req.ID, method: *req.Method, sess: s, sent: make(chan struct{}),
 	}
 	params := req.Params
 	params, c.token = swapProgressToken(params, numberToken(n))
+	c.params = s.withTriple(params)
+	c.augmented = member(params, "task") != nil
+	if isTaskRequest(c.method) {
+		_ = json.Unmarshal(member(params, "taskId"), &c.task)
+	}
 	ctx, stop := context.WithCancel(s.ctx)
 	c.stop = stop
-	c.timer = time.AfterFunc(b.cfg.RequestTimeout, func() { b.timedOut(n) })
+	c.timer = time.AfterFunc(b.cfg.RequestTimeout, func() { b.timedOut(c) })
 	if err := b.calls.add(c); err != nil {
 		c.timer.Stop()
 		stop()
@@ -83,24 +107,30 @@ func (b *Bridge) forward(s *session, env *wire.Envelope, req request) {
 	}
 	go func() {
 		defer close(c.sent)
-		err := s.write(ctx, &jsonrpc.Request{ID: serverID(n), Method: c.method, Params: params})
-		if err == nil {
-			return
-		}
-		c := b.calls.take(n)
-		if c == nil {
-			return // answered meanwhile (a timeout), or the session's end answers it
-		}
-		var r *refusal
-		switch {
-		case errors.As(err, &r) && r.rpc != nil:
-			b.answer(c, serverAnswer(c.id, &jsonrpc.Response{Error: r.rpc}))
-		case errors.As(err, &r):
-			b.answer(c, errorAnswer(c.id, jsonrpc.CodeInvalidRequest, "the MCP server refused the request: "+r.Error(), nil))
-		default:
-			b.answer(c, serverDownAnswer(c.id))
-		}
+		b.send(ctx, c, n, c.params)
 	}()
+}
+
+// send writes call c to the server as request number n, and answers it
+// when the write fails.
+func (b *Bridge) send(ctx context.Context, c *call, n int64, params json.RawMessage) {
+	err := c.sess.write(ctx, &jsonrpc.Request{ID: serverID(n), Method: c.method, Params: params})
+	if err == nil {
+		return
+	}
+	if b.calls.take(n) != c {
+		return // answered meanwhile (a timeout), or the session's end answers it
+	}
+	b.endQuestions(c)
+	var r *refusal
+	switch {
+	case errors.As(err, &r) && r.rpc != nil:
+		b.answer(c, serverAnswer(c.id, &jsonrpc.Response{Error: r.rpc}))
+	case errors.As(err, &r):
+		b.answer(c, errorAnswer(c.id, jsonrpc.CodeInvalidRequest, "the MCP server refused the request: "+r.Error(), nil))
+	default:
+		b.answer(c, serverDownAnswer(c.id))
+	}
 }
 
 // notification passes a requester's notification on to the server,
@@ -120,6 +150,7 @@ func (b *Bridge) notification(env *wire.Envelope, req request) {
 		if c == nil {
 			return // answered already, or never made
 		}
+		b.endQuestions(c)
 		go func() {
 			select {
 			case <-c.sent:
@@ -148,6 +179,10 @@ func (b *Bridge) writeCancel(c *call, params json.RawMessage) {
 	})
 }
 
+// The answer to a call, from the server: it leaves the table, its
+// questions end, and, unless the server needs input first (inputs.go),
+// it goes to its requester.
+
 // answered takes the server's answer to call n to its requester. An
 // answer to a call that has left (it timed out, or was cancelled) is
 // dropped. An error that is not a JSON-RPC error did not come from the
@@ -155,24 +190,39 @@ func (b *Bridge) writeCancel(c *call, params json.RawMessage) {
 // whose stream ended without its answer, as when the server is killed
 // in the middle of it; the requester learns that the server went down.
 func (b *Bridge) answered(n int64, resp *jsonrpc.Response) {
-	c := b.calls.take(n)
+	c := b.calls.get(n)
 	if c == nil {
 		return
 	}
+	if resp.Error == nil && c.sess.modern && b.needsInput(c, n, resp.Result) {
+		return // it goes on once its requester answered (inputs.go)
+	}
+	if b.calls.take(n) != c {
+		return
+	}
+	b.endQuestions(c)
 	if we := (*jsonrpc.Error)(nil); resp.Error != nil && !errors.As(resp.Error, &we) {
 		b.answer(c, serverDownAnswer(c.id))
 		return
 	}
+	if resp.Error == nil {
+		switch {
+		case c.augmented:
+			b.tasks.made(c.requester, resp.Result)
+		case c.method == "tasks/list":
+			resp = &jsonrpc.Response{Result: b.tasks.ownList(c.requester, resp.Result)}
+		}
+	}
 	b.answer(c, serverAnswer(c.id, resp))
 }
 
-// timedOut answers call n with a timeout error, when it is still in
+// timedOut answers call c with a timeout error, when it is still in
 // flight, and cancels it at the server.
-func (b *Bridge) timedOut(n int64) {
-	c := b.calls.take(n)
-	if c == nil {
+func (b *Bridge) timedOut(c *call) {
+	if b.calls.take(c.n) != c {
 		return
 	}
+	b.endQuestions(c)
 	d := b.cfg.RequestTimeout
 	b.answer(c, errorAnswer(c.id, wire.RPCRequestTimeout,
 		fmt.Sprintf("the MCP server did not answer within %v", d),
@@ -184,6 +234,7 @@ func (b *Bridge) timedOut(n int64) {
 // error: s ended, and their answers will not come.
 func (b *Bridge) failCalls(s *session) {
 	for _, c := range b.calls.takeAll(func(c *call) bool { return c.sess == s }) {
+		b.endQuestions(c)
 		b.answer(c, serverDownAnswer(c.id))
 	}
 }

@@ -15,12 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// protocolVersion is the MCP revision the bridge asks for at initialize:
-// the newest with the initialize handshake. The server answers with the
-// one it speaks; the bridge passes messages on without reading them, so
-// any revision with that handshake will do.
-const protocolVersion = "2025-11-25"
-
 // session is one connection to the MCP server, from its initialize
 // handshake to its end: the process exited, the connection failed, a
 // ping went unanswered, or the bridge closed it.
@@ -30,16 +24,25 @@ type session struct {
 	ctx    context.Context // ended with the session
 	cancel context.CancelFunc
 
-	// initResult is the server's answer to initialize, as it came;
-	// describe names the server and its protocol version, for the log.
-	initResult json.RawMessage
-	describe   string
+	// initResult is the server's answer to initialize, as it came (for a
+	// server of MCP 2026-07-28, what its server/discover said, in that
+	// shape); serverCapabilities are its capabilities; describe names the
+	// server and its protocol version, for the log.
+	initResult         json.RawMessage
+	serverCapabilities json.RawMessage
+	describe           string
 	// version is the protocol version the server chose (for the
 	// Streamable HTTP transport's header).
 	version *atomic.Value
+	// modern: the server speaks MCP 2026-07-28 (handshake.go): no
+	// initialize, and every request carries triple in its params._meta.
+	modern bool
+	triple map[string]json.RawMessage
 	// hc makes the requests of a Streamable HTTP session (nil for
-	// others): its event stream (events.go).
-	hc *http.Client
+	// others): its event stream (events.go); streams says which call's
+	// stream carried each request of the server (streams.go).
+	hc      *http.Client
+	streams *streamCalls
 
 	mu      sync.Mutex
 	waiters map[int64]chan *jsonrpc.Response // the bridge's own requests (initialize, ping)
@@ -71,8 +74,8 @@ func (s *session) end(err error) {
 // startSession connects to the server and makes the initialize
 // handshake; the session then reads the server until it ends.
 func (b *Bridge) startSession(ctx context.Context) (*session, error) {
-	version := &atomic.Value{}
-	t, hc := b.transport(version)
+	version, streams := &atomic.Value{}, newStreamCalls()
+	t, hc := b.transport(version, streams)
 	sctx, cancel := context.WithCancel(ctx)
 	conn, err := t.Connect(sctx)
 	if err != nil {
@@ -80,61 +83,21 @@ func (b *Bridge) startSession(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("connecting to the MCP server: %w", err)
 	}
 	s := &session{
-		b: b, conn: conn, ctx: sctx, cancel: cancel, version: version, hc: hc,
+		b: b, conn: conn, ctx: sctx, cancel: cancel, version: version, hc: hc, streams: streams,
 		waiters: map[int64]chan *jsonrpc.Response{},
 		done:    make(chan struct{}),
 	}
 	go s.read()
-	if err := s.initialize(); err != nil {
+	if err := s.handshake(); err != nil {
 		s.end(err)
 		s.close()
 		return nil, err
 	}
-	if hc != nil {
-		go s.listen()
+	if hc != nil && !s.modern {
+		go s.listen() // the event stream, which MCP 2026-07-28 has not
 	}
 	go s.keepalive()
 	return s, nil
-}
-
-// initialize makes MCP's handshake: initialize, its answer, then
-// notifications/initialized. The bridge declares no client capabilities
-// (no sampling, elicitation or roots): it has none to offer, and it
-// answers those requests as a client without them does
-// (serverrequests.go).
-func (s *session) initialize() error {
-	params := map[string]any{
-		"protocolVersion": protocolVersion,
-		"capabilities":    map[string]any{},
-		"clientInfo":      map[string]any{"name": ClientName, "version": s.b.cfg.ClientVersion},
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.InitializeTimeout)
-	defer cancel()
-	resp, err := s.call(ctx, "initialize", encode(params))
-	if err != nil {
-		return fmt.Errorf("initialize: %w", err)
-	}
-	if resp.Error != nil {
-		return fmt.Errorf("initialize: the server refused: %w", resp.Error)
-	}
-	var res struct {
-		ProtocolVersion string `json:"protocolVersion"`
-		ServerInfo      struct {
-			Name    string `json:"name"`
-			Version string `json:"version"`
-		} `json:"serverInfo"`
-	}
-	if err := json.Unmarshal(resp.Result, &res); err != nil || res.ProtocolVersion == "" {
-		return fmt.Errorf("initialize: the server's answer %.200s has no protocolVersion", resp.Result)
-	}
-	s.initResult = resp.Result
-	s.version.Store(res.ProtocolVersion)
-	s.describe = fmt.Sprintf("%s %s, MCP %s", res.ServerInfo.Name, res.ServerInfo.Version, res.ProtocolVersion)
-	note := &jsonrpc.Request{Method: "notifications/initialized", Params: json.RawMessage("{}")}
-	if err := s.conn.Write(ctx, note); err != nil {
-		return fmt.Errorf("notifications/initialized: %w", err)
-	}
-	return nil
 }
 
 // call makes one of the bridge's own requests and waits for its answer.
@@ -259,7 +222,11 @@ func (s *session) keepalive() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.PingTimeout)
-		_, err := s.call(ctx, "ping", nil)
+		method := "ping"
+		if s.modern {
+			method = "server/discover" // MCP 2026-07-28 has no ping
+		}
+		_, err := s.call(ctx, method, s.withTriple(nil))
 		cancel()
 		if err != nil && s.ctx.Err() == nil {
 			s.end(fmt.Errorf("the MCP server did not answer a ping within %v: %w", s.b.cfg.PingTimeout, err))

@@ -10,14 +10,15 @@ import (
 
 // transport makes the transport of one start of the server, and for
 // Streamable HTTP the client of its requests. version will hold the
-// protocol version the server chooses at initialize.
-func (b *Bridge) transport(version *atomic.Value) (mcp.Transport, *http.Client) {
+// protocol version the server chooses at initialize; streams learns which
+// call's stream carries each request of the server.
+func (b *Bridge) transport(version *atomic.Value, streams *streamCalls) (mcp.Transport, *http.Client) {
 	srv := b.cfg.Server
 	switch {
 	case srv.Transport != nil:
 		return srv.Transport(), nil
 	case srv.URL != "":
-		hc := b.httpClient(version)
+		hc := b.httpClient(version, streams)
 		return &mcp.StreamableClientTransport{
 			Endpoint:   srv.URL,
 			HTTPClient: hc,
@@ -37,9 +38,10 @@ func (b *Bridge) transport(version *atomic.Value) (mcp.Transport, *http.Client) 
 // the Mcp-Protocol-Version header on each request once the server has
 // chosen a version (the SDK's transport sets it only in sessions that
 // its own mcp.Client initialized, and the bridge makes the handshake
-// itself: doc.go says why), and a server's refusal of one request made
-// the error answer it stands for (httprefusals.go).
-func (b *Bridge) httpClient(version *atomic.Value) *http.Client {
+// itself: doc.go says why), a server's refusal of one request made the
+// error answer it stands for (httprefusals.go), and each call's answer
+// stream read for the requests the server makes on it (streams.go).
+func (b *Bridge) httpClient(version *atomic.Value, streams *streamCalls) *http.Client {
 	base := http.DefaultTransport
 	hc := &http.Client{}
 	if c := b.cfg.Server.HTTPClient; c != nil {
@@ -48,7 +50,7 @@ func (b *Bridge) httpClient(version *atomic.Value) *http.Client {
 			base = c.Transport
 		}
 	}
-	hc.Transport = refusalAnswers{base: versionHeader{base: base, version: version}}
+	hc.Transport = taggedStreams{base: refusalAnswers{base: versionHeader{base: base, version: version}}, calls: streams}
 	return hc
 }
 

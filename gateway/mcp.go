@@ -54,6 +54,9 @@ type mcpEndpoint struct {
 	// serverTools are the tools of the pods' MCP servers, by pod, for the
 	// hosts of those pods on this node (mcp_servers.go).
 	serverTools map[string]*podServerTools
+	// rounds are the hosts' calls waiting for their next round
+	// (mcp_calls.go).
+	rounds hostCalls
 }
 
 // newMCPEndpoint builds the /mcp handler.
@@ -61,6 +64,7 @@ func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 	e := &mcpEndpoint{
 		g: g, members: map[string]*mcpMember{}, sessions: map[string]*mcpMember{},
 		stopping: make(chan struct{}), serverTools: map[string]*podServerTools{},
+		rounds: hostCalls{calls: map[string]*hostCall{}},
 	}
 	// A request without a member (a GET or DELETE of a session, which
 	// the SDK routes to the session's own server) gets the shared one.

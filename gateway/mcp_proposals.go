@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/tidwall/gjson"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpp/gateway/envelope"
@@ -98,7 +99,8 @@ func (e *mcpEndpoint) proposalWait(ctx context.Context, req *mcp.CallToolRequest
 			Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
 	}
 	wait := min(time.Duration(args.WaitMS)*time.Millisecond, maxReadWait)
-	return e.awaitProposal(ctx, m, args.Proposal, m.pod.Await(args.Proposal, m.id), wait)
+	hc := &hostCall{id: args.Proposal, m: m, server: info.To, rpcID: json.RawMessage(gjson.GetBytes(info.Call, "id").Raw), wait: m.pod.Await(args.Proposal, m.id)}
+	return e.follow(ctx, req, hc, wait)
 }
 
 func (e *mcpEndpoint) proposalApprove(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Approve) (any, error) {

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,9 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tidwall/gjson"
 
-	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/pod"
-	"github.com/mcpp/gateway/wire"
 )
 
 // The pod's tools for an MCP host (docs/protocol.md section 9): beside
@@ -387,7 +384,7 @@ func (m *mcpMember) addServerTool(st serverTool) (err error) {
 	}()
 	server, name := st.server, st.name
 	m.server.AddTool(&tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return m.e.callServerTool(ctx, memberOf(ctx), server, name, req.Params.Arguments)
+		return m.e.callServerTool(ctx, memberOf(ctx), server, name, req)
 	})
 	return nil
 }
@@ -415,163 +412,4 @@ func (m *mcpMember) opened(id string) {
 	if len(m.branches) > 64 {
 		m.branches = m.branches[len(m.branches)-64:]
 	}
-}
-
-// callServerTool calls tool of server for the member: an mcp/request from
-// its participant through the pod, waiting for the answer at most the
-// gateway's --mcp-request-timeout (the gateway answers for a server that
-// does not). The server's result is the tool's result; its JSON-RPC error
-// an error result.
-func (e *mcpEndpoint) callServerTool(ctx context.Context, m *mcpMember, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
-	if m == nil || m.ended() {
-		return nil, errSessionEnded
-	}
-	if len(args) == 0 || string(args) == "null" {
-		args = json.RawMessage(`{}`)
-	}
-	payload, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": uuid.NewString(), "method": "tools/call",
-		"params": map[string]any{"name": tool, "arguments": args}})
-	if err != nil {
-		return refusalResult(refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the arguments do not marshal: %v", err))), nil
-	}
-	out := outgoing{ID: uuid.NewString(), Kind: wire.KindMCPRequest, To: []string{server}, Payload: payload}
-	cx := m.branch()
-	if cx != "" {
-		out.Context = wire.Context{ID: cx}.JSON()
-	}
-	if call, propose := m.pod.MayCall(m.id, m.caps.Load(), server, payload, cx); !call && propose {
-		// It may not make the call, but may propose it: someone allowed
-		// to make it decides (docs/protocol.md section 11).
-		out.Kind = wire.KindMCPProposal
-		return e.propose(ctx, m, out, proposalWait)
-	}
-	answer := m.pod.Await(out.ID, m.id)
-	if res, err := m.relayCall(out, answer); res != nil || err != nil {
-		return res, err
-	}
-	select {
-	case body := <-answer:
-		return toolResult(server, body), nil
-	case <-ctx.Done():
-		m.pod.Forget(out.ID, answer)
-		return nil, ctx.Err()
-	case <-m.done:
-		m.pod.Forget(out.ID, answer)
-		return nil, errSessionEnded
-	}
-}
-
-// toolResult is the tool's result for an mcp/response's body: the
-// server's result as it came, or its error (the gateway's, for a server
-// that did not answer) as an error result.
-func toolResult(server string, body []byte) *mcp.CallToolResult {
-	p := gjson.GetBytes(body, "payload")
-	if r := p.Get("result"); r.Exists() {
-		var res mcp.CallToolResult
-		if err := json.Unmarshal([]byte(r.Raw), &res); err == nil {
-			return &res
-		}
-		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
-			Text: fmt.Sprintf("%s answered a result that is not a tool's result: %s", server, r.Raw)}}}
-	}
-	e := p.Get("error")
-	text := fmt.Sprintf("%s answered error %d: %s", server, e.Get("code").Int(), e.Get("message").String())
-	if d := e.Get("data"); d.Exists() {
-		text += " " + d.Raw
-	}
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
-}
-
-// proposalWait bounds how long a host's call that became a proposal
-// waits for the decision before it returns a result saying it is still
-// pending (docs/protocol.md section 9); proposal_wait waits again.
-const proposalWait = 30 * time.Second
-
-// propose sends out, the host's call as an mcp/proposal, and waits at most
-// wait for its outcome.
-func (e *mcpEndpoint) propose(ctx context.Context, m *mcpMember, out outgoing, wait time.Duration) (*mcp.CallToolResult, error) {
-	outcome := m.pod.Await(out.ID, m.id)
-	if res, err := m.relayCall(out, outcome); res != nil || err != nil {
-		return res, err
-	}
-	return e.awaitProposal(ctx, m, out.ID, outcome, wait)
-}
-
-// relayCall relays a host's call (a request or a proposal whose answer
-// the pod awaits on wait) and returns nothing when it was relayed.
-// Otherwise the pod forgets the wait, and a refusal is the tool's result
-// (an error result) where any other error is the call's.
-func (m *mcpMember) relayCall(out outgoing, wait <-chan []byte) (*mcp.CallToolResult, error) {
-	_, err := m.relay(out)
-	if err == nil {
-		return nil, nil
-	}
-	m.pod.Forget(out.ID, wait)
-	var no refused
-	if errors.As(err, &no) {
-		return refusalResult(no), nil
-	}
-	return nil, err
-}
-
-// awaitProposal waits at most wait for the outcome of proposal id: the
-// call's result once it was approved (or fulfilled) and answered, the
-// rejection, withdrawal or expiry with its reason as an error result, or
-// a result saying it is still pending and how to wait for it again.
-func (e *mcpEndpoint) awaitProposal(ctx context.Context, m *mcpMember, id string, outcome <-chan []byte, wait time.Duration) (*mcp.CallToolResult, error) {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	var request string
-	for {
-		select {
-		case body := <-outcome:
-			if request != "" {
-				return toolResult(gjson.GetBytes(body, "from").String(), body), nil
-			}
-			ev := gjson.GetBytes(body, "payload")
-			switch state := ev.Get("state").String(); state {
-			case wire.ProposalApproved:
-				request = ev.Get("request").String()
-				// The answer to the call comes on the same channel.
-			case wire.ProposalFulfilled:
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
-					"your call was proposed (proposal %s) and %s made it itself (request %s): its answer went to %s, as MEW's fulfilments go",
-					id, ev.Get("by").String(), ev.Get("request").String(), ev.Get("by").String())}}}, nil
-			default:
-				text := fmt.Sprintf("your call was proposed (proposal %s) and %s by %s", id, state, ev.Get("by").String())
-				if r := ev.Get("reason").String(); r != "" {
-					text += ": " + r
-				}
-				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
-			}
-		case <-timer.C:
-			m.pod.Forget(id, outcome)
-			if request != "" {
-				m.pod.Forget(request, outcome)
-				return pendingResult(id, "approved; its answer has not come yet: it will be in pod_read, addressed to you", request), nil
-			}
-			return pendingResult(id, "pending: nobody allowed to make the call has decided yet", ""), nil
-		case <-ctx.Done():
-			m.pod.Forget(id, outcome)
-			m.pod.Forget(request, outcome)
-			return nil, ctx.Err()
-		case <-m.done:
-			m.pod.Forget(id, outcome)
-			m.pod.Forget(request, outcome)
-			return nil, errSessionEnded
-		}
-	}
-}
-
-// pendingResult says a proposal is undecided (or its call unanswered) and
-// how to ask again.
-func pendingResult(id, state, request string) *mcp.CallToolResult {
-	out := map[string]any{"proposal": id, "state": state,
-		"next": "call proposal_wait with this proposal id to wait for its outcome, or pod_proposals to see it"}
-	if request != "" {
-		out["request"] = request
-	}
-	b, _ := json.Marshal(out)
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
-		Text: fmt.Sprintf("You may not make this call yourself, so it was proposed (proposal %s): %s. %s", id, state, string(b))}}}
 }

@@ -107,11 +107,11 @@ type httpServer struct {
 var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startHTTPServer runs gomcpserver -http addr (127.0.0.1:0 for any port)
-// until the test ends.
-func startHTTPServer(t *testing.T, addr string) *httpServer {
+// with flags until the test ends.
+func startHTTPServer(t *testing.T, addr string, flags ...string) *httpServer {
 	t.Helper()
 	s := &httpServer{t: t, stderr: &harness.SyncBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(goServer(t), "-http", addr)
+	s.cmd = exec.Command(goServer(t), append([]string{"-http", addr}, flags...)...)
 	pipe, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -287,8 +287,19 @@ func TestBridgeEverything(t *testing.T) {
 // is announced to the pod (the server's event stream); a tool that asks
 // the client for sampling gets method not found and reports it.
 func TestBridgeStreamableHTTP(t *testing.T) {
+	for _, revision := range []string{"legacy", "2026"} {
+		t.Run(revision, func(t *testing.T) { bridgeStreamableHTTP(t, revision) })
+	}
+}
+
+// bridgeStreamableHTTP is TestBridgeStreamableHTTP with a server of MCP
+// 2025-11-25 (legacy: sessions, an event stream, a method it does not
+// know refused with HTTP 400, requests of its client) or of 2026-07-28
+// (stateless, notifications on subscriptions/listen, a method it does not
+// know a JSON-RPC error, nothing asked of the client outside a result).
+func bridgeStreamableHTTP(t *testing.T, revision string) {
 	g := harness.StartGateway(t, nil)
-	srv := startHTTPServer(t, "127.0.0.1:0")
+	srv := startHTTPServer(t, "127.0.0.1:0", "-protocol", revision)
 	alice := bridgetest.Dial(t, g.WS, "http", "alice")
 	bob := bridgetest.Dial(t, g.WS, "http", "bob")
 	startBridge(t, g, alice, "http", "gosrv", bridge.Server{URL: srv.URL})
@@ -313,12 +324,16 @@ func TestBridgeStreamableHTTP(t *testing.T) {
 			t.Errorf("%s: %s, want a result with %s", c.payload, a.Envelope.Payload, c.want)
 		}
 	}
-	// The Go SDK's server refuses a method it does not know with HTTP 400
-	// and its reason: the requester gets that reason as an invalid
-	// request, and the server's session goes on.
-	if a := alice.Call("gosrv", `{"jsonrpc": "2.0", "id": 9, "method": "no/such/method"}`); a.Error == nil || a.Error.Code != -32600 ||
-		!strings.Contains(a.Error.Message, `"no/such/method" unsupported`) || string(a.ID) != "9" {
-		t.Errorf("an unknown method: %s, want invalid request with the server's reason", a.Envelope.Payload)
+	a := alice.Call("gosrv", `{"jsonrpc": "2.0", "id": 9, "method": "no/such/method"}`)
+	if revision == "legacy" {
+		// The Go SDK's server refuses a method it does not know with HTTP
+		// 400 and its reason: the requester gets that reason as an
+		// invalid request, and the server's session goes on.
+		if a.Error == nil || a.Error.Code != -32600 || !strings.Contains(a.Error.Message, `"no/such/method" unsupported`) || string(a.ID) != "9" {
+			t.Errorf("an unknown method: %s, want invalid request with the server's reason", a.Envelope.Payload)
+		}
+	} else if a.Error == nil || a.Error.Code != -32601 || string(a.ID) != "9" {
+		t.Errorf("an unknown method: %s, want method not found", a.Envelope.Payload)
 	}
 
 	alice.Call("gosrv", bridgetest.ToolCall(10, "add_tool", map[string]any{"name": "added"})).Text(t)
@@ -329,9 +344,28 @@ func TestBridgeStreamableHTTP(t *testing.T) {
 		t.Fatalf("tools/list after add_tool: %v", names)
 	}
 
-	a := alice.Call("gosrv", bridgetest.ToolCall(12, "ask_llm", map[string]any{"prompt": "hi"}))
-	if got := a.Text(t); !a.IsToolError() || !strings.Contains(got, "Method not found") {
-		t.Fatalf("ask_llm: %s, want a tool error saying method not found", a.Envelope.Payload)
+	// The bridge offers no sampling: a server of 2025-11-25 that asks is
+	// told method not found; one of 2026-07-28 cannot ask outside a
+	// result, and says so.
+	a = alice.Call("gosrv", bridgetest.ToolCall(12, "ask_llm", map[string]any{"prompt": "hi"}))
+	want := "Method not found"
+	if revision != "legacy" {
+		want = "return an InputRequests map instead"
+	}
+	if got := a.Text(t); !a.IsToolError() || !strings.Contains(got, want) {
+		t.Fatalf("ask_llm: %s, want a tool error saying %s", a.Envelope.Payload, want)
+	}
+	// Nothing of the bridge's own subscription reaches the pod.
+	for {
+		select {
+		case n := <-bob.Notes:
+			if strings.Contains(string(n.Payload), "subscriptions") {
+				t.Fatalf("bob was told %s", n.Payload)
+			}
+			continue
+		default:
+		}
+		break
 	}
 }
 

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -178,14 +179,40 @@ type callInfo struct {
 	// rpcID is a request's JSON-RPC id (nil: a notification, which waits
 	// for no answer and is not tracked).
 	rpcID json.RawMessage
-	// correlation is the request a response answers.
+	// correlation is the request a response answers, or the call a
+	// question is asked for.
 	correlation string
 	suffix      string
+	// question: the request is one a server asks of its client
+	// (questionMethod): it goes to the caller of a call in flight to its
+	// sender alone, correlated to that call.
+	question bool
+	// cancels is, for a notifications/cancelled, the JSON-RPC id of the
+	// request it cancels (params.requestId, compacted); cancelsCall is that
+	// call's envelope id, once checkCall found it in flight.
+	cancels     string
+	cancelsCall string
 }
 
 // tracked reports whether the envelope is a call the gateway keeps in
-// flight, or the answer to one.
-func (ci *callInfo) tracked() bool { return ci.request && ci.rpcID != nil || ci.response }
+// flight, the answer to one, or the cancellation of one.
+func (ci *callInfo) tracked() bool {
+	return ci.request && ci.rpcID != nil || ci.response || ci.cancels != ""
+}
+
+// questionMethod reports whether method is one MCP's servers ask of their
+// clients: sent as an mcp/request, it is a question of a server to the
+// caller of a call in flight to it (docs/protocol.md section 11).
+func questionMethod(method string) bool {
+	switch method {
+	case "elicitation/create", "sampling/createMessage", "roots/list":
+		return true
+	}
+	return false
+}
+
+// cancelled is the method of MCP's cancellation of a request.
+const cancelled = "notifications/cancelled"
 
 // readCall reads an mcp/request's or mcp/response's envelope (its kind,
 // payload and correlation_id), refusing one the gateway cannot vouch for:
@@ -208,6 +235,20 @@ func readCall(kind string, to []string, payload, raw []byte, correlation gjson.R
 		}
 		if id := p.Get("id"); id.Exists() {
 			ci.rpcID = json.RawMessage(id.Raw)
+		}
+		switch method := p.Get("method").Str; {
+		case questionMethod(method) && ci.rpcID != nil:
+			ci.question = true
+			var ok bool
+			if ci.correlation, ok = oneCorrelation(correlation); !ok {
+				return ci, envelope.Errorf(wire.CodeInvalidEnvelope, "%s is a server's question of its caller: its correlation_id names the caller's request it is asked for, one", method)
+			}
+		case method == cancelled && ci.rpcID == nil:
+			rid := p.Get("params.requestId")
+			if !rid.Exists() {
+				return ci, envelope.Errorf(wire.CodeInvalidEnvelope, "notifications/cancelled names the request it cancels in params.requestId")
+			}
+			ci.cancels = compactJSON(rid.Raw)
 		}
 		if gjson.GetBytes(raw, "approval").Exists() {
 			return ci, envelope.Errorf(wire.CodeInvalidEnvelope, "approval is the gateway's: it names who approved a proposed call it released (docs/protocol.md section 11)")
@@ -233,6 +274,11 @@ func (p *Pod) checkCall(ci *callInfo, sender string, to []string) *envelope.Erro
 	t := &p.calls
 	switch {
 	case ci.request && ci.rpcID != nil:
+		if ci.question {
+			if c := t.byID[ci.correlation]; c == nil || c.recipient != sender || c.requester != to[0] {
+				return envelope.Errorf(wire.CodeInvalidRecipient, "a server's question goes to the caller of a call in flight to it, correlated to that call: no request of %s to you with id %q is in flight", to[0], ci.correlation)
+			}
+		}
 		if n := t.byRequester[sender]; n >= t.cfg.MaxPerParticipant {
 			return envelope.Errorf(wire.CodeRequestLimitExceeded, "you have %d mcp/requests in flight in this pod, the most there may be (--max-mcp-requests-per-participant): wait for their answers", n)
 		}
@@ -250,8 +296,32 @@ func (p *Pod) checkCall(ci *callInfo, sender string, to []string) *envelope.Erro
 		if len(to) == 1 && to[0] != c.requester {
 			return envelope.Errorf(wire.CodeInvalidRecipient, "an mcp/response goes to its requester alone: to must be [%q] (or be left out)", c.requester)
 		}
+	case ci.cancels != "":
+		if ci.cancelsCall = t.cancelled(sender, to[0], ci.cancels); ci.cancelsCall == "" {
+			return envelope.Errorf(wire.CodeNoPendingRequest, "no request of yours to %s with id %s is in flight (answered already, or never made): nothing to cancel", to[0], ci.cancels)
+		}
 	}
 	return nil
+}
+
+// cancelled is the envelope id of the call in flight from requester to
+// recipient whose JSON-RPC id is rpcID (compacted), or "".
+func (t *calls) cancelled(requester, recipient, rpcID string) string {
+	for id, c := range t.byID {
+		if c.requester == requester && c.recipient == recipient && compactJSON(string(c.rpcID)) == rpcID {
+			return id
+		}
+	}
+	return ""
+}
+
+// compactJSON is a JSON text without its white space, to compare ids.
+func compactJSON(raw string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(raw)) != nil {
+		return raw
+	}
+	return b.String()
 }
 
 // requesterOf is the requester of the request id in flight, or "".
@@ -286,6 +356,9 @@ func (p *Pod) acceptCall(ci *callInfo, m *envelope.Meta, now time.Time) {
 		p.node.Metrics.Calls.Requests.Inc()
 	case ci.response:
 		p.calls.remove(ci.correlation)
+	case ci.cancels != "":
+		// Cancelled: no answer will come, and none is owed.
+		p.calls.remove(ci.cancelsCall)
 	}
 }
 
@@ -347,6 +420,14 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 				ctx: contextOfFrame(m), at: at, live: m.Live()}
 			p.calls.add(strings.Clone(m.ID), c)
 		}
+		if !local && len(m.To) == 1 && !r[1].Exists() {
+			if rid := gjson.GetBytes(body, "payload.params.requestId"); rid.Exists() && gjson.GetBytes(body, "payload.method").Str == cancelled {
+				p.calls.remove(p.calls.cancelled(m.From, m.To[0], compactJSON(rid.Raw)))
+			}
+		}
+		if !past {
+			p.aboutCall(m, r[2], body) // a server's question of its caller
+		}
 		return true
 	case kind == wire.KindMCPProposal || kind == wire.KindProposal:
 		if kind == wire.KindProposal && !past {
@@ -362,6 +443,9 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 		// that serves nothing is never asked.
 		if !past && gjson.GetBytes(body, "payload.method").Str == toolsChanged && p.servesMCP(m.From) {
 			p.serversChanged(strings.Clone(m.From))
+		}
+		if !past {
+			p.aboutCall(m, r[2], body) // progress of a call, to its caller
 		}
 		return true
 	case wire.IsMCPResponse(kind):
@@ -386,6 +470,21 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 		return true
 	}
 	return true
+}
+
+// aboutCall tells the waits of a call's requester on this node (Await) of
+// an envelope about the call: a question its recipient asks of it, or its
+// progress. It is about the call when it is correlated to a call in
+// flight, addressed to that call's requester alone, and sent by that
+// call's recipient. Call it with Pod.mu held.
+func (p *Pod) aboutCall(m *envelope.Meta, correlation gjson.Result, body []byte) {
+	id, ok := oneCorrelation(correlation)
+	if !ok || len(m.To) != 1 {
+		return
+	}
+	if c := p.calls.byID[id]; c != nil && c.requester == m.To[0] && c.recipient == m.From {
+		p.calls.waiters.tell(id, c.requester, body)
+	}
 }
 
 // callsMemberGone answers the calls to a member that left, which this
@@ -413,6 +512,22 @@ func (p *Pod) sweepCalls(now time.Time) {
 			p.calls.remove(id)
 		}
 	}
+}
+
+// AnswerFor answers call id, in flight to recipient, for it: the
+// gateway's mcp/response carrying a JSON-RPC error (code, message, data
+// {"reason", "recipient"}), as it answers for a recipient that left. The
+// MCP endpoint answers so, for an MCP host, a question the host cannot
+// answer itself. It reports false when no such call is in flight.
+func (p *Pod) AnswerFor(id, recipient string, code int, reason, message string) bool {
+	p.lock()
+	defer p.unlock()
+	c := p.calls.byID[id]
+	if p.dead || c == nil || c.recipient != recipient {
+		return false
+	}
+	p.answerCall(id, c, code, reason, message)
+	return true
 }
 
 // answerCall answers the requester of call id for its recipient: an

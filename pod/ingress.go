@@ -311,8 +311,13 @@ func (in *ingress) frameMeta() {
 		m.Flags |= envelope.FlagLive
 	}
 	m.Consumes = append(m.Consumes, env.Consumes...)
-	if env.Kind == wire.KindMCPNotification && gjson.GetBytes(env.Payload, "method").String() == toolsChanged {
-		m.Flags |= envelope.FlagCall // the MCP hosts of every node list the sender's tools again
+	if env.Kind == wire.KindMCPNotification {
+		switch {
+		case gjson.GetBytes(env.Payload, "method").String() == toolsChanged:
+			m.Flags |= envelope.FlagCall // the MCP hosts of every node list the sender's tools again
+		case len(env.To) == 1 && gjson.GetBytes(env.Raw, "correlation_id").Exists():
+			m.Flags |= envelope.FlagCall // about a call (its progress): its caller's wait hears of it (aboutCall)
+		}
 	}
 }
 

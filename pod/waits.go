@@ -51,16 +51,36 @@ func (w waits) hand(id, who string, body []byte) []*waiter {
 	return out
 }
 
+// tell gives a copy of body to the waits on id of who, which go on
+// waiting: a question asked, or progress, of the call they wait on.
+func (w waits) tell(id, who string, body []byte) {
+	for _, x := range w[id] {
+		if x.who == who {
+			select {
+			case x.ch <- slices.Clone(body):
+			default: // its buffer is full: a question the gateway answers for it by timeout, progress lost
+			}
+		}
+	}
+}
+
+// waitBuffer is how many envelopes a wait holds that its waiter has not
+// taken yet: an answer (or an outcome, then an answer), and the questions
+// and progress of the call meanwhile.
+const waitBuffer = 32
+
 // Await waits for what answers id, as who: the body of the mcp/response to
 // the request id that who sent (its recipient's answer, or the gateway's
 // for it), or, for a proposal id that who made, the body of the
 // system/proposal event that ends it and, when it was approved, then the
 // body of the answer to the call released for it (a fulfilment's answer
-// goes to its fulfiller, MEW's way). Register before handing the pod the
-// request or proposal (Handle), then wait on the channel; Forget it when
-// giving up.
+// goes to its fulfiller, MEW's way). Before the answer, the channel also
+// receives what the call's recipient sends who about the call (aboutCall):
+// its questions (mcp/request) and its progress (mcp/notification).
+// Register before handing the pod the request or proposal (Handle), then
+// wait on the channel; Forget it when giving up.
 func (p *Pod) Await(id, who string) <-chan []byte {
-	x := &waiter{who: who, ch: make(chan []byte, 2)}
+	x := &waiter{who: who, ch: make(chan []byte, waitBuffer)}
 	p.mu.Lock()
 	p.calls.waiters[id] = append(p.calls.waiters[id], x)
 	p.mu.Unlock()

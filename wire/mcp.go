@@ -74,6 +74,12 @@ const (
 	MCPReasonRecipientAbsent = "recipient_absent" // no participant of that id was in the pod
 	MCPReasonTimeout         = "timeout"          // no answer within --mcp-request-timeout
 	MCPReasonServerDown      = "server_down"      // mcpp bridge: its MCP server is not running (it is restarted with backoff)
+	// MCPReasonHostCannotAnswer: the recipient is an MCP host on /mcp that
+	// cannot answer the question: it did not declare the capability (the
+	// error is then -32601, method not found, as MCP has such a client
+	// answer), its participant may not send mcp/response, or its session
+	// failed to ask it.
+	MCPReasonHostCannotAnswer = "host_cannot_answer"
 )
 
 // RPCErrorData is the data of those errors.

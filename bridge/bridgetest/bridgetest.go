@@ -36,8 +36,12 @@ type Requester struct {
 	refusals map[string]chan *client.GatewayError // by the refused envelope's id
 	stray    []*wire.Envelope                     // answers to it, but to no request it made
 	// Notes are the mcp/notification envelopes that reach it.
-	Notes  chan *wire.Envelope
-	joined chan string // the ids of presence join events
+	Notes chan *wire.Envelope
+	// Questions are the mcp/request envelopes addressed to it: what a
+	// server asks its caller through its bridge (Reply answers one).
+	Questions chan *wire.Envelope
+	errs      chan *client.GatewayError // refusals of envelopes sent otherwise than by Send
+	joined    chan string               // the ids of presence join events
 }
 
 // Dial joins pod as participant id (open mode) at the gateway's wsURL,
@@ -59,7 +63,7 @@ func DialWith(tb testing.TB, wsURL string, opts client.Options) *Requester {
 	tb.Cleanup(func() { _ = c.Close() })
 	r := &Requester{
 		tb: tb, c: c, id: c.ID(), answers: map[string]chan *wire.Envelope{}, refusals: map[string]chan *client.GatewayError{},
-		Notes: make(chan *wire.Envelope, 1024), joined: make(chan string, 64),
+		Notes: make(chan *wire.Envelope, 1024), Questions: make(chan *wire.Envelope, 64), errs: make(chan *client.GatewayError, 64), joined: make(chan string, 64),
 	}
 	go r.read()
 	return r
@@ -86,6 +90,11 @@ func (r *Requester) read() {
 			r.mu.Unlock()
 			if ch != nil {
 				ch <- ge
+			} else {
+				select {
+				case r.errs <- ge:
+				default:
+				}
 			}
 		}
 		m, ok := ev.(*client.Message)
@@ -107,8 +116,65 @@ func (r *Requester) read() {
 			}
 		case m.Kind == wire.KindMCPNotification:
 			r.Notes <- m.Envelope
+		case wire.IsMCPRequest(m.Kind) && slices.Contains(m.To, r.id):
+			r.Questions <- m.Envelope
 		}
 	}
+}
+
+// Errors receives the gateway's refusals of the envelopes the requester
+// sent through its Client rather than with Send or ReplyRaw.
+func (r *Requester) Errors() <-chan *client.GatewayError { return r.errs }
+
+// Question waits for the next question addressed to the requester that
+// is a request (with an id), and returns it; notifications about earlier
+// questions (their cancellation) are skipped.
+func (r *Requester) Question() *wire.Envelope {
+	r.tb.Helper()
+	deadline := time.After(Wait)
+	for {
+		select {
+		case q := <-r.Questions:
+			var p struct {
+				ID json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal(q.Payload, &p) == nil && p.ID != nil {
+				return q
+			}
+		case <-deadline:
+			r.tb.Fatalf("%s was asked nothing within %v", r.id, Wait)
+			return nil
+		}
+	}
+}
+
+// Reply answers question q with result (JSON), as its asker expects: an
+// mcp/response to it alone, correlated to it, with the question's
+// JSON-RPC id.
+func (r *Requester) Reply(q *wire.Envelope, result string) {
+	r.tb.Helper()
+	var p struct {
+		ID json.RawMessage `json:"id"`
+	}
+	_ = json.Unmarshal(q.Payload, &p)
+	r.ReplyRaw(q, `{"jsonrpc":"2.0","id":`+string(p.ID)+`,"result":`+result+`}`)
+}
+
+// ReplyRaw sends payload as the answer to question q.
+func (r *Requester) ReplyRaw(q *wire.Envelope, payload string) *Pending {
+	r.tb.Helper()
+	p := &Pending{r: r, ID: uuid.NewString(), Answers: make(chan *wire.Envelope, 4), Refusals: make(chan *client.GatewayError, 4)}
+	r.mu.Lock()
+	r.refusals[p.ID] = p.Refusals
+	r.mu.Unlock()
+	env := &wire.Envelope{ID: p.ID, Kind: wire.KindMCPResponse, To: []string{q.From}, CorrelationID: wire.CorrelationID{q.ID},
+		Context: q.Context, Payload: json.RawMessage(payload)}
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	if _, err := r.c.Send(ctx, env); err != nil {
+		r.tb.Fatal(err)
+	}
+	return p
 }
 
 // Pending is a request sent, whose answer comes on Answers.

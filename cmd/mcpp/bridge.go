@@ -32,8 +32,17 @@ alone as an mcp/response, correlation_id the request's id, in the
 request's context, its payload the server's JSON-RPC answer as it came
 with the requester's id. The server's notifications go to the pod as
 mcp/notification envelopes, except progress, which goes to the caller
-alone. A request the server makes of its client (sampling, elicitation,
-roots) is answered -32601 method not found: the bridge offers none.
+alone. The bridge speaks the newest MCP revision the server offers
+(2026-07-28 where it does: no initialize; --protocol asks for an older
+one), and says which on standard error.
+
+What the server asks its user while it handles a call (elicitation, or
+2026-07-28's input requests) goes to the participant whose call caused it,
+as an mcp/request of the bridge's to it alone, correlated to its call; its
+mcp/response is the server's answer. Over stdio with several calls in
+flight and nothing to say which one asks, the server gets error -32004,
+data {"reason": "ambiguous_caller"}. Sampling and roots are answered
+-32601 method not found: the bridge offers neither.
 
 A server that exits, or stops answering (a ping every 15s), is started
 again, after 0.5s, then twice as long each time it fails again, up to 30s.
@@ -50,11 +59,16 @@ Bridge flags:
                             gateway's --mcp-request-timeout, 60s by default,
                             answers the requester first); then the request
                             is answered -32001 and cancelled at the server
+  --protocol VERSION        the MCP revision to ask the server for (default:
+                            the newest the two share)
 
 The participant's capabilities must allow mcp/response* (mcp/response,
-and MCPx's mcp/response:METHOD forms) and mcp/notification. In a token
-file:
-  {"token": "...", "participant": "everything", "capabilities": ["mcp/response*", "mcp/notification"]}
+and MCPx's mcp/response:METHOD forms) and mcp/notification, and, for a
+server that asks its callers questions, mcp/request of elicitation/create
+(and notifications/cancelled, to call off a question whose call ended).
+In a token file:
+  {"token": "...", "participant": "everything", "capabilities": ["mcp/response*", "mcp/notification",
+    {"kind": "mcp/request", "payload": {"method": ["elicitation/create", "notifications/cancelled"]}}]}
 
 The server's standard error goes to bridge's; bridge says on it when the
 server starts, stops and starts again, and when the gateway refuses an
@@ -75,6 +89,7 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 	serverURL := fs.String("url", "", "")
 	maxInFlight := fs.Int("max-in-flight", bridge.DefaultMaxInFlight, "")
 	requestTimeout := fs.Duration("request-timeout", bridge.DefaultRequestTimeout, "")
+	protocol := fs.String("protocol", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -106,9 +121,10 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		Dial: func(ctx context.Context, opts client.Options) (*client.Client, error) {
 			return cf.dial(ctx, opts)
 		},
-		Server:         bridge.Server{Command: command, Stderr: e.stderr, URL: *serverURL},
-		MaxInFlight:    *maxInFlight,
-		RequestTimeout: *requestTimeout,
+		Server:          bridge.Server{Command: command, Stderr: e.stderr, URL: *serverURL},
+		MaxInFlight:     *maxInFlight,
+		RequestTimeout:  *requestTimeout,
+		ProtocolVersion: *protocol,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "mcpp bridge: "+format+"\n", args...)
 		},

@@ -8,17 +8,29 @@
 //	                                 prints "listening on http://ADDR/mcp"
 //	                                 on standard error
 //
+//	gomcpserver -protocol legacy     speaks MCP up to 2025-11-25 alone
+//	gomcpserver -protocol 2026       speaks MCP 2026-07-28 alone (no
+//	                                 initialize)
+//
 // Tools: echo (its message back, after delay_ms), sleep (ms
-// milliseconds, or until cancelled; it says so on standard error), pid (the server's process id, so that a test can kill it),
-// add_tool (adds a tool: the server sends notifications/tools/
-// list_changed), ask_llm (asks the client for a completion,
-// sampling/createMessage, and reports what came back). One resource
-// (test://greeting) and one prompt (greet). Each tool call is said on
-// standard error ("gomcpserver PID: tools/call NAME").
+// milliseconds, or until cancelled; it says both on standard error), pid
+// (the server's process id, so that a test can kill it), add_tool (adds
+// a tool: the server sends notifications/tools/list_changed), ask_llm
+// (asks the client for a completion, sampling/createMessage, and reports
+// what came back), ask_name (asks its user a question, elicitation, in
+// whatever way the client's revision has: an input request of its result
+// in 2026-07-28, which the SDK turns into elicitation/create for older
+// clients; it answers with what came back), ask_many (steps questions
+// at once), progress (sends steps
+// notifications/progress for the call's token, then answers), meta (the
+// call's params._meta as it came). One resource (test://greeting) and one
+// prompt (greet). Each tool call is said on standard error ("gomcpserver
+// PID: tools/call NAME").
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -28,13 +40,22 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func main() {
 	addr := flag.String("http", "", "serve Streamable HTTP on this address instead of stdio")
+	protocol := flag.String("protocol", "", "legacy: speak MCP up to 2025-11-25 alone; 2026: MCP 2026-07-28 alone (default: every revision of the SDK)")
 	flag.Parse()
-	server := newServer()
+	var versions []string
+	switch *protocol {
+	case "legacy":
+		versions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+	case "2026":
+		versions = []string{"2026-07-28"}
+	}
+	server := newServer(versions)
 	if *addr == "" {
 		if err := server.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 			log.Fatal(err)
@@ -46,8 +67,20 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Fprintf(os.Stderr, "listening on http://%s/mcp\n", ln.Addr())
+	// MCP 2026-07-28 is stateless: its requests (which carry the
+	// revision in their Mcp-Protocol-Version header) go to a stateless
+	// handler, as the SDK serves them; older ones to one with sessions.
+	get := func(*http.Request) *mcp.Server { return server }
+	stateful := mcp.NewStreamableHTTPHandler(get, nil)
+	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Protocol-Version") >= "2026-07-28" {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	}))
 	log.Fatal(http.Serve(ln, mux))
 }
 
@@ -72,16 +105,25 @@ func text(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 }
 
-func newServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "gomcpserver", Version: "1"}, nil)
+type stepsArgs struct {
+	Steps int `json:"steps" jsonschema:"how many progress notifications to send"`
+}
+
+func newServer(versions []string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "gomcpserver", Version: "1"}, &mcp.ServerOptions{SupportedProtocolVersions: versions})
 	// Each tool call is said on standard error, so that a test sees which
 	// tools ran.
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+			p, ok := req.GetParams().(*mcp.CallToolParamsRaw)
+			if ok {
 				fmt.Fprintf(os.Stderr, "gomcpserver %d: tools/call %s\n", os.Getpid(), p.Name)
 			}
-			return next(ctx, method, req)
+			res, err := next(ctx, method, req)
+			if ok && err != nil {
+				fmt.Fprintf(os.Stderr, "gomcpserver %d: tools/call %s failed: %v\n", os.Getpid(), p.Name, err)
+			}
+			return res, err
 		}
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Echoes back the input string, after delay_ms"},
@@ -100,6 +142,7 @@ func newServer() *mcp.Server {
 			case <-time.After(time.Duration(a.MS) * time.Millisecond):
 				return text(fmt.Sprintf("slept %d ms", a.MS)), nil, nil
 			case <-ctx.Done():
+				fmt.Fprintf(os.Stderr, "gomcpserver %d: sleep cancelled\n", os.Getpid()) // and for this one
 				return nil, nil, ctx.Err()
 			}
 		})
@@ -127,6 +170,52 @@ func newServer() *mcp.Server {
 				return r, nil, nil
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{res.Content}}, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "ask_name", Description: "Asks its user for a name (elicitation) and greets it"},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			answer, ok := req.Params.InputResponses["name"]
+			if !ok {
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{
+					Message: "What is your name?",
+					RequestedSchema: &jsonschema.Schema{Type: "object", Required: []string{"name"},
+						Properties: map[string]*jsonschema.Schema{"name": {Type: "string"}}},
+				}}, RequestState: "asked"}, nil, nil
+			}
+			res, _ := answer.(*mcp.ElicitResult)
+			if res == nil || res.Action != "accept" {
+				action := "nothing"
+				if res != nil {
+					action = res.Action
+				}
+				return text("no name: the user chose to " + action), nil, nil
+			}
+			return text(fmt.Sprintf("Hello, %v (state %s)", res.Content["name"], req.Params.RequestState)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "ask_many", Description: "Asks its user n questions at once (input requests), and says how many were answered"},
+		func(_ context.Context, req *mcp.CallToolRequest, a stepsArgs) (*mcp.CallToolResult, any, error) {
+			if len(req.Params.InputResponses) > 0 {
+				return text(fmt.Sprintf("%d answered", len(req.Params.InputResponses))), nil, nil
+			}
+			asks := mcp.InputRequestMap{}
+			for i := range a.Steps {
+				asks[fmt.Sprint("q", i)] = &mcp.ElicitParams{Message: fmt.Sprint("question ", i),
+					RequestedSchema: &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"x": {Type: "string"}}}}
+			}
+			return &mcp.CallToolResult{InputRequests: asks}, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "progress", Description: "Sends steps progress notifications, then answers"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a stepsArgs) (*mcp.CallToolResult, any, error) {
+			token := req.Params.GetProgressToken()
+			for i := 1; i <= a.Steps && token != nil; i++ {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token,
+					Progress: float64(i), Total: float64(a.Steps), Message: fmt.Sprintf("step %d", i)})
+			}
+			return text(fmt.Sprintf("%d steps", a.Steps)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "meta", Description: "Returns the call's params._meta as it came"},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			b, _ := json.Marshal(req.Params.Meta)
+			return text(string(b)), nil, nil
 		})
 	s.AddResource(&mcp.Resource{URI: "test://greeting", Name: "greeting", MIMEType: "text/plain"},
 		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
