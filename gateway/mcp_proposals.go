@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/tidwall/gjson"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/wire"
