@@ -57,7 +57,7 @@ type admission struct {
 
 // admit runs every check that can refuse an upgrade with an HTTP answer,
 // before anything is allocated for the participant.
-func (g *Gateway) admit(r *http.Request) (*admission, *envelope.Error) {
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (*admission, *envelope.Error) {
 	if !g.originAllowed(r) {
 		return nil, envelope.Errorf(wire.CodeForbidden,
 			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin"))
@@ -82,7 +82,7 @@ func (g *Gateway) admit(r *http.Request) (*admission, *envelope.Error) {
 	}
 
 	var e *envelope.Error
-	if a.who, e = g.authenticate(r, a.pod, true); e != nil {
+	if a.who, e = g.authenticate(w, r, a.pod, true); e != nil {
 		return nil, e
 	}
 	f, err := filter.FromQuery(q)
@@ -167,7 +167,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 			g.handlers.Done()
 		}
 	}()
-	a, e := g.admit(req)
+	a, e := g.admit(w, req)
 	if e != nil {
 		g.refuse(w, e)
 		return

@@ -17,18 +17,28 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// Who a request is (docs/protocol.md section 1): with --tokens or a JWT
-// flag, the participant its token names (tokens.Verifier: the token file,
-// or a JWT verified with the configured keys); without, anyone, named by
-// ?participant=, with --default-capabilities.
+// Who a request is (docs/protocol.md section 1): with --tokens, a JWT flag
+// or --oauth-issuer, the participant its token names (tokens.Verifier: the
+// token file, a JWT verified with the configured keys, or an OAuth
+// issuer's access token); without, anyone, named by ?participant=, with
+// --default-capabilities.
 
 // newVerifier builds the token verifier of the flags (nil in open mode).
 func newVerifier(ctx context.Context, cfg *Config, defaults []wire.Capability) (*tokens.Verifier, error) {
+	issuers, err := cfg.oauthIssuers()
+	if err != nil {
+		return nil, err
+	}
+	resource := ""
+	if len(issuers) > 0 {
+		resource, _ = tokens.ParseOAuthResource(cfg.OAuthResource) // Validate checked it
+	}
 	v, err := tokens.New(ctx, tokens.Config{
 		File: cfg.Tokens, JWTSecretFile: cfg.JWTSecretFile, JWTPublicKeyFile: cfg.JWTPublicKeyFile,
 		JWKSURL: cfg.JWTJWKSURL, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 		AllowNoExp:          cfg.JWTAllowNoExp,
 		DefaultCapabilities: defaults, Logger: cfg.logger(),
+		OAuthIssuers: issuers, OAuthResource: resource, OAuthParticipantClaim: cfg.OAuthParticipantClaim,
 	})
 	if err != nil {
 		return nil, err
@@ -41,8 +51,10 @@ func newVerifier(ctx context.Context, cfg *Config, defaults []wire.Capability) (
 
 // authenticate decides who a request is (docs/protocol.md section 1): the
 // token's participant, or ?participant= in open mode (made up when absent
-// and generate is set, required otherwise).
-func (g *Gateway) authenticate(r *http.Request, podName string, generate bool) (pod.Admitted, *envelope.Error) {
+// and generate is set, required otherwise). When it refuses the token, it
+// sets w's WWW-Authenticate header (challenge) for the refusal the caller
+// then writes.
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, podName string, generate bool) (pod.Admitted, *envelope.Error) {
 	q := r.URL.Query()
 	token := q.Get("token")
 	if h := r.Header.Get("Authorization"); h != "" {
@@ -52,8 +64,9 @@ func (g *Gateway) authenticate(r *http.Request, podName string, generate bool) (
 		}
 	}
 	if g.verifier != nil {
-		a, e := g.verify(r.Context(), token, podName)
+		a, ref, e := g.verifyToken(r.Context(), token, podName)
 		if e != nil {
+			g.challenge(w, r, podName, token == "", e, ref)
 			return a, e
 		}
 		// The token names the participant: ?participant= is ignored
@@ -78,15 +91,22 @@ func (g *Gateway) authenticate(r *http.Request, podName string, generate bool) (
 // its credential (until when, and whether it was revoked since). It is
 // also the node's check of a gateway/refresh.
 func (g *Gateway) verify(ctx context.Context, token, podName string) (pod.Admitted, *envelope.Error) {
+	a, _, e := g.verifyToken(ctx, token, podName)
+	return a, e
+}
+
+// verifyToken is verify with the verifier's refusal, when it refused: what
+// a challenge needs to know of it.
+func (g *Gateway) verifyToken(ctx context.Context, token, podName string) (pod.Admitted, *tokens.Refusal, *envelope.Error) {
 	id, ref := g.verifier.Verify(ctx, token, podName)
 	if ref != nil {
 		// 401 or 403 with the code; the message names the claim, never
 		// the token.
-		return pod.Admitted{}, envelope.Errorf(ref.Code, "%s", ref.Message)
+		return pod.Admitted{}, ref, envelope.Errorf(ref.Code, "%s", ref.Message)
 	}
 	caps, err := capability.Compile(id.Capabilities)
 	if err != nil {
-		return pod.Admitted{}, envelope.Errorf(wire.CodeUnauthorized, "caps: the token's capabilities do not compile: %v", err)
+		return pod.Admitted{}, nil, envelope.Errorf(wire.CodeUnauthorized, "caps: the token's capabilities do not compile: %v", err)
 	}
 	cred := &participant.Credential{Revoked: func() bool { return g.verifier.Revoked(id) }}
 	if !id.Expires.IsZero() {
@@ -94,7 +114,7 @@ func (g *Gateway) verify(ctx context.Context, token, podName string) (pod.Admitt
 		// a connection ends at the token's own exp.
 		cred.Expires = id.Expires.Add(-tokens.Leeway)
 	}
-	return pod.Admitted{ID: id.Participant, Caps: caps, Credential: cred}, nil
+	return pod.Admitted{ID: id.Participant, Caps: caps, Credential: cred}, nil, nil
 }
 
 // Reload reads the token file and the JWT keys again (SIGHUP), and ends
@@ -168,6 +188,9 @@ func (g *Gateway) DescribeAuth() string {
 	}
 	if g.cfg.jwtOn() {
 		parts = append(parts, "JWT")
+	}
+	if g.cfg.oauthOn() {
+		parts = append(parts, fmt.Sprintf("OAuth: %s", strings.Join(g.cfg.OAuthIssuers, ", ")))
 	}
 	return fmt.Sprintf("tokens (%s)", strings.Join(parts, ", "))
 }

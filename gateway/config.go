@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/tokens"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -34,6 +35,17 @@ type Config struct {
 	// until its key changes).
 	JWTAllowNoExp  bool
 	AllowedOrigins string
+
+	// OAuthIssuers are the authorization servers whose access tokens the
+	// gateway takes (--oauth-issuer [NAME=]URL, once per issuer), as an
+	// OAuth resource server whose identifier is OAuthResource; the
+	// scopes hosts ask for are OAuthScopes, and OAuthParticipantClaim
+	// names the claim of a token's participant (docs/protocol.md
+	// section 1, oauth.go).
+	OAuthIssuers          FlagList
+	OAuthResource         string
+	OAuthScopes           string
+	OAuthParticipantClaim string
 
 	// TLSCert and TLSKey are PEM files: with both, the gateway serves
 	// HTTPS and WSS only (reloaded on SIGHUP and when they change).
@@ -147,6 +159,8 @@ func DefaultConfig() Config {
 		ProposalTimeout:              10 * time.Minute,
 		MaxProposalsPerParticipant:   32,
 		MaxProposalsPerPod:           256,
+		OAuthScopes:                  DefaultOAuthScopes,
+		OAuthParticipantClaim:        tokens.DefaultOAuthParticipantClaim,
 	}
 }
 
@@ -183,6 +197,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.JWTAudience, "jwt-audience", c.JWTAudience, "an aud a JWT must list (empty: any)")
 	fs.StringVar(&c.DefaultCapabilities, "default-capabilities", c.DefaultCapabilities, "capabilities in open mode and of JWTs without a caps claim: comma-separated kind patterns, or a JSON list of patterns and {kind, payload} objects (empty: "+DefaultCapabilitiesOpen+" in open mode, "+DefaultCapabilitiesTokens+" where tokens are required)")
 	fs.BoolVar(&c.JWTAllowNoExp, "jwt-allow-no-exp", c.JWTAllowNoExp, "accept JWTs without an exp claim (unsafe: such a token is valid until its key changes)")
+	fs.Var(&c.OAuthIssuers, "oauth-issuer", "an OAuth authorization server whose access tokens are taken, as URL or NAME=URL (its participants are NAME:sub; NAME defaults to the URL's host); give it once per issuer")
+	fs.StringVar(&c.OAuthResource, "oauth-resource", c.OAuthResource, "the gateway's public https:// address, its OAuth resource identifier: access tokens must name it (or its /mcp) in aud (needed with --oauth-issuer)")
+	fs.StringVar(&c.OAuthScopes, "oauth-scopes", c.OAuthScopes, "the scopes a host asks for besides the pod's own (mcpp:pod:NAME): its protected resource metadata's scopes_supported and each 401's scope")
+	fs.StringVar(&c.OAuthParticipantClaim, "oauth-participant-claim", c.OAuthParticipantClaim, "the claim of an access token that names its participant, after its issuer's NAME and a colon")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve HTTPS and WSS (with --tls-key; reloaded on SIGHUP and when the files change)")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", c.AllowedOrigins, "browser origins allowed besides the gateway's own host (comma-separated host patterns, e.g. app.example.com,*.example.org)")
@@ -319,6 +337,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--history-store must be %s or %s", HistoryStoreFile, HistoryStoreMemory)
 	case c.History == 0 && (c.HistoryDir != "" || c.HistoryReplicas > 0):
 		return fmt.Errorf("--history-dir and --history-replicas need history on (--history above 0)")
+	case c.oauthError() != nil:
+		return c.oauthError()
 	}
 	return nil
 }
@@ -353,7 +373,7 @@ func (c *Config) defaultCapabilitiesError() error {
 }
 
 // tokensRequired reports whether every join and publish needs a token.
-func (c *Config) tokensRequired() bool { return c.Tokens != "" || c.jwtOn() }
+func (c *Config) tokensRequired() bool { return c.Tokens != "" || c.jwtOn() || c.oauthOn() }
 
 // jwtOn reports whether JWTs are verified.
 func (c *Config) jwtOn() bool {

@@ -1,7 +1,7 @@
 // Package gateway is the MCPP pod gateway's server: the HTTP endpoints
 // (/ws, POST /pods/NAME/envelopes, /mcp, /healthz, /metrics and the pod
-// viewer at /), who a request is (auth.go: the token file and JWTs, package
-// tokens), the table of the pods this node serves, and the NATS node the
+// viewer at /), who a request is (auth.go: the token file, JWTs and OAuth
+// access tokens, package tokens), the table of the pods this node serves, and the NATS node the
 // pods' history and the other gateway nodes are reached through. What
 // happens to an envelope once a participant sent it is package pod's.
 //
@@ -21,6 +21,7 @@
 //	accept.go    the upgrade: its checks, answered in JSON, then the reader
 //	publish.go   POST /pods/NAME/envelopes
 //	auth.go      tokens, JWTs, refresh, expiry, revocation (SIGHUP)
+//	oauth.go     the OAuth resource server: metadata, WWW-Authenticate
 //	tls.go       HTTPS and WSS (--tls-cert, --tls-key), reloaded on SIGHUP and file change
 //	mcp*.go      the MCP endpoint: tools, sessions, the inbox resource
 //	nats.go      the embedded NATS server (or the connection to an external one)

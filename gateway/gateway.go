@@ -46,6 +46,7 @@ type Gateway struct {
 	log            *slog.Logger
 	nodeID         string
 	verifier       *tokens.Verifier // nil in open mode
+	oauth          *oauthResource   // nil without --oauth-issuer
 	defaultCaps    *capability.Set  // --default-capabilities, in open mode
 	life           context.Context  // ends at Shutdown: the token watchers
 	endLife        context.CancelFunc
@@ -115,6 +116,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.endLife()
 		return nil, err
 	}
+	g.oauth = newOAuthResource(&cfg)
 	if cfg.jwtOn() && (g.defaultCaps.CoversKind(wire.RequestKick) || g.defaultCaps.CoversKind(wire.KindGrant)) {
 		// A JWT without a caps claim gets --default-capabilities: with
 		// the open mode's "*", any token the identity provider signs may
@@ -278,9 +280,13 @@ func (g *Gateway) awaitHistory(ctx context.Context) error {
 }
 
 // Handler serves /ws, POST /pods/NAME/envelopes, the MCP endpoint at
-// /mcp, /healthz, /metrics and the pod viewer at /.
+// /mcp, /healthz, /metrics, the pod viewer at /, and with --oauth-issuer
+// the protected resource metadata (oauth.go).
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if g.oauth != nil {
+		g.oauth.register(mux)
+	}
 	mux.HandleFunc("/ws", g.serveWS)
 	mux.HandleFunc("/pods/{pod}/envelopes", g.servePublish)
 	mux.Handle("/mcp", g.mcp)

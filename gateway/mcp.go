@@ -155,7 +155,7 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]: /mcp?pod=NAME"))
 		return
 	}
-	who, refusal := g.authenticate(r, pod, false)
+	who, refusal := g.authenticate(w, r, pod, false)
 	if refusal != nil {
 		g.refuse(w, refusal)
 		return

@@ -52,7 +52,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]"))
 		return
 	}
-	who, e := g.authenticate(r, name, false)
+	who, e := g.authenticate(w, r, name, false)
 	if e != nil {
 		g.refuse(w, e)
 		return

@@ -1,6 +1,7 @@
 // Package tokens decides who a participant is from the token it presents
-// (docs/protocol.md section 1): an entry of the gateway's token file, or
-// a JWT signed by a key the gateway trusts.
+// (docs/protocol.md section 1): an entry of the gateway's token file, a
+// JWT signed by a key the gateway trusts, or an access token of an OAuth
+// issuer (oauth.go).
 //
 // # One verifier for every token
 //
@@ -24,9 +25,10 @@
 //	// id.Participant, id.Capabilities, id.Expires …
 //
 // Verify looks the token up in the token file first, comparing its SHA-256
-// with every entry's in constant time. Any other token is verified as a
-// JWT, when a JWT key is configured, in this order, and the first failure
-// is the refusal:
+// with every entry's in constant time. A JWT whose iss is an OAuth
+// issuer's is that issuer's access token (below). Any other token is
+// verified as a JWT, when a JWT key is configured, in this order, and the
+// first failure is the refusal:
 //
 //  1. The token is three base64url parts whose first two are JSON
 //     objects (else ClaimToken).
@@ -71,6 +73,27 @@
 // never end, and is refused ("exp: the token has no exp claim; …")
 // unless Config.AllowNoExp (--jwt-allow-no-exp, unsafe) accepts it, with
 // a zero Expires. Tokens of the token file have no exp.
+//
+// # OAuth access tokens
+//
+// With Config.OAuthIssuers, the verifier is an OAuth resource server's:
+//
+//	v, err := tokens.New(ctx, tokens.Config{
+//		OAuthIssuers:  []tokens.OAuthIssuer{{Name: "team", URL: "https://idp.example.com"}}, // --oauth-issuer team=…
+//		OAuthResource: "https://gw.example.com",                                            // --oauth-resource
+//	})
+//
+// New fetches each issuer's metadata (RFC 8414, or OpenID Connect
+// discovery) for its jwks_uri, whose keys are then fetched and refreshed
+// as Config.JWKSURL's are; Reload fetches both again. An access token is
+// verified with its issuer's keys by steps 1 to 5 above (exp always
+// required; iss is the issuer), then: its aud names the gateway (the
+// resource, its /mcp, or the pod's /mcp?pod=POD); its participant is the
+// issuer's name, a colon and its sub (or Config.OAuthParticipantClaim);
+// its scope (or scp) grants its pods (mcpp:pod:POD) and capabilities
+// (mcpp:cap:KIND, never "*"; mcpp:call:TOOL): nothing else does, neither
+// its pods and caps claims nor Config.DefaultCapabilities. A pod no scope
+// names is 403 ClaimScope.
 //
 // # Keys that change
 //

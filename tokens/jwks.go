@@ -96,7 +96,7 @@ func (v *Verifier) checkKeys(ctx context.Context, keys *jwksKeys) error {
 		return fmt.Errorf("no key of the JWKS may verify a JWT: %s", strings.Join(refused, "; "))
 	default:
 		v.log.Warn("keys of the JWKS fall short of the minimums and are not used",
-			"flag", "--jwt-jwks-url", "url", v.jwksURL, "keys", strings.Join(refused, "; "))
+			"flag", v.jwksFlag, "url", v.jwksURL, "keys", strings.Join(refused, "; "))
 	}
 	return nil
 }
@@ -135,7 +135,7 @@ func (v *Verifier) jwksKey(ctx context.Context, keys *jwksKeys, kid, method stri
 		}
 	}
 	if err != nil {
-		return nil, unauthorized("kid", "kid: no key of the JWKS (--jwt-jwks-url) has kid %q", clip(kid)), false
+		return nil, unauthorized("kid", "kid: no key of the JWKS (%s) has kid %q", v.jwksFlag, clip(kid)), false
 	}
 	m := j.Marshal()
 	if !forSignatures(j) {
@@ -212,7 +212,7 @@ func (v *Verifier) swapJWKS(ctx context.Context, why string) *jwksKeys {
 	keys, err := v.fetchJWKS(ctx)
 	if err != nil {
 		v.log.Warn("the JWKS could not be fetched again; its previous keys stay in use",
-			"flag", "--jwt-jwks-url", "why", why, "error", err)
+			"flag", v.jwksFlag, "why", why, "error", err)
 		return nil
 	}
 	v.reloadMu.Lock()

@@ -22,28 +22,35 @@ func (e *jwksAnswerError) Error() string { return e.reason }
 
 // jwksClient returns a copy of base (nil: a client with JWKSTimeout) that
 // follows no redirect and reads at most MaxJWKSBytes of an answer. base
-// is left as it was: it may be shared with the rest of the program.
-func jwksClient(base *http.Client) *http.Client {
+// is left as it was: it may be shared with the rest of the program. An
+// OAuth issuer's metadata is fetched by such a client too, for the same
+// reasons. what names the document in errors ("a JWKS"), and fix says what
+// to do about a redirect ("give --jwt-jwks-url the address that serves
+// the JWKS").
+func jwksClient(base *http.Client, what, fix string) *http.Client {
 	c := &http.Client{Timeout: JWKSTimeout}
 	if base != nil {
 		*c = *base
 	}
 	c.CheckRedirect = func(req *http.Request, _ []*http.Request) error {
-		return &jwksAnswerError{fmt.Sprintf("the answer is a redirect (%s, to %s), which is not followed: give --jwt-jwks-url the address that serves the JWKS",
-			req.Response.Status, req.URL.Redacted())}
+		return &jwksAnswerError{fmt.Sprintf("the answer is a redirect (%s, to %s), which is not followed: %s",
+			req.Response.Status, req.URL.Redacted(), fix)}
 	}
 	next := c.Transport
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	c.Transport = boundedTransport{next: next}
+	c.Transport = boundedTransport{next: next, what: what}
 	return c
 }
 
 // boundedTransport reads each answer's body whole, up to MaxJWKSBytes,
 // before handing it on: a longer one is an error, whether or not it said
 // its length, and however little of it a JSON decoder would have read.
-type boundedTransport struct{ next http.RoundTripper }
+type boundedTransport struct {
+	next http.RoundTripper
+	what string // "a JWKS", "an issuer's metadata"
+}
 
 func (t boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
@@ -51,7 +58,7 @@ func (t boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	tooLarge := &jwksAnswerError{fmt.Sprintf("the answer is larger than 1 MiB (%d bytes), the most the gateway reads of a JWKS", MaxJWKSBytes)}
+	tooLarge := &jwksAnswerError{fmt.Sprintf("the answer is larger than 1 MiB (%d bytes), the most the gateway reads of %s", MaxJWKSBytes, t.what)}
 	if resp.ContentLength > MaxJWKSBytes {
 		return nil, tooLarge
 	}

@@ -138,18 +138,25 @@ func checkPublicKey(key any) error {
 	return nil
 }
 
-// claims are a JWT's claims as they came, each decoded when asked for, so
-// that a claim of the wrong type is refused by name rather than as a
-// malformed token. The library checks exp, nbf, iat, iss and aud through
-// the jwt.Claims methods; Validate checks the rest. Every check of a claim is
-// here or in the library, nowhere else.
+// registered are the registered claims of a JWT (RFC 7519 section 4.1) as
+// they came, each decoded when asked for, so that a claim of the wrong type
+// is refused by name rather than as a malformed token. The library checks
+// exp, nbf, iat, iss and aud through these jwt.Claims methods.
+type registered struct {
+	Iss json.RawMessage `json:"iss"`
+	Sub json.RawMessage `json:"sub"`
+	Aud json.RawMessage `json:"aud"`
+	Exp json.RawMessage `json:"exp"`
+	Nbf json.RawMessage `json:"nbf"`
+	Iat json.RawMessage `json:"iat"`
+}
+
+// claims are the claims of a JWT of --jwt-* keys: the registered ones,
+// which the library checks, and this gateway's, which Validate checks.
+// Every check of a claim is here (oauth_claims.go for an OAuth issuer's
+// access tokens) or in the library, nowhere else.
 type claims struct {
-	Iss  json.RawMessage `json:"iss"`
-	Sub  json.RawMessage `json:"sub"`
-	Aud  json.RawMessage `json:"aud"`
-	Exp  json.RawMessage `json:"exp"`
-	Nbf  json.RawMessage `json:"nbf"`
-	Iat  json.RawMessage `json:"iat"`
+	registered
 	Pods json.RawMessage `json:"pods"`
 	Caps json.RawMessage `json:"caps"`
 
@@ -196,13 +203,13 @@ func stringClaim(claim string, raw json.RawMessage) (string, error) {
 	return s, nil
 }
 
-func (c *claims) GetExpirationTime() (*jwt.NumericDate, error) { return numericDate("exp", c.Exp) }
-func (c *claims) GetNotBefore() (*jwt.NumericDate, error)      { return numericDate("nbf", c.Nbf) }
-func (c *claims) GetIssuedAt() (*jwt.NumericDate, error)       { return numericDate("iat", c.Iat) }
-func (c *claims) GetIssuer() (string, error)                   { return stringClaim("iss", c.Iss) }
-func (c *claims) GetSubject() (string, error)                  { return stringClaim("sub", c.Sub) }
+func (c *registered) GetExpirationTime() (*jwt.NumericDate, error) { return numericDate("exp", c.Exp) }
+func (c *registered) GetNotBefore() (*jwt.NumericDate, error)      { return numericDate("nbf", c.Nbf) }
+func (c *registered) GetIssuedAt() (*jwt.NumericDate, error)       { return numericDate("iat", c.Iat) }
+func (c *registered) GetIssuer() (string, error)                   { return stringClaim("iss", c.Iss) }
+func (c *registered) GetSubject() (string, error)                  { return stringClaim("sub", c.Sub) }
 
-func (c *claims) GetAudience() (jwt.ClaimStrings, error) {
+func (c *registered) GetAudience() (jwt.ClaimStrings, error) {
 	if absent(c.Aud) {
 		return nil, nil
 	}
@@ -278,7 +285,7 @@ func (v *Verifier) verifyJWT(ctx context.Context, s *state, token string) (*Iden
 // unknown or refused alg, the key function, the signature; then it checks
 // every claim and joins what failed, of which exp, nbf, iat, iss and aud
 // are named first.
-func (v *Verifier) refusalOf(s *state, tok *jwt.Token, c *claims, err error) *Refusal {
+func (v *Verifier) refusalOf(s *state, tok *jwt.Token, c jwt.Claims, err error) *Refusal {
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return unauthorized(ClaimToken, "the token is not a well-formed JWT: three base64url parts (header.claims.signature), the first two JSON objects")
@@ -302,6 +309,9 @@ func (v *Verifier) refusalOf(s *state, tok *jwt.Token, c *claims, err error) *Re
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
 		// exp is required unless AllowNoExp; iss and aud when configured.
 		if exp, err := c.GetExpirationTime(); !v.cfg.AllowNoExp && exp == nil && err == nil {
+			if v.oauth != nil {
+				return unauthorized("exp", "exp: the access token has no exp claim; this gateway takes only access tokens that expire")
+			}
 			return unauthorized("exp", "exp: the token has no exp claim; this gateway takes only tokens that expire (see --jwt-allow-no-exp)")
 		}
 		if iss, _ := c.GetIssuer(); v.cfg.Issuer != "" && iss == "" {

@@ -109,8 +109,22 @@ type Config struct {
 	// its key is trusted, and one that leaks cannot be made to end short
 	// of changing the key. Without it, a JWT without exp is refused
 	// ("exp"). Tokens of the token file have no exp and are not
-	// concerned.
+	// concerned, nor are OAuth access tokens, which always need one.
 	AllowNoExp bool
+
+	// OAuthIssuers are the authorization servers whose access tokens are
+	// taken (--oauth-issuer, see oauth.go): each one's metadata is
+	// fetched at New and at Reload, and its keys are those of the
+	// metadata's jwks_uri, fetched and refreshed as JWKSURL is.
+	OAuthIssuers []OAuthIssuer
+	// OAuthResource is the gateway's resource identifier
+	// (--oauth-resource, see ParseOAuthResource): an access token's aud
+	// must name it (or its /mcp endpoint). Required with OAuthIssuers.
+	OAuthResource string
+	// OAuthParticipantClaim is the claim of an access token that names
+	// its participant, after the issuer's name (--oauth-participant-claim;
+	// "": DefaultOAuthParticipantClaim).
+	OAuthParticipantClaim string
 }
 
 // Source says where an identity comes from.
@@ -118,8 +132,9 @@ type Source string
 
 // The sources of an identity.
 const (
-	SourceFile Source = "file" // an entry of the token file
-	SourceJWT  Source = "jwt"  // a JWT
+	SourceFile  Source = "file"  // an entry of the token file
+	SourceJWT   Source = "jwt"   // a JWT
+	SourceOAuth Source = "oauth" // an access token of an OAuth issuer
 )
 
 // Identity is who a verified token says its bearer is.
@@ -156,6 +171,9 @@ const (
 	ClaimToken = "token"
 	// ClaimSignature: the JWT's signature does not verify.
 	ClaimSignature = "signature"
+	// ClaimScope: an OAuth access token's scope does not parse, or does
+	// not grant the pod (403: a scope would).
+	ClaimScope = "scope"
 )
 
 // Refusal says why a token was refused, in words that a client can act
@@ -167,7 +185,9 @@ type Refusal struct {
 	// Code is wire.CodeUnauthorized (401) or wire.CodeForbidden (403).
 	Code wire.Code
 	// Claim is what failed: "exp", "nbf", "iat", "iss", "aud", "sub",
-	// "pods", "caps", "alg", "kid", ClaimSignature or ClaimToken.
+	// "pods", "caps", "alg", "kid", ClaimScope, ClaimSignature or
+	// ClaimToken (or, for an OAuth access token, the claim that names its
+	// participant).
 	Claim string
 	// Message is the refusal in words, for the client.
 	Message string
@@ -192,8 +212,18 @@ type Verifier struct {
 	log    *slog.Logger
 	client *http.Client
 	now    func() time.Time // time.Now; tests move it
-	// jwksURL is Config.JWKSURL for logs and errors, less any password.
-	jwksURL string
+	// life is the verifier's life (New's ctx): the JWKS is refreshed in
+	// the background until it ends, an OAuth issuer's until its own
+	// (shorter) life ends.
+	life context.Context
+	// jwksURL is Config.JWKSURL for logs and errors, less any password;
+	// jwksFlag names where it comes from ("--jwt-jwks-url", or the
+	// --oauth-issuer whose metadata gave it).
+	jwksURL  string
+	jwksFlag string
+	// oauth, when set, makes this verifier an OAuth issuer's
+	// (oauth.go): its tokens are access tokens, read by oauthRules.
+	oauth *oauthRules
 
 	state    atomic.Pointer[state]
 	reloadMu sync.Mutex // one Reload, or one JWKS swap, at a time
@@ -217,6 +247,9 @@ type state struct {
 	secret     []byte     // nil without --jwt-secret-file
 	publicKeys []any      // of --jwt-public-key-file
 	jwks       *jwksKeys  // nil without --jwt-jwks-url
+	// issuers are the OAuth issuers (--oauth-issuer), each with a
+	// verifier of its own.
+	issuers []*issuer
 	// methods are the algorithms that the configured keys verify: the
 	// parser refuses any other alg before it looks for a key.
 	methods []string
@@ -227,14 +260,28 @@ type state struct {
 // JWKS; an error names the flag at fault. ctx is the verifier's life: when
 // it ends, the JWKS is no longer refreshed in the background.
 func New(ctx context.Context, cfg Config) (*Verifier, error) {
+	return newWith(ctx, ctx, cfg, nil)
+}
+
+// newWith is New, with the fetches made under ctx and the background
+// refresh for life; rules, when set, make it an OAuth issuer's verifier.
+func newWith(ctx, life context.Context, cfg Config, rules *oauthRules) (*Verifier, error) {
 	v := &Verifier{
 		cfg:        cfg,
 		log:        cfg.Logger,
-		client:     jwksClient(cfg.HTTPClient),
 		now:        time.Now,
+		life:       life,
+		jwksFlag:   "--jwt-jwks-url",
+		oauth:      rules,
 		seen:       make(map[string]fileStamp),
 		kidLimiter: rate.NewLimiter(rate.Every(UnknownKIDInterval), 1),
 	}
+	fix := "give --jwt-jwks-url the address that serves the JWKS"
+	if rules != nil {
+		v.jwksFlag = "--oauth-issuer " + cfg.Issuer
+		fix = "the issuer's metadata must name, as its jwks_uri, the address that serves the keys"
+	}
+	v.client = jwksClient(cfg.HTTPClient, "a JWKS", fix)
 	if v.log == nil {
 		v.log = slog.Default()
 	}
@@ -251,7 +298,7 @@ func New(ctx context.Context, cfg Config) (*Verifier, error) {
 		if every == 0 {
 			every = DefaultJWKSRefresh
 		}
-		go v.refreshJWKS(ctx, every)
+		go v.refreshJWKS(life, every)
 	}
 	return v, nil
 }
@@ -274,18 +321,18 @@ func (v *Verifier) checkConfig() error {
 	if c.JWKSURL != "" {
 		u, err := url.Parse(c.JWKSURL)
 		if err != nil {
-			return fmt.Errorf("--jwt-jwks-url: %w", err)
+			return fmt.Errorf("%s: %w", v.jwksFlag, err)
 		}
 		v.jwksURL = u.Redacted()
 		if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return fmt.Errorf("--jwt-jwks-url: %q is not an http:// or https:// address", v.jwksURL)
+			return fmt.Errorf("%s: %q is not an http:// or https:// address", v.jwksFlag, v.jwksURL)
 		}
 		if u.Scheme == "http" && !loopback(u.Hostname()) {
 			v.log.Warn("the JWKS is fetched over plain HTTP: whoever sits between the gateway and its server can make the gateway trust any key; use https://",
-				"url", v.jwksURL)
+				"flag", v.jwksFlag, "url", v.jwksURL)
 		}
 	}
-	return nil
+	return v.checkOAuth()
 }
 
 func loopback(host string) bool {
@@ -300,14 +347,15 @@ func loopback(host string) bool {
 // without, the gateway runs open.
 func (v *Verifier) Enabled() bool {
 	c := v.cfg
-	return c.File != "" || c.JWTSecretFile != "" || c.JWTPublicKeyFile != "" || c.JWKSURL != ""
+	return c.File != "" || c.JWTSecretFile != "" || c.JWTPublicKeyFile != "" || c.JWKSURL != "" || len(c.OAuthIssuers) > 0
 }
 
 // Verify decides whether token may join pod, and as whom. A token of the
-// token file is looked up first; any other token is verified as a JWT,
-// when JWT keys are configured. The refusal is 401 unless the token is
-// good and only the pod is not allowed (403). An empty pod skips the pod
-// check (Identity.Pod is then "").
+// token file is looked up first; a JWT whose iss is an OAuth issuer's is
+// verified by that issuer's rules alone (oauth.go); any other token is
+// verified as a JWT, when JWT keys are configured. The refusal is 401
+// unless the token is good and only the pod is not allowed (403). An
+// empty pod skips the pod check (Identity.Pod is then "").
 func (v *Verifier) Verify(ctx context.Context, token, pod string) (*Identity, *Refusal) {
 	if token == "" {
 		return nil, unauthorized(ClaimToken, "a token is required (Authorization: Bearer TOKEN, or ?token=)")
@@ -329,7 +377,18 @@ func (v *Verifier) Verify(ctx context.Context, token, pod string) (*Identity, *R
 			}, nil
 		}
 	}
+	if is := s.issuerOf(token); is != nil {
+		id, r := is.v.verifyOAuth(ctx, is.v.state.Load(), token, pod)
+		if r != nil {
+			return nil, r
+		}
+		id.Pod, id.TokenSHA256 = pod, hash
+		return id, nil
+	}
 	if !s.jwtEnabled() {
+		if r := s.unknownIssuer(token); r != nil {
+			return nil, r
+		}
 		return nil, unauthorized(ClaimToken, "unknown token")
 	}
 	if strings.Count(token, ".") != 2 {
@@ -362,7 +421,8 @@ func (v *Verifier) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v.state.Store(s)
+	old := v.state.Swap(s)
+	stopIssuers(old.issuers) // the new ones refresh their keys from now on
 	return nil
 }
 
@@ -419,9 +479,17 @@ func (v *Verifier) load(ctx context.Context) (*state, error) {
 	if c.JWKSURL != "" {
 		keys, err := v.fetchJWKS(ctx)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--jwt-jwks-url: %w", err))
+			errs = append(errs, fmt.Errorf("%s: %w", v.jwksFlag, err))
 		}
 		s.jwks = keys
+	}
+	if len(c.OAuthIssuers) > 0 && len(errs) == 0 {
+		// Each issuer's metadata and keys, fetched only once the rest has
+		// loaded: a Reload that fails keeps everything it had.
+		var err error
+		if s.issuers, err = v.loadIssuers(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -50,16 +50,47 @@ func Start(tb testing.TB, cfg gateway.Config) *Server {
 	return s
 }
 
+// StartOn is Start on a listener the test opened first (Listen), for a
+// configuration that names the gateway's own address (its
+// --oauth-resource). The listener is closed with the gateway, or when it
+// cannot start.
+func StartOn(tb testing.TB, ln net.Listener, cfg gateway.Config) *Server {
+	tb.Helper()
+	s, stop, err := ServeOn(ln, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return s
+}
+
+// Listen opens a listener on a loopback port for StartOn; its address is
+// the gateway's, http://ADDR.
+func Listen(tb testing.TB) net.Listener {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ln
+}
+
 // Serve is Start for a TestMain, which has no test to clean up after:
 // stop shuts the gateway down.
 func Serve(cfg gateway.Config) (s *Server, stop func(), err error) {
-	g, err := gateway.New(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("gateway.New: %w", err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
+	}
+	return ServeOn(ln, cfg)
+}
+
+// ServeOn is Serve on a listener of the caller's.
+func ServeOn(ln net.Listener, cfg gateway.Config) (s *Server, stop func(), err error) {
+	g, err := gateway.New(cfg)
+	if err != nil {
+		_ = ln.Close()
+		return nil, nil, fmt.Errorf("gateway.New: %w", err)
 	}
 	go func() { _ = g.Serve(ln) }()
 	stop = func() {

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,6 +31,13 @@ func HistoryOff() bool { return os.Getenv("MCPP_TEST_HISTORY") == "0" }
 // log is shown when the test fails.
 func StartGateway(t testing.TB, edit func(*gateway.Config)) *Gateway {
 	t.Helper()
+	return StartGatewayOn(t, gatewaytest.Listen(t), edit)
+}
+
+// StartGatewayOn is StartGateway on a listener the test opened first
+// (gatewaytest.Listen), so that edit may name the gateway's address.
+func StartGatewayOn(t testing.TB, ln net.Listener, edit func(*gateway.Config)) *Gateway {
+	t.Helper()
 	cfg := gatewaytest.Config()
 	if HistoryOff() {
 		cfg.History = 0
@@ -39,7 +47,7 @@ func StartGateway(t testing.TB, edit func(*gateway.Config)) *Gateway {
 	if edit != nil {
 		edit(&cfg)
 	}
-	s := gatewaytest.Start(t, cfg)
+	s := gatewaytest.StartOn(t, ln, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the gateway's log:\n%s", logs)
