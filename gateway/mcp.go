@@ -202,6 +202,9 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m != nil {
 		defer m.release()
 		r = r.WithContext(context.WithValue(r.Context(), mcpMemberKey{}, m))
+		if r.Method == http.MethodPost && e.peekTask(w, r, m) {
+			return // a task of the pod's servers, which the SDK has not (mcp_tasks.go)
+		}
 	}
 	if v := r.Header.Get("Mcp-Protocol-Version"); v >= mcpStatelessVersion {
 		e.stateless.ServeHTTP(w, r)

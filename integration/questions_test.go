@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/bridge/bridgetest"
+	"github.com/mcpp/gateway/client"
 	"github.com/mcpp/gateway/gateway"
 	"github.com/mcpp/gateway/integration/internal/harness"
 	"github.com/mcpp/gateway/wire"
@@ -457,5 +460,222 @@ func TestProgressMetaAndCancelFromMCPHost(t *testing.T) {
 	}
 	if got := p.Await().Text(t); got != "slept 1000 ms" {
 		t.Fatalf("alice's call: %s", got)
+	}
+}
+
+// TestTaskThroughTheBridge: a task-augmented call (MCP 2025-11-25's
+// params.task) of server-everything's simulate-research-query returns the
+// server's task; its requester polls it (tasks/get), and asks for its
+// result (tasks/result), during which the server's question about the
+// task reaches that requester alone; another participant sees none of the
+// task (tasks/list, tasks/get).
+func TestTaskThroughTheBridge(t *testing.T) {
+	t.Parallel()
+	g := questionPod(t)
+	const pod = "tasks-ws"
+	alice := bridgetest.Dial(t, g.WS, pod, "alice")
+	bob := bridgetest.Dial(t, g.WS, pod, "bob")
+	startBridgeProc(t, g, alice, pod, "everything", nil, everythingServer(t)...)
+
+	created := alice.Call("everything", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"simulate-research-query",
+		"arguments":{"topic":"python","ambiguous":true},"task":{"ttl":60000}}}`)
+	var made struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+			Status string `json:"status"`
+		} `json:"task"`
+	}
+	if created.Error != nil || json.Unmarshal(created.Result, &made) != nil || made.Task.TaskID == "" {
+		t.Fatalf("the task-augmented call: %s", created.Envelope.Payload)
+	}
+	task := made.Task.TaskID
+	get := func(r *bridgetest.Requester, id int) bridgetest.Answer {
+		return r.Call("everything", fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tasks/get","params":{"taskId":%q}}`, id, task))
+	}
+	if a := get(alice, 2); a.Error != nil || !strings.Contains(string(a.Result), task) {
+		t.Fatalf("tasks/get by its requester: %s", a.Envelope.Payload)
+	}
+	if a := get(bob, 3); a.Error == nil || a.Error.Code != -32602 {
+		t.Fatalf("tasks/get of alice's task by bob: %s", a.Envelope.Payload)
+	}
+	if a := bob.Call("everything", `{"jsonrpc":"2.0","id":4,"method":"tasks/list"}`); a.Error != nil || strings.Contains(string(a.Result), task) {
+		t.Fatalf("tasks/list by bob: %s", a.Envelope.Payload)
+	}
+	if a := alice.Call("everything", `{"jsonrpc":"2.0","id":5,"method":"tasks/list"}`); a.Error != nil || !strings.Contains(string(a.Result), task) {
+		t.Fatalf("tasks/list by alice: %s", a.Envelope.Payload)
+	}
+	// The result: the server asks its question (the task is
+	// input_required) while alice waits for it.
+	result := alice.Send("everything", fmt.Sprintf(`{"jsonrpc":"2.0","id":6,"method":"tasks/result","params":{"taskId":%q}}`, task))
+	q := alice.Question()
+	questionOf(t, q, "everything", alice, result, "elicitation/create")
+	alice.Reply(q, `{"action":"accept","content":{"interpretation":"snake"}}`)
+	if text := allText(t, result.Await()); !strings.Contains(text, "python (snake)") {
+		t.Fatalf("the task's result: %s", text)
+	}
+	select {
+	case q := <-bob.Questions:
+		t.Fatalf("bob was asked %s", q.Payload)
+	default:
+	}
+}
+
+// TestURLElicitationToWebSocketCaller: a tool that asks its caller to open
+// a URL (server-everything's trigger-url-elicitation, offered because the
+// bridge declares URL mode; the Go SDK server's ask_url) reaches the
+// caller; the caller accepts; the server's
+// notifications/elicitation/complete about it is addressed to that caller
+// alone, correlated to its call.
+func TestURLElicitationToWebSocketCaller(t *testing.T) {
+	t.Parallel()
+	g := questionPod(t)
+	const pod = "questions-url"
+	alice := bridgetest.Dial(t, g.WS, pod, "alice")
+	startBridgeProc(t, g, alice, pod, "everything", nil, everythingServer(t)...)
+	startBridgeProc(t, g, alice, pod, "tools", []string{"--protocol", "2025-11-25"}, goServer(t))
+	p := alice.Send("everything", bridgetest.ToolCall(1, "trigger-url-elicitation", map[string]any{"url": "https://example.com/consent", "elicitationId": "consent-0"}))
+	q := alice.Question()
+	questionOf(t, q, "everything", alice, p, "elicitation/create")
+	if !strings.Contains(string(q.Payload), `"mode":"url"`) || !strings.Contains(string(q.Payload), "https://example.com/consent") {
+		t.Fatalf("the URL question: %s", q.Payload)
+	}
+	alice.Reply(q, `{"action":"accept"}`)
+	if text := allText(t, p.Await()); !strings.Contains(text, "completed the URL elicitation") {
+		t.Fatalf("the call: %s", text)
+	}
+
+	p = alice.Send("tools", bridgetest.ToolCall(2, "ask_url", struct{}{}))
+	q = alice.Question()
+	questionOf(t, q, "tools", alice, p, "elicitation/create")
+	alice.Reply(q, `{"action":"accept"}`)
+	n := alice.Notification("notifications/elicitation/complete")
+	if !slices.Equal(n.To, []string{"alice"}) || !slices.Equal(n.CorrelationID, []string{p.ID}) || !strings.Contains(string(n.Payload), "consent-1") {
+		t.Fatalf("the completion: to %v, correlation %v, %s", n.To, n.CorrelationID, n.Payload)
+	}
+	if got := p.Await().Text(t); got != "the user chose to accept" {
+		t.Fatalf("ask_url: %s", got)
+	}
+}
+
+// TestQuestionCapabilities: capabilities govern questions. A bridge whose
+// token does not allow mcp/request of elicitation/create has its question
+// refused by the gateway, and its server is told at once (no hang); with
+// the documented capability it asks. A caller whose token does not allow
+// mcp/response cannot answer: the gateway answers for it when the call
+// times out (--mcp-request-timeout).
+func TestQuestionCapabilities(t *testing.T) {
+	t.Parallel()
+	tokens := harness.WriteFile(t, "tokens.json", `{"tokens": [
+  {"token": "plain-t", "participant": "plain", "capabilities": ["mcp/response*", "mcp/notification"], "pods": ["*"]},
+  {"token": "asker-t", "participant": "asker", "capabilities": ["mcp/response*", "mcp/notification",
+     {"kind": "mcp/request", "payload": {"method": ["elicitation/create", "notifications/cancelled"]}}], "pods": ["*"]},
+  {"token": "alice-t", "participant": "alice", "capabilities": ["chat", "mcp/request", "mcp/response"], "pods": ["*"]},
+  {"token": "mute-t", "participant": "mute", "capabilities": ["chat", "mcp/request"], "pods": ["*"]}
+]}`)
+	g := harness.StartGateway(t, func(c *gateway.Config) {
+		c.History = 1000
+		c.Tokens = tokens
+		c.MCPRequestTimeout = 2 * time.Second
+	})
+	const pod = "questions-caps"
+	alice := bridgetest.DialWith(t, g.WS, client.Options{Pod: pod, Token: "alice-t"})
+	mute := bridgetest.DialWith(t, g.WS, client.Options{Pod: pod, Token: "mute-t"})
+	startBridgeProc(t, g, alice, pod, "plain", []string{"--token", "plain-t"}, goServer(t))
+	startBridgeProc(t, g, alice, pod, "asker", []string{"--token", "asker-t"}, goServer(t))
+
+	start := time.Now()
+	a := alice.Call("plain", bridgetest.ToolCall(1, "ask_name", struct{}{}))
+	if a.Error == nil || !strings.Contains(string(a.Envelope.Payload), "capability_violation") || time.Since(start) > 5*time.Second {
+		t.Fatalf("a question its bridge may not ask (after %v): %s", time.Since(start), a.Envelope.Payload)
+	}
+	p := alice.Send("asker", bridgetest.ToolCall(2, "ask_name", struct{}{}))
+	alice.Reply(alice.Question(), `{"action":"accept","content":{"name":"Alice"}}`)
+	if got := p.Await().Text(t); got != "Hello, Alice (state asked)" {
+		t.Fatalf("the documented capability: %s", got)
+	}
+	p = mute.Send("asker", bridgetest.ToolCall(3, "ask_name", struct{}{}))
+	refused := mute.ReplyRaw(mute.Question(), `{"jsonrpc":"2.0","id":0,"result":{"action":"accept","content":{"name":"Mute"}}}`)
+	select {
+	case ge := <-refused.Refusals:
+		if ge.Code != wire.CodeCapabilityViolation {
+			t.Fatalf("mute's answer: %v", ge)
+		}
+	case <-time.After(bridgetest.Wait):
+		t.Fatal("mute's answer was not refused")
+	}
+	if a := p.Await(); a.Error == nil || !strings.Contains(string(a.Envelope.Payload), wire.MCPReasonTimeout) {
+		t.Fatalf("mute's call: %s", a.Envelope.Payload)
+	}
+}
+
+// TestTaskFromMCPHost: an MCP host makes a task-augmented call of a pod
+// server's tool on /mcp (as MCP 2025-11-25 has it: the Go SDK has no
+// tasks, so the host speaks them on its session over HTTP) and gets the
+// server's task under an id that says whose it is; it polls and lists it,
+// and fetches its result, during which the server's question about the
+// task reaches the host's own session (its elicitation handler); a task id
+// that names no task of the pod's servers is refused.
+func TestTaskFromMCPHost(t *testing.T) {
+	t.Parallel()
+	g := questionPod(t)
+	const pod = "tasks-host"
+	probe := bridgetest.Dial(t, g.WS, pod, "probe")
+	startBridgeProc(t, g, probe, pod, "everything", nil, everythingServer(t)...)
+	asked := make(chan string, 4)
+	host := harness.MCPConnect(t, g.URL, pod, "host", harness.MCPOpts{Version: harness.MCPSessions,
+		Client: &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"interpretation": "snake"}}, nil
+		}}})
+	harness.Eventually(t, 10*time.Second, "the host lists simulate-research-query", func() bool {
+		return slices.Contains(toolNamesOf(t, host), "everything__simulate-research-query")
+	})
+	post := func(body string) (result, rpcErr json.RawMessage) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, g.URL+"/mcp?pod="+pod+"&participant=host", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", host.ID())
+		req.Header.Set("Mcp-Protocol-Version", harness.MCPSessions)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a struct {
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			t.Fatalf("%s: HTTP %d, %v", body, resp.StatusCode, err)
+		}
+		return a.Result, a.Error
+	}
+	res, rpcErr := post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"everything__simulate-research-query",
+		"arguments":{"topic":"python","ambiguous":true},"task":{"ttl":60000}}}`)
+	task := gjson.GetBytes(res, "task.taskId").Str
+	if rpcErr != nil || !strings.HasPrefix(task, "everything__") {
+		t.Fatalf("the task-augmented call: %s %s", res, rpcErr)
+	}
+	if res, rpcErr := post(fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId":%q}}`, task)); rpcErr != nil || gjson.GetBytes(res, "taskId").Str != task {
+		t.Fatalf("tasks/get: %s %s", res, rpcErr)
+	}
+	if res, rpcErr := post(`{"jsonrpc":"2.0","id":3,"method":"tasks/list"}`); rpcErr != nil || !strings.Contains(string(res), task) {
+		t.Fatalf("tasks/list: %s %s", res, rpcErr)
+	}
+	if _, rpcErr := post(`{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"nobody__x"}}`); rpcErr == nil {
+		t.Fatal("tasks/get of a task of nobody's was answered")
+	}
+	res, rpcErr = post(fmt.Sprintf(`{"jsonrpc":"2.0","id":5,"method":"tasks/result","params":{"taskId":%q}}`, task))
+	if rpcErr != nil || !strings.Contains(string(res), "python (snake)") {
+		t.Fatalf("tasks/result: %s %s", res, rpcErr)
+	}
+	select {
+	case msg := <-asked:
+		if !strings.Contains(msg, "python") {
+			t.Fatalf("the host was asked %q", msg)
+		}
+	default:
+		t.Fatal("the host's elicitation handler was not called")
 	}
 }

@@ -20,7 +20,9 @@
 // what came back), ask_name (asks its user a question, elicitation, in
 // whatever way the client's revision has: an input request of its result
 // in 2026-07-28, which the SDK turns into elicitation/create for older
-// clients; it answers with what came back), ask_many (steps questions
+// clients; it answers with what came back), ask_url (asks its user to
+// open a URL, MCP 2025-11-25's URL mode, then tells the client the
+// elicitation is complete), ask_many (steps questions
 // at once), progress (sends steps
 // notifications/progress for the call's token, then answers), meta (the
 // call's params._meta as it came). One resource (test://greeting) and one
@@ -190,6 +192,16 @@ func newServer(versions []string) *mcp.Server {
 				return text("no name: the user chose to " + action), nil, nil
 			}
 			return text(fmt.Sprintf("Hello, %v (state %s)", res.Content["name"], req.Params.RequestState)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "ask_url", Description: "Asks its user to open a URL (URL-mode elicitation, MCP 2025-11-25), then says the elicitation is complete"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Mode: "url", URL: "https://example.com/consent", ElicitationID: "consent-1",
+				Message: "Please consent at the link."})
+			if err != nil {
+				return nil, nil, err
+			}
+			_ = req.Session.NotifyElicitationComplete(ctx, &mcp.ElicitationCompleteParams{ElicitationID: "consent-1"})
+			return text("the user chose to " + res.Action), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "ask_many", Description: "Asks its user n questions at once (input requests), and says how many were answered"},
 		func(_ context.Context, req *mcp.CallToolRequest, a stepsArgs) (*mcp.CallToolResult, any, error) {
