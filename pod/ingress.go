@@ -311,8 +311,8 @@ func (in *ingress) frameMeta() {
 		m.Flags |= envelope.FlagLive
 	}
 	m.Consumes = append(m.Consumes, env.Consumes...)
-	if env.Kind == wire.KindMCPNotification && gjson.GetBytes(env.Payload, "method").String() == toolsChanged {
-		m.Flags |= envelope.FlagCall // the MCP hosts of every node list the sender's tools again
+	if env.Kind == wire.KindMCPNotification && serverNotice(gjson.GetBytes(env.Payload, "method").String()) {
+		m.Flags |= envelope.FlagCall // every node's MCP hosts hear of the sender's change (notices.go)
 	}
 }
 
