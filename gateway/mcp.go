@@ -102,17 +102,22 @@ func (e *mcpEndpoint) newServer() *mcp.Server {
 		&mcp.ServerOptions{
 			Instructions: mcpInstructions,
 			// No logging capability: the gateway sends no log messages.
-			// The tools change as the pod's MCP servers come and go
-			// (notifications/tools/list_changed); the resource template
-			// never does. What a host listens for is its inbox
-			// (mcp_inbox.go): with sessions on the session's GET stream,
-			// which is not activity (the participant still ends when
-			// idle); without, on a subscriptions/listen request, which is
-			// a request under way for as long as it listens.
+			// The tools, resources and prompts change as the pod's MCP
+			// servers come, go and change theirs (notifications/…/
+			// list_changed); the inbox's template never does. What a host
+			// listens for is its inbox (mcp_inbox.go) and the servers'
+			// resources it subscribed to (mcp_subscriptions.go): with
+			// sessions on the session's GET stream, which is not activity
+			// (the participant still ends when idle); without, on a
+			// subscriptions/listen request, which is a request under way
+			// for as long as it listens.
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true},
-				Resources: &mcp.ResourceCapabilities{Subscribe: true, ListChanged: false}},
-			SubscribeHandler:   e.subscribe,
-			UnsubscribeHandler: e.unsubscribe,
+				Resources:   &mcp.ResourceCapabilities{Subscribe: true, ListChanged: true},
+				Prompts:     &mcp.PromptCapabilities{ListChanged: true},
+				Completions: &mcp.CompletionCapabilities{}},
+			SubscribeHandler:   e.subscribeAny,
+			UnsubscribeHandler: e.unsubscribeAny,
+			CompletionHandler:  e.complete,
 		})
 	s.AddReceivingMiddleware(e.middleware)
 	e.addTools(s)
@@ -129,6 +134,7 @@ const mcpInstructions = `You are a participant of an MCPP pod: a room where agen
 	`others who only follow conclusions see the summary, not the steps. pod_participants lists who is present, ` +
 	`pod_contexts the pod's sub-contexts, pod_filter chooses what pod_read returns. ` +
 	`The tools named PARTICIPANT__TOOL are the tools of the pod's MCP servers: calling one calls that participant's tool through the pod (in the sub-context you opened last, if one is open). ` +
+	`Their prompts are named PARTICIPANT__PROMPT, and their resources have URIs mcpp://pods/POD/servers/PARTICIPANT/ followed by the server's own URI; getting or reading one goes through the pod the same way. ` +
 	`A refused call has isError set and {"error": CODE, "message": TEXT}; retry only when "retryable" is true, after "retry_after_ms".`
 
 // ServeHTTP authenticates the request as /ws does, then hands it to the
@@ -230,8 +236,9 @@ func (e *mcpEndpoint) session(sid string) *mcpMember {
 }
 
 // middleware runs around every MCP method: the SDK's sessions find their
-// member, a new session is bound to it, and a tool call of a member that
-// has ended is refused.
+// member, a new session is bound to it, and a request that acts in the pod
+// (a tool call; resources, prompts, completion) of a member that has ended
+// is refused.
 func (e *mcpEndpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		m := memberOf(ctx)
@@ -243,7 +250,7 @@ func (e *mcpEndpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				e.bind(m, ss)
 			}
 		}
-		if method != "tools/call" && !strings.HasPrefix(method, "resources/") {
+		if method != "tools/call" && !strings.HasPrefix(method, "resources/") && !strings.HasPrefix(method, "prompts/") && method != "completion/complete" {
 			return next(ctx, method, req)
 		}
 		if m == nil || m.ended() {

@@ -45,6 +45,10 @@ type mcpMember struct {
 	// tools are the servers' tools server lists now, by exposed name.
 	toolsMu sync.Mutex
 	tools   map[string]serverTool
+	// listed are the servers' resources, templates and prompts server
+	// lists now, and the resources its sessions subscribed to
+	// (mcp_resources.go).
+	listed memberLists
 	// branches are the sub-contexts it opened with context_branch, the
 	// newest last: its calls of servers' tools go in the newest still
 	// open.
@@ -118,9 +122,9 @@ func (e *mcpEndpoint) acquire(ctx context.Context, name string, who pod.Admitted
 				return nil, refusal
 			}
 			close(m.ready)
-			// The tools of the pod's MCP servers, for its first tools/list.
+			// The lists of the pod's MCP servers, for its first tools/list.
 			e.discover(m.pod)
-			m.syncTools()
+			m.syncLists()
 			select {
 			case <-e.stopping:
 				// The gateway began to drain as it started: shutdown left

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tidwall/gjson"
 
@@ -30,7 +31,9 @@ import (
 // of the pod first joins here, when the server joins, and when it says its
 // tools changed; it drops them when the server leaves. Each host's own
 // server (mcpMember.server) then lists what changed, which notifies its
-// sessions (notifications/tools/list_changed).
+// sessions (notifications/tools/list_changed). The server's resources,
+// resource templates and prompts are learnt the same way, each list on
+// its own word that it changed (mcp_resources.go, mcp_prompts.go).
 
 // Bounds of discovery: one tools/list waits at most discoveryTimeout, and
 // a server's list is read in at most discoveryPages pages.
@@ -53,14 +56,52 @@ type serverTool struct {
 	tool json.RawMessage
 }
 
-// podServerTools are the tools of one pod's MCP servers this node knows.
+// podServerTools are the tools, resources and prompts of one pod's MCP
+// servers this node knows.
 type podServerTools struct {
 	mu      sync.Mutex
 	servers map[string][]serverTool // by server participant
-	// reading are the servers whose tools a read is under way for, each
-	// with whether to read them again when it ends: however often a
-	// server says its tools changed, one read of them is in flight.
-	reading map[string]bool
+	// resources and prompts are the servers' other lists, by server
+	// participant (mcp_resources.go, mcp_prompts.go).
+	resources map[string]serverResources
+	prompts   map[string][]serverPrompt
+	// reading are the lists of servers a read is under way for, each
+	// with whether to read it again when it ends: however often a
+	// server says a list changed, one read of it is in flight.
+	reading map[serverList]bool
+}
+
+// listKind is one of the lists of a server that the gateway reads.
+type listKind int
+
+const (
+	listTools     listKind = iota
+	listResources          // its resources and resource templates
+	listPrompts
+)
+
+// allLists are read when a server joins, and when a host first joins.
+var allLists = []listKind{listTools, listResources, listPrompts}
+
+// serverList is one list of one server.
+type serverList struct {
+	server string
+	list   listKind
+}
+
+// listsChanged are the lists a server's notification says changed.
+func listsChanged(notification string) []listKind {
+	switch notification {
+	case "": // it joined or left
+		return allLists
+	case "notifications/tools/list_changed":
+		return []listKind{listTools}
+	case "notifications/resources/list_changed":
+		return []listKind{listResources}
+	case "notifications/prompts/list_changed":
+		return []listKind{listPrompts}
+	}
+	return nil
 }
 
 // exposedName is the name under which a host sees tool of server: the
@@ -120,7 +161,8 @@ func (e *mcpEndpoint) podTools(name string) *podServerTools {
 	defer e.mu.Unlock()
 	t := e.serverTools[name]
 	if t == nil {
-		t = &podServerTools{servers: map[string][]serverTool{}, reading: map[string]bool{}}
+		t = &podServerTools{servers: map[string][]serverTool{}, resources: map[string]serverResources{},
+			prompts: map[string][]serverPrompt{}, reading: map[serverList]bool{}}
 		e.serverTools[name] = t
 	}
 	return t
@@ -137,10 +179,11 @@ func (e *mcpEndpoint) hosts(podName string) []*mcpMember {
 	return out
 }
 
-// serversChanged is the pods' OnServers: server of p may have joined,
-// left or changed its tools. When hosts of p are here, its tools are read
-// again, and each host is told what changed for it.
-func (e *mcpEndpoint) serversChanged(p *pod.Pod, server string) {
+// serversChanged is the pods' OnServers: a server of p joined or left,
+// said that some of its lists changed, or that one of its resources did
+// (resourceUpdated). When hosts of p are here, the lists are read again,
+// and each host is told what changed for it.
+func (e *mcpEndpoint) serversChanged(p *pod.Pod, c pod.ServerChange) {
 	hosts := e.hosts(p.Name)
 	if len(hosts) == 0 {
 		e.mu.Lock()
@@ -148,35 +191,42 @@ func (e *mcpEndpoint) serversChanged(p *pod.Pod, server string) {
 		e.mu.Unlock()
 		return
 	}
-	if e.readLatest(p, server) {
-		for _, m := range e.hosts(p.Name) {
-			m.syncTools()
+	if c.Notification == resourceUpdated {
+		e.resourceUpdated(p, c.Server, c.URI)
+		return
+	}
+	for _, list := range listsChanged(c.Notification) {
+		if e.readLatest(p, c.Server, list) {
+			for _, m := range e.hosts(p.Name) {
+				m.syncList(list)
+			}
 		}
 	}
 }
 
-// readLatest reads server's tools (readTools), unless a read of them is
-// under way: that one then reads them again when it ends, once however
-// often it was asked meanwhile. It reports whether it read them, and so
+// readLatest reads one list of server (readList), unless a read of it is
+// under way: that one then reads it again when it ends, once however
+// often it was asked meanwhile. It reports whether it read it, and so
 // whether the hosts are to be told.
-func (e *mcpEndpoint) readLatest(p *pod.Pod, server string) bool {
+func (e *mcpEndpoint) readLatest(p *pod.Pod, server string, list listKind) bool {
 	t := e.podTools(p.Name)
+	key := serverList{server, list}
 	t.mu.Lock()
-	if _, busy := t.reading[server]; busy {
-		t.reading[server] = true
+	if _, busy := t.reading[key]; busy {
+		t.reading[key] = true
 		t.mu.Unlock()
 		return false
 	}
-	t.reading[server] = false
+	t.reading[key] = false
 	t.mu.Unlock()
 	for {
-		e.readTools(p, server)
+		e.readList(p, server, list)
 		t.mu.Lock()
-		again := t.reading[server]
+		again := t.reading[key]
 		if !again {
-			delete(t.reading, server)
+			delete(t.reading, key)
 		} else {
-			t.reading[server] = false
+			t.reading[key] = false
 		}
 		t.mu.Unlock()
 		if !again {
@@ -185,34 +235,56 @@ func (e *mcpEndpoint) readLatest(p *pod.Pod, server string) bool {
 	}
 }
 
-// discover reads the tools of the pod's servers that this node does not
+// syncList makes the member's server list what it may use of one list
+// of the pod's servers.
+func (m *mcpMember) syncList(list listKind) {
+	switch list {
+	case listTools:
+		m.syncTools()
+	case listResources:
+		m.syncResources()
+	case listPrompts:
+		m.syncPrompts()
+	}
+}
+
+// syncLists is syncList of every list.
+func (m *mcpMember) syncLists() {
+	for _, list := range allLists {
+		m.syncList(list)
+	}
+}
+
+// discover reads the lists of the pod's servers that this node does not
 // know yet, within joinDiscovery: a host's first tools/list lists them.
 func (e *mcpEndpoint) discover(p *pod.Pod) {
 	t := e.podTools(p.Name)
 	var wg sync.WaitGroup
 	for _, server := range p.Servers() {
-		t.mu.Lock()
-		_, known := t.servers[server]
-		t.mu.Unlock()
-		if known {
-			continue
+		for _, list := range allLists {
+			t.mu.Lock()
+			known := t.known(server, list)
+			t.mu.Unlock()
+			if known {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.readLatest(p, server, list)
+			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.readLatest(p, server)
-		}()
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(joinDiscovery):
-		// The rest come as notifications/tools/list_changed.
+		// The rest come as notifications of list changes.
 		go func() {
 			<-done
 			for _, m := range e.hosts(p.Name) {
-				m.syncTools()
+				m.syncLists()
 			}
 		}()
 	}
@@ -223,12 +295,27 @@ func (e *mcpEndpoint) discover(p *pod.Pod) {
 // server starts.
 var serverRetries = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 
-// readTools asks server for its tools (tools/list, every page) and keeps
-// them; a server that is not in the pod (or does not answer) has none.
-// One that answers with an error is asked again a few times
-// (serverRetries), and the hosts are told when it lists its tools.
-func (e *mcpEndpoint) readTools(p *pod.Pod, server string) {
-	if e.readToolsOnce(p, server) {
+// known reports whether the node has read list of server. Call it with
+// t.mu held.
+func (t *podServerTools) known(server string, list listKind) bool {
+	var ok bool
+	switch list {
+	case listTools:
+		_, ok = t.servers[server]
+	case listResources:
+		_, ok = t.resources[server]
+	case listPrompts:
+		_, ok = t.prompts[server]
+	}
+	return ok
+}
+
+// readList asks server for one of its lists (every page) and keeps it; a
+// server that is not in the pod (or does not answer) has none. One that
+// answers with an error is asked again a few times (serverRetries), and
+// the hosts are told when it lists it.
+func (e *mcpEndpoint) readList(p *pod.Pod, server string, list listKind) {
+	if e.readListOnce(p, server, list) {
 		return
 	}
 	go func() {
@@ -237,9 +324,9 @@ func (e *mcpEndpoint) readTools(p *pod.Pod, server string) {
 			if p.Dead() || !presentIn(p.Servers(), server) {
 				return
 			}
-			if e.readToolsOnce(p, server) {
+			if e.readListOnce(p, server, list) {
 				for _, m := range e.hosts(p.Name) {
-					m.syncTools()
+					m.syncList(list)
 				}
 				return
 			}
@@ -247,43 +334,63 @@ func (e *mcpEndpoint) readTools(p *pod.Pod, server string) {
 	}()
 }
 
-// readToolsOnce is one reading of readTools; it reports false when the
+// readListOnce is one reading of readList; it reports false when the
 // server answered with an error.
-func (e *mcpEndpoint) readToolsOnce(p *pod.Pod, server string) bool {
-	answered := true
+func (e *mcpEndpoint) readListOnce(p *pod.Pod, server string, list listKind) bool {
+	switch list {
+	case listResources:
+		return e.readResourcesOnce(p, server)
+	case listPrompts:
+		return e.readPromptsOnce(p, server)
+	}
+	return e.readToolsOnce(p, server)
+}
+
+// readPages reads a list of server (method, every page, at most
+// discoveryPages), handing each item of the result's field to each. It
+// reports false when the server answered with an error, but for -32601
+// (method not found): a server without that feature has none of it.
+func (e *mcpEndpoint) readPages(p *pod.Pod, server, method, field string, each func(gjson.Result)) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), discoveryTimeout)
 	defer cancel()
-	var tools []serverTool
 	cursor := ""
 	for page := 0; page < discoveryPages; page++ {
-		req := map[string]any{"jsonrpc": "2.0", "id": "mcpp-tools-" + uuid.NewString()[:8], "method": "tools/list"}
+		req := map[string]any{"jsonrpc": "2.0", "id": "mcpp-list-" + uuid.NewString()[:8], "method": method}
 		if cursor != "" {
 			req["params"] = map[string]any{"cursor": cursor}
 		}
 		payload, _ := json.Marshal(req)
 		body, err := p.Ask(ctx, server, payload)
 		if err != nil {
-			e.g.log.Debug("the tools of an MCP server could not be read", "pod", p.Name, "server", server, "err", err)
-			break
+			e.g.log.Debug("a list of an MCP server could not be read", "pod", p.Name, "server", server, "method", method, "err", err)
+			return true
 		}
-		if gjson.GetBytes(body, "payload.error").Exists() {
-			answered = false
-			break
+		if rpcErr := gjson.GetBytes(body, "payload.error"); rpcErr.Exists() {
+			return rpcErr.Get("code").Int() == jsonrpc.CodeMethodNotFound
 		}
 		res := gjson.GetBytes(body, "payload.result")
-		for _, raw := range res.Get("tools").Array() {
-			name := raw.Get("name").String()
-			exposed, ok := exposedName(server, name)
-			if !ok {
-				e.g.log.Info("a tool of an MCP server is not listed to hosts: its name is empty or too long", "pod", p.Name, "server", server, "tool", name)
-				continue
-			}
-			tools = append(tools, serverTool{server: server, name: name, exposed: exposed, tool: json.RawMessage(raw.Raw)})
+		for _, raw := range res.Get(field).Array() {
+			each(raw)
 		}
 		if cursor = res.Get("nextCursor").String(); cursor == "" {
 			break
 		}
 	}
+	return true
+}
+
+// readToolsOnce reads server's tools (tools/list).
+func (e *mcpEndpoint) readToolsOnce(p *pod.Pod, server string) bool {
+	var tools []serverTool
+	answered := e.readPages(p, server, "tools/list", "tools", func(raw gjson.Result) {
+		name := raw.Get("name").String()
+		exposed, ok := exposedName(server, name)
+		if !ok {
+			e.g.log.Info("a tool of an MCP server is not listed to hosts: its name is empty or too long", "pod", p.Name, "server", server, "tool", name)
+			return
+		}
+		tools = append(tools, serverTool{server: server, name: name, exposed: exposed, tool: json.RawMessage(raw.Raw)})
+	})
 	t := e.podTools(p.Name)
 	t.mu.Lock()
 	if len(tools) == 0 && !presentIn(p.Servers(), server) {

@@ -313,7 +313,7 @@ func bridgeStreamableHTTP(t *testing.T, revision string) {
 	}
 	for _, c := range []struct{ payload, want string }{
 		{`{"jsonrpc": "2.0", "id": 3, "method": "resources/list"}`, `"uri":"test://greeting"`},
-		{`{"jsonrpc": "2.0", "id": 4, "method": "resources/templates/list"}`, `"resourceTemplates":[]`},
+		{`{"jsonrpc": "2.0", "id": 4, "method": "resources/templates/list"}`, `"uriTemplate":"test://notes/{name}"`},
 		{`{"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": "test://greeting"}}`, `"text":"hello"`},
 		{`{"jsonrpc": "2.0", "id": 6, "method": "prompts/list"}`, `"name":"greet"`},
 		{`{"jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": "greet", "arguments": {"name": "bob"}}}`, `Say hello to bob`},

@@ -438,13 +438,11 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 		}
 		return p.applyProposal(m, body, kind, at) && !past
 	case kind == wire.KindMCPNotification:
-		// Only a server's own word that its tools changed has the
-		// gateway read them again (for its MCP hosts): a participant
-		// that serves nothing is never asked.
-		if !past && gjson.GetBytes(body, "payload.method").Str == toolsChanged && p.servesMCP(m.From) {
-			p.serversChanged(strings.Clone(m.From))
-		}
+		// Only a server's own word that its lists or a resource changed
+		// has the gateway act (notices.go): a participant that serves
+		// nothing is never asked.
 		if !past {
+			p.serverNotified(m.From, body)
 			p.aboutCall(m, r[2], body) // progress of a call, to its caller
 		}
 		return true
@@ -615,13 +613,10 @@ func (p *Pod) Ask(ctx context.Context, to string, payload json.RawMessage) ([]by
 
 // The MCP servers of a pod (docs/protocol.md section 11): participants
 // that joined with serves=mcp. The gateway's MCP endpoint lists their
-// tools to its hosts; it is told (Node.OnServers) when one joins or
-// leaves, and when one says its tools changed (an mcp/notification of
-// notifications/tools/list_changed, which ingress flags for it).
-
-// toolsChanged is the method of the notification a server sends when its
-// tools change.
-const toolsChanged = "notifications/tools/list_changed"
+// tools, resources and prompts to its hosts; it is told (Node.OnServers)
+// when one joins or leaves, and when one says its lists or a resource
+// changed (an mcp/notification of notices.go, which ingress flags for
+// it).
 
 // servesMCP reports whether an identity is an MCP server's.
 func servesMCP(id wire.Identity) bool {
@@ -647,11 +642,11 @@ func (p *Pod) servesMCP(id string) bool {
 }
 
 // serversChanged tells the node's OnServers, outside the pod's lock, that
-// server may have come, gone or changed its tools. Call it with Pod.mu
-// held.
-func (p *Pod) serversChanged(server string) {
+// a server came, went, or changed its lists or a resource. Call it with
+// Pod.mu held.
+func (p *Pod) serversChanged(c ServerChange) {
 	if h := p.node.OnServers; h != nil {
-		go h(p, server)
+		go h(p, c)
 	}
 }
 
@@ -659,7 +654,7 @@ func (p *Pod) serversChanged(server string) {
 // server. Call it with Pod.mu held.
 func (p *Pod) presenceOfServer(body []byte) {
 	if id, ok := presenceIdentity(body); ok && servesMCP(id) {
-		p.serversChanged(id.ID)
+		p.serversChanged(ServerChange{Server: id.ID})
 	}
 }
 

@@ -90,6 +90,7 @@ type joinOpts struct {
 	noRead    bool         // the test's end does not read
 	discard   bool         // the test's end reads and drops what it reads (benchmarks)
 	onCut     func(string) // told when the gateway cuts it
+	serves    []string     // what it serves (wire.ServesMCP)
 }
 
 // join connects id to p over a real WebSocket and makes it a member.
@@ -115,7 +116,7 @@ func join(t testing.TB, p *Pod, id string, o joinOpts) *member {
 			return
 		}
 		joined <- participant.New(c, hw.Conn(), id, p.Name, capability.MustCompile(wire.Kinds("*")), nil, wire.ProtocolMCPP, f,
-			participant.Options{SendQueue: o.sendQueue, SendQueueBytes: 64 << 20, WriteTimeout: 10 * time.Second, OnCut: o.onCut})
+			participant.Options{SendQueue: o.sendQueue, SendQueueBytes: 64 << 20, WriteTimeout: 10 * time.Second, OnCut: o.onCut, Serves: o.serves})
 	}))
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -313,8 +313,8 @@ func (in *ingress) frameMeta() {
 	m.Consumes = append(m.Consumes, env.Consumes...)
 	if env.Kind == wire.KindMCPNotification {
 		switch {
-		case gjson.GetBytes(env.Payload, "method").String() == toolsChanged:
-			m.Flags |= envelope.FlagCall // the MCP hosts of every node list the sender's tools again
+		case serverNotice(gjson.GetBytes(env.Payload, "method").String()):
+			m.Flags |= envelope.FlagCall // every node's MCP hosts hear of the sender's change (notices.go)
 		case len(env.To) == 1 && gjson.GetBytes(env.Raw, "correlation_id").Exists():
 			m.Flags |= envelope.FlagCall // about a call (its progress): its caller's wait hears of it (aboutCall)
 		}

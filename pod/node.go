@@ -169,9 +169,10 @@ type Node struct {
 	// (gateway/refresh) for a pod; nil when the node runs open (no token).
 	Verify func(ctx context.Context, token, pod string) (Admitted, *envelope.Error)
 	// OnServers is told, in a goroutine of its own, that an MCP server of
-	// a pod (a participant that serves MCP) may have joined, left or
-	// changed its tools (calls.go); nil: nobody asks.
-	OnServers func(p *Pod, server string)
+	// a pod (a participant that serves MCP) may have joined or left, or
+	// said that its lists or a resource changed (notices.go); nil: nobody
+	// asks.
+	OnServers func(p *Pod, c ServerChange)
 
 	dispatch *dispatch
 	// bodies are the bodies of this node's live frames, kept for the

@@ -22,12 +22,18 @@
 // in 2026-07-28, which the SDK turns into elicitation/create for older
 // clients; it answers with what came back), ask_url (asks its user to
 // open a URL, MCP 2025-11-25's URL mode, then tells the client the
-// elicitation is complete), ask_many (steps questions
-// at once), progress (sends steps
-// notifications/progress for the call's token, then answers), meta (the
-// call's params._meta as it came). One resource (test://greeting) and one
-// prompt (greet). Each tool call is said on standard error ("gomcpserver
-// PID: tools/call NAME").
+// elicitation is complete), ask_many (steps questions at once), progress
+// (sends steps notifications/progress for the call's token, then
+// answers), meta (the call's params._meta as it came), bump (adds one to
+// the counter: the server sends notifications/resources/updated of
+// test://counter to the clients subscribed to it), add_resource and
+// add_prompt (add one: the server sends notifications/resources/
+// list_changed or notifications/prompts/list_changed). Resources:
+// test://greeting, test://counter (subscribable), and the template
+// test://notes/{name}. One prompt (greet). Completion: greet's name, and
+// the notes template's name. Each tool call, resources/subscribe and
+// resources/unsubscribe is said on standard error ("gomcpserver PID:
+// tools/call NAME", "gomcpserver PID: resources/subscribe URI").
 package main
 
 import (
@@ -40,6 +46,8 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -96,7 +104,7 @@ type sleepArgs struct {
 }
 
 type nameArgs struct {
-	Name string `json:"name" jsonschema:"the new tool's name"`
+	Name string `json:"name" jsonschema:"the name of the tool, resource or prompt to add"`
 }
 
 type promptArgs struct {
@@ -107,12 +115,51 @@ func text(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 }
 
+// completions are the values the server completes each argument from.
+var completions = map[string][]string{
+	"ref/prompt greet name":                 {"Alice", "Bob", "Carol"},
+	"ref/resource test://notes/{name} name": {"alpha", "beta", "gamma"},
+}
+
+// complete answers completion/complete from completions: the values
+// that start with what the client typed; an unknown reference is an
+// error.
+func complete(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+	ref := req.Params.Ref
+	values, ok := completions[ref.Type+" "+ref.Name+ref.URI+" "+req.Params.Argument.Name]
+	if !ok {
+		return nil, fmt.Errorf("nothing to complete for %s %s%s argument %s", ref.Type, ref.Name, ref.URI, req.Params.Argument.Name)
+	}
+	out := []string{}
+	for _, v := range values {
+		if strings.HasPrefix(v, req.Params.Argument.Value) {
+			out = append(out, v)
+		}
+	}
+	return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: out, Total: len(out)}}, nil
+}
+
+// said says a subscription on standard error, so that a test sees it.
+func said(method, uri string) error {
+	fmt.Fprintf(os.Stderr, "gomcpserver %d: %s %s\n", os.Getpid(), method, uri)
+	return nil
+}
+
 type stepsArgs struct {
 	Steps int `json:"steps" jsonschema:"how many progress notifications to send"`
 }
 
 func newServer(versions []string) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "gomcpserver", Version: "1"}, &mcp.ServerOptions{SupportedProtocolVersions: versions})
+	s := mcp.NewServer(&mcp.Implementation{Name: "gomcpserver", Version: "1"}, &mcp.ServerOptions{
+		SupportedProtocolVersions: versions,
+		CompletionHandler:         complete,
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			return said("resources/subscribe", req.Params.URI)
+		},
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			return said("resources/unsubscribe", req.Params.URI)
+		},
+	})
 	// Each tool call is said on standard error, so that a test sees which
 	// tools ran.
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -235,7 +282,44 @@ func newServer(versions []string) *mcp.Server {
 		})
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Arguments: []*mcp.PromptArgument{{Name: "name", Required: true}}},
 		func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "Say hello to " + req.Params.Arguments["name"]}}}}, nil
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{
+				{Role: "user", Content: &mcp.TextContent{Text: "Say hello to " + req.Params.Arguments["name"]}},
+				{Role: "user", Content: &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "test://greeting", MIMEType: "text/plain", Text: "hello"}}},
+			}}, nil
+		})
+	var counter atomic.Int64
+	s.AddResource(&mcp.Resource{URI: "test://counter", Name: "counter", MIMEType: "text/plain", Description: "A count that bump adds one to; subscribe to hear of it"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: fmt.Sprintf("count %d", counter.Load())}}}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "bump", Description: "Adds one to the counter (test://counter), and tells its subscribers"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			n := counter.Add(1)
+			if err := s.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "test://counter"}); err != nil {
+				return nil, nil, err
+			}
+			return text(fmt.Sprintf("count %d", n)), nil, nil
+		})
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "test://notes/{name}", Name: "note", MIMEType: "text/plain", Description: "The note called name"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			name := strings.TrimPrefix(req.Params.URI, "test://notes/")
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "note " + name}}}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "add_resource", Description: "Adds the resource test://added/NAME (the server then sends notifications/resources/list_changed)"},
+		func(_ context.Context, _ *mcp.CallToolRequest, a nameArgs) (*mcp.CallToolResult, any, error) {
+			uri := "test://added/" + a.Name
+			s.AddResource(&mcp.Resource{URI: uri, Name: a.Name, MIMEType: "text/plain"},
+				func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+					return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "added " + a.Name}}}, nil
+				})
+			return text("added " + uri), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "add_prompt", Description: "Adds a prompt named name (the server then sends notifications/prompts/list_changed)"},
+		func(_ context.Context, _ *mcp.CallToolRequest, a nameArgs) (*mcp.CallToolResult, any, error) {
+			s.AddPrompt(&mcp.Prompt{Name: a.Name}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "added " + a.Name}}}}, nil
+			})
+			return text("added prompt " + a.Name), nil, nil
 		})
 	return s
 }
