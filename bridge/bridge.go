@@ -18,6 +18,7 @@ type Bridge struct {
 	calls     *inflight
 	questions *questionTable          // what the server asks the requesters (questions.go)
 	tasks     *taskOwners             // whose each of the server's tasks is (tasks.go)
+	subs      *subscriptions          // who subscribes to the server's resources (subscriptions.go)
 	numbers   atomic.Int64            // the bridge's JSON-RPC ids towards the server, never reused
 	current   atomic.Pointer[session] // the server's session while it is up; nil while it is down
 
@@ -32,7 +33,7 @@ func New(cfg Config) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Bridge{cfg: cfg, calls: newInflight(cfg.MaxInFlight), questions: newQuestionTable(), tasks: newTaskOwners()}, nil
+	return &Bridge{cfg: cfg, calls: newInflight(cfg.MaxInFlight), questions: newQuestionTable(), tasks: newTaskOwners(), subs: newSubscriptions()}, nil
 }
 
 // Run joins the pod, starts the server, and bridges them until ctx ends
@@ -110,6 +111,10 @@ func (b *Bridge) receive(ctx context.Context, pc *client.Client) error {
 		switch ev := ev.(type) {
 		case *client.Message:
 			b.received(ev.Envelope)
+		case *client.Presence:
+			if ev.Event == wire.PresenceLeave {
+				b.left(ev.Participant.ID)
+			}
 		case *client.Reconnected:
 			b.out.setLimits(ev.Welcome.Limits)
 			if ev.Gap() {

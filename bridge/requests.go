@@ -65,6 +65,9 @@ func (b *Bridge) received(env *wire.Envelope) {
 		b.reply(env, serverAnswer(req.ID, &jsonrpc.Response{Result: s.initResult}))
 		return
 	}
+	if b.subscriptionRequest(s, env, req) {
+		return
+	}
 	if !b.tasks.mayAsk(env.From, *req.Method, req.Params) {
 		b.reply(env, errorAnswer(req.ID, jsonrpc.CodeInvalidParams, "no task of yours with this taskId is known at this MCP server", nil))
 		return

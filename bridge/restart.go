@@ -29,6 +29,7 @@ func (b *Bridge) supervise(ctx context.Context) {
 			b.cfg.Logf("the MCP server did not start: %v", err)
 		default:
 			b.current.Store(s)
+			b.resubscribe(s)
 			b.cfg.Logf("the MCP server is up (%s)", s.describe)
 			select {
 			case <-s.done:

@@ -16,10 +16,12 @@ import (
 // its hosts subscribed to that resource.
 //
 // The server's subscription is its client's, and its client (mcpp bridge)
-// is one for the whole pod: one host's resources/unsubscribe would end
-// every other's notifications. So a host's unsubscribe goes to the server
-// only when no other session on this node is subscribed to the resource;
-// otherwise the gateway answers it, and only that session stops hearing.
+// is one for the whole pod: the bridge counts who subscribes, by
+// participant, and ends the server's subscription when nobody's is left.
+// A participant's several sessions are one subscriber: a session's
+// resources/unsubscribe goes to the server only when no other session of
+// its participant is subscribed to the resource; otherwise the gateway
+// answers it, and only that session stops hearing.
 
 // resourceUpdated is the notification a server sends when a resource
 // changed.
@@ -72,7 +74,7 @@ func (e *mcpEndpoint) unsubscribeAny(ctx context.Context, req *mcp.UnsubscribeRe
 	if !ok {
 		return e.unsubscribe(ctx, req)
 	}
-	if !e.othersSubscribed(m, req.Session, server, uri) {
+	if !m.stillSubscribed(req.Session, server, uri) {
 		if _, err := m.ask(ctx, server, "resources/unsubscribe", map[string]any{"uri": uri}); err != nil {
 			return err
 		}
@@ -89,30 +91,27 @@ func (e *mcpEndpoint) unsubscribeAny(ctx context.Context, req *mcp.UnsubscribeRe
 	return nil
 }
 
-// othersSubscribed reports whether a session of this node other than ss
-// is subscribed to uri of server: one of a member of the pod that is
-// still open (a session of the protocol without sessions, which has no
-// id, is subscribed while its subscriptions/listen lasts, and says when
-// it ends).
-func (e *mcpEndpoint) othersSubscribed(m *mcpMember, ss *mcp.ServerSession, server, uri string) bool {
-	for _, h := range e.hosts(m.pod.Name) {
-		var sessions []*mcp.ServerSession
-		h.listed.mu.Lock()
-		for _, s := range h.listed.subs {
-			if s.server != server || s.uri != uri {
-				continue
-			}
-			for o := range s.sessions {
-				if o != ss {
-					sessions = append(sessions, o)
-				}
+// stillSubscribed reports whether a session of m other than ss is
+// subscribed to uri of server and still open (a session of the protocol
+// without sessions, which has no id, is subscribed while its
+// subscriptions/listen lasts, and says when it ends).
+func (m *mcpMember) stillSubscribed(ss *mcp.ServerSession, server, uri string) bool {
+	var sessions []*mcp.ServerSession
+	m.listed.mu.Lock()
+	for _, s := range m.listed.subs {
+		if s.server != server || s.uri != uri {
+			continue
+		}
+		for o := range s.sessions {
+			if o != ss {
+				sessions = append(sessions, o)
 			}
 		}
-		h.listed.mu.Unlock()
-		for _, o := range sessions {
-			if o.ID() == "" || h.hasSession(o) {
-				return true
-			}
+	}
+	m.listed.mu.Unlock()
+	for _, o := range sessions {
+		if o.ID() == "" || m.hasSession(o) {
+			return true
 		}
 	}
 	return false

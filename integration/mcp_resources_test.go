@@ -196,7 +196,11 @@ func TestMCPHostServerResources(t *testing.T) {
 	const pod = "host-res"
 	const base = "mcpp://pods/" + pod + "/servers/tools/"
 	watcher := bridgetest.DialWith(t, g.WS, client.Options{Pod: pod, Token: "watch-t"})
-	bridge := startBridgeProc(t, g, watcher, pod, "tools", []string{"--token", "tools-t"}, goServer(t))
+	spy := g.DialToken(t, pod, "tx-t", true, "")
+	// MCP 2025-11-25, whose resources/subscribe and resources/unsubscribe
+	// the server says on its standard error; TestSubscriptionsOf2026Server
+	// has a server of 2026-07-28.
+	bridge := startBridgeProc(t, g, watcher, pod, "tools", []string{"--token", "tools-t", "--protocol", "2025-11-25"}, goServer(t))
 
 	notes, opts := newHostNotes()
 	cs := harness.MCPConnect(t, g.URL, pod, "", harness.MCPOpts{Header: harness.Bearer("host-t"), Version: harness.MCPSessions, Client: opts})
@@ -242,9 +246,10 @@ func TestMCPHostServerResources(t *testing.T) {
 	})
 
 	// A host of the protocol without sessions subscribes with
-	// subscriptions/listen. The server's subscription is the pod's: while
-	// that host listens, another's unsubscribe does not reach the server,
-	// and the update still comes.
+	// subscriptions/listen. The server's subscription is the pod's (mcpp
+	// bridge counts who subscribes): the second subscriber does not
+	// subscribe the server again, and while that host listens, another's
+	// unsubscribe does not reach the server, and the update still comes.
 	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: base + "test://counter"}); err != nil {
 		t.Fatalf("resources/subscribe again: %v", err)
 	}
@@ -254,9 +259,20 @@ func TestMCPHostServerResources(t *testing.T) {
 	go func() {
 		listening <- modern.Subscribe(context.Background(), &mcp.SubscribeParams{URI: base + "test://counter"})
 	}()
-	harness.Eventually(t, 15*time.Second, "the listening host subscribed at the server", func() bool {
-		return strings.Count(bridge.stderr.String(), "resources/subscribe test://counter") == 3
-	})
+	// The bridge answered the listening host's subscribe (spy, who watches
+	// the pod, sees the answer), without subscribing the server again.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		m := spy.Next(time.Until(deadline))
+		if m == nil {
+			t.Fatal("the bridge did not answer the listening host's resources/subscribe")
+		}
+		if m.Kind() == "mcp/response" && m.Str("from") == "tools" && harness.JSONEqual(m["to"], []any{"modern"}) {
+			break
+		}
+	}
+	if n := strings.Count(bridge.stderr.String(), "resources/subscribe test://counter"); n != 2 {
+		t.Fatalf("the server was asked to subscribe %d times, want twice (once for each time it had no subscriber)", n)
+	}
 	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: base + "test://counter"}); err != nil {
 		t.Fatalf("resources/unsubscribe while another listens: %v", err)
 	}
