@@ -167,8 +167,8 @@ func DefaultConfig() Config {
 
 // Defaults of the audit trail's rotation (audit.DefaultMaxSizeMB: about a
 // gigabyte and a tenth at most on disk) and of the pods named in
-// /metrics: 100 pods of 16 series each (a histogram's buckets included)
-// keep a scrape small at 6,000 pods (pod.DefaultMetricsMaxPods).
+// /metrics: 100 pods of some 30 series each keep a scrape small at 6,000
+// pods (pod.DefaultMetricsMaxPods).
 const (
 	DefaultAuditLogMaxSize    = audit.DefaultMaxSizeMB
 	DefaultAuditLogMaxBackups = audit.DefaultMaxBackups

@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/mcpp/gateway/audit"
+	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/pod"
 )
 
@@ -77,5 +78,10 @@ func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyS
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.registry.MustRegister(auditCollectors(trail)...)
+	// Every reason is served from the start, at 0, so that an alert on
+	// its increase sees the first cut.
+	for _, reason := range []string{participant.CutSlowConsumer, participant.CutWriteTimeout, participant.CutPingTimeout} {
+		m.cuts.WithLabelValues(reason)
+	}
 	return m
 }

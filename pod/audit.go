@@ -1,6 +1,8 @@
 package pod
 
 import (
+	"strings"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/audit"
@@ -16,8 +18,14 @@ import (
 // (commitProposalEventFull: every node expires a proposal on its own
 // clock, so every node that holds it records its expiry).
 
-// audit records r as a decision about the pod.
+// audit records r as a decision about the pod. Its strings are copied:
+// those of an envelope point into its sender's read buffer, which the
+// next message overwrites before the trail's writer reads them.
 func (p *Pod) audit(r audit.Record) {
+	for _, s := range []*string{&r.Participant, &r.By, &r.Kind, &r.EnvelopeID, &r.Context, &r.GrantID, &r.To, &r.Reason,
+		&r.Until, &r.Proposal, &r.Method, &r.Tool, &r.Request} {
+		*s = strings.Clone(*s)
+	}
 	r.Pod = p.Name
 	p.node.Audit.Record(r)
 }
