@@ -31,6 +31,13 @@ const (
 	// errorLogInterval spaces the gateway log's lines about a failing
 	// trail: one says it fails, the counter says how much.
 	errorLogInterval = time.Minute
+	// batchPause is how long the writer lets records gather after a
+	// write: woken for each record of a flood (a participant refused
+	// thousands of times a second), it would cost the pods' goroutines
+	// a wake-up each; this way it is woken at most 200 times a second,
+	// and a line is at most 5 ms later on disk. The queue holds
+	// QueueLength records meanwhile: a flood of 1.6 million a second.
+	batchPause = 5 * time.Millisecond
 )
 
 // Defaults of Options' rotation, each a flag of the gateway
@@ -214,6 +221,7 @@ func (l *Log) run() {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // a message's "<" stays readable; nothing here is HTML
 	var lastErr time.Time
+	pause := time.NewTimer(batchPause)
 	for {
 		var q queued
 		select {
@@ -233,6 +241,13 @@ func (l *Log) run() {
 			}
 		}
 		l.write(&buf, n, &lastErr)
+		pause.Reset(batchPause)
+		select {
+		case <-pause.C:
+		case <-l.stop:
+			l.flush(&buf, enc, &lastErr)
+			return
+		}
 	}
 }
 

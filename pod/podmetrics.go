@@ -120,6 +120,7 @@ type podMetrics struct {
 	// nMembers and nPending are the pod's share of the gauges. Change
 	// them with Pod.mu held.
 	nMembers, nPending int
+	closed             bool // a pod may be closed twice (Pod.Close)
 }
 
 // open names pod name, if a slot is free, and resolves its series.
@@ -146,10 +147,15 @@ func (m *PodMetrics) open(name string) *podMetrics {
 
 // close takes the pod's share out of the gauges and, for a named pod
 // that was the last of its name, frees its slot and deletes its series.
-// Call it with Pod.mu held.
+// The gauges move no more afterwards (a closed pod's members still leave
+// it). Call it with Pod.mu held.
 func (pm *podMetrics) close() {
+	if pm.closed {
+		return
+	}
 	pm.setMembers(0)
 	pm.addPending(-pm.nPending)
+	pm.closed = true
 	if pm.label == OtherPods {
 		return
 	}
@@ -170,7 +176,7 @@ func (pm *podMetrics) close() {
 // setMembers sets the pod's members on this node to n. Call it with
 // Pod.mu held.
 func (pm *podMetrics) setMembers(n int) {
-	if d := n - pm.nMembers; d != 0 {
+	if d := n - pm.nMembers; d != 0 && !pm.closed {
 		pm.members.Add(float64(d))
 		pm.nMembers = n
 	}
@@ -178,7 +184,7 @@ func (pm *podMetrics) setMembers(n int) {
 
 // addPending counts d more pending proposals. Call it with Pod.mu held.
 func (pm *podMetrics) addPending(d int) {
-	if d != 0 {
+	if d != 0 && !pm.closed {
 		pm.pending.Add(float64(d))
 		pm.nPending += d
 	}
