@@ -22,9 +22,18 @@ type Error struct {
 	Details          map[string]any
 	AttemptedKind    string
 	YourCapabilities []wire.Capability
+	// Rule names the trust rule that refused (audit.Rule…), for the
+	// audit log alone: it is never sent.
+	Rule string
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Ruled sets e's Rule and returns e.
+func (e *Error) Ruled(rule string) *Error {
+	e.Rule = rule
+	return e
+}
 
 // Errorf builds an Error with a formatted message.
 func Errorf(code wire.Code, format string, args ...any) *Error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/limits"
@@ -55,15 +56,26 @@ type admission struct {
 	observe bool
 }
 
-// admit runs every check that can refuse an upgrade with an HTTP answer,
-// before anything is allocated for the participant.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (*admission, *envelope.Error) {
-	if !g.originAllowed(r) {
-		return nil, envelope.Errorf(wire.CodeForbidden,
-			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin"))
+// transport is how the admitted participant is in the pod, as the audit
+// trail names it.
+func (a *admission) transport() string {
+	if a.observe {
+		return audit.TransportObserve
 	}
+	return audit.TransportWS
+}
+
+// admit runs every check that can refuse an upgrade with an HTTP answer,
+// before anything is allocated for the participant (an OAuth challenge
+// goes on w's header). The admission is returned with the refusal too, as
+// far as it got (the audit trail's record of the refusal).
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (*admission, *envelope.Error) {
 	q := r.URL.Query()
-	a := &admission{protocol: wire.ProtocolMCPP}
+	a := &admission{protocol: wire.ProtocolMCPP, observe: q.Get(wire.QueryObserve) == "1"}
+	if !g.originAllowed(r) {
+		return a, envelope.Errorf(wire.CodeForbidden,
+			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin")).Ruled(audit.RuleOrigin)
+	}
 	a.pod = q.Get("pod")
 	if a.pod == "" {
 		if a.pod = q.Get("topic"); a.pod != "" {
@@ -71,30 +83,30 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (*admission, *en
 		}
 	}
 	if !envelope.ValidPodName(a.pod) {
-		return nil, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]")
+		return a, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]")
 	}
 	switch v := q.Get("protocol"); v {
 	case "":
 	case wire.ProtocolMCPP, wire.ProtocolMCPX:
 		a.protocol = v
 	default:
-		return nil, envelope.Errorf(wire.CodeUnsupportedProtocol, "protocol must be %s or %s", wire.ProtocolMCPP, wire.ProtocolMCPX)
+		return a, envelope.Errorf(wire.CodeUnsupportedProtocol, "protocol must be %s or %s", wire.ProtocolMCPP, wire.ProtocolMCPX)
 	}
 
 	var e *envelope.Error
 	if a.who, e = g.authenticate(w, r, a.pod, true); e != nil {
-		return nil, e
+		return a, e
 	}
 	f, err := filter.FromQuery(q)
 	if err != nil {
-		return nil, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
+		return a, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
 	}
 	a.filter = f
 	if a.history, err = pod.ParseHistoryWant(q); err != nil {
-		return nil, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.Error())
+		return a, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.Error())
 	}
 	if a.serves, e = parseServes(q); e != nil {
-		return nil, e
+		return a, e
 	}
 	switch q.Get(wire.QueryObserve) {
 	case "", "0":
@@ -102,11 +114,10 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (*admission, *en
 		// Watching without presence needs the capability: a join that
 		// may not be silent is refused, never made a visible one.
 		if !a.who.Caps.Allows(wire.CapabilityObserve, nil) {
-			return nil, envelope.Errorf(wire.CodeForbidden, "observe=1 needs the %s capability: join without it to be present", wire.CapabilityObserve)
+			return a, envelope.Errorf(wire.CodeForbidden, "observe=1 needs the %s capability: join without it to be present", wire.CapabilityObserve).Ruled(audit.RuleObserve)
 		}
-		a.observe = true
 	default:
-		return nil, envelope.Errorf(wire.CodeInvalidFilter, "observe must be 0 or 1")
+		return a, envelope.Errorf(wire.CodeInvalidFilter, "observe must be 0 or 1")
 	}
 	return a, nil
 }
@@ -169,12 +180,12 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 	}()
 	a, e := g.admit(w, req)
 	if e != nil {
-		g.refuse(w, e)
+		g.refuseJoin(w, req, a.transport(), a.pod, a.who, e)
 		return
 	}
 	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
 		g.connCount.Add(-1)
-		g.refuse(w, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
+		g.refuseJoin(w, req, a.transport(), a.pod, a.who, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
 		return
 	}
 	var p *pod.Pod
@@ -182,7 +193,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		found, e := g.readyPod(req.Context(), a.pod)
 		if e != nil {
 			g.connCount.Add(-1)
-			g.refuse(w, e)
+			g.refuseJoin(w, req, a.transport(), a.pod, a.who, e)
 			return
 		}
 		dead, refusal := found.Reserve(a.who.ID, a.observe)
@@ -192,7 +203,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		if refusal != nil {
 			// The pod is full, or the participant is banned (gateway/kick).
 			g.connCount.Add(-1)
-			g.refuse(w, refusal)
+			g.refuseJoin(w, req, a.transport(), a.pod, a.who, refusal)
 			return
 		}
 		p = found
@@ -222,6 +233,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 			n, bytes := r.Queued()
 			g.log.Info("participant cut", "pod", a.pod, "participant", id, "reason", reason, "queued", n, "queued_bytes", bytes)
 			g.metrics.cuts.WithLabelValues(reason).Inc()
+			p.Cut(reason)
 		},
 		OnWrite: func(n int) { g.metrics.writes.Add(float64(n)) },
 		Serves:  a.serves,
@@ -235,6 +247,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		// Kicked with a ban while its upgrade was under way: it never
 		// joined, and is told so in the close frame.
 		g.metrics.refusals.WithLabelValues(string(refusal.Code)).Inc()
+		g.auditJoin(req, a.transport(), a.pod, a.who, refusal)
 		r.Close(participant.StatusKicked, refusal.Message)
 		go func() {
 			<-r.Done()
@@ -244,6 +257,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		g.connCount.Add(-1)
 		return
 	}
+	g.auditJoin(req, a.transport(), a.pod, a.who, nil)
 	buckets := g.node.Buckets.Acquire(bucketKey(a.pod, id))
 	g.metrics.connections.Inc()
 	if !g.accepting.Load() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
@@ -102,7 +103,7 @@ func (g *Gateway) verifyToken(ctx context.Context, token, podName string) (pod.A
 	if ref != nil {
 		// 401 or 403 with the code; the message names the claim, never
 		// the token.
-		return pod.Admitted{}, ref, envelope.Errorf(ref.Code, "%s", ref.Message)
+		return pod.Admitted{Token: presented(token)}, ref, envelope.Errorf(ref.Code, "%s", ref.Message).Ruled(ref.Claim)
 	}
 	caps, err := capability.Compile(id.Capabilities)
 	if err != nil {
@@ -114,7 +115,7 @@ func (g *Gateway) verifyToken(ctx context.Context, token, podName string) (pod.A
 		// a connection ends at the token's own exp.
 		cred.Expires = id.Expires.Add(-tokens.Leeway)
 	}
-	return pod.Admitted{ID: id.Participant, Caps: caps, Credential: cred}, nil, nil
+	return pod.Admitted{ID: id.Participant, Caps: caps, Credential: cred, Token: credentialOf(id)}, nil, nil
 }
 
 // Reload reads the token file and the JWT keys again (SIGHUP), and ends
@@ -131,25 +132,27 @@ func (g *Gateway) Reload(ctx context.Context) error {
 	} else {
 		g.log.Info("tokens reloaded")
 	}
-	g.sweepRevoked()
+	g.auditTokens(triggerSignal, err, g.sweepRevoked())
 	return err
 }
 
-// sweepRevoked ends whoever is in on a token that is no longer valid.
-func (g *Gateway) sweepRevoked() {
-	n := 0
+// sweepRevoked ends whoever is in on a token that is no longer valid,
+// and reports whom.
+func (g *Gateway) sweepRevoked() []audit.Member {
+	var gone []audit.Member
 	for _, p := range g.allPods() {
 		for _, r := range p.Members() {
 			if c := r.Credential(); c.Revoked != nil && c.Revoked() {
 				p.Remove(r, "revoked", participant.StatusRevoked)
-				n++
+				gone = append(gone, audit.Member{Pod: p.Name, Participant: r.ID, Transport: transportOf(r)})
 			}
 		}
 	}
-	n += g.mcp.endRevoked()
-	if n > 0 {
-		g.log.Info("revoked tokens: connections and MCP sessions ended", "count", n)
+	gone = append(gone, g.mcp.endRevoked()...)
+	if len(gone) > 0 {
+		g.log.Info("revoked tokens: connections and MCP sessions ended", "count", len(gone))
 	}
+	return gone
 }
 
 // expire ends, with 4401, a connection whose token expired: the
@@ -170,10 +173,11 @@ func (g *Gateway) watchTokens(ctx context.Context) {
 	g.verifier.Watch(ctx, tokens.DefaultWatchInterval, func(err error) {
 		if err != nil {
 			g.log.Error("a token file changed and does not load; the previous tokens stay in force", "err", err)
+			g.auditTokens(triggerChange, err, nil)
 			return
 		}
 		g.log.Info("a token file changed: tokens reloaded")
-		g.sweepRevoked()
+		g.auditTokens(triggerChange, nil, g.sweepRevoked())
 	})
 }
 

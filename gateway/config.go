@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/tokens"
+	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -116,6 +118,16 @@ type Config struct {
 	MaxProposalsPerParticipant   int
 	MaxProposalsPerPod           int
 
+	// AuditLog is the file of the audit trail (docs/protocol.md section
+	// 7), "-" for standard output, "" for none; AuditLogMaxSize (in
+	// megabytes) and AuditLogMaxBackups rotate a file.
+	AuditLog           string
+	AuditLogMaxSize    int
+	AuditLogMaxBackups int
+	// MetricsMaxPods bounds the pods /metrics names (label pod); the
+	// others are counted together as pod="other".
+	MetricsMaxPods int
+
 	// Logger receives the gateway's logs; nil means slog.Default().
 	Logger *slog.Logger `flag:"-"`
 }
@@ -161,8 +173,21 @@ func DefaultConfig() Config {
 		MaxProposalsPerPod:           256,
 		OAuthScopes:                  DefaultOAuthScopes,
 		OAuthParticipantClaim:        tokens.DefaultOAuthParticipantClaim,
+		AuditLogMaxSize:              DefaultAuditLogMaxSize,
+		AuditLogMaxBackups:           DefaultAuditLogMaxBackups,
+		MetricsMaxPods:               DefaultMetricsMaxPods,
 	}
 }
+
+// Defaults of the audit trail's rotation (audit.DefaultMaxSizeMB: about a
+// gigabyte and a tenth at most on disk) and of the pods named in
+// /metrics: 100 pods of some 30 series each keep a scrape small at 6,000
+// pods (pod.DefaultMetricsMaxPods).
+const (
+	DefaultAuditLogMaxSize    = audit.DefaultMaxSizeMB
+	DefaultAuditLogMaxBackups = audit.DefaultMaxBackups
+	DefaultMetricsMaxPods     = pod.DefaultMetricsMaxPods
+)
 
 // The stores of a history that does not survive a restart
 // (--history-store). The history's messages in JetStream's memory store
@@ -247,6 +272,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ProposalTimeout, "proposal-timeout", c.ProposalTimeout, "a proposal (mcp/proposal) nobody decided within this long expires")
 	fs.IntVar(&c.MaxProposalsPerParticipant, "max-proposals-per-participant", c.MaxProposalsPerParticipant, "pending proposals of one participant in a pod (proposal_limit_exceeded past it)")
 	fs.IntVar(&c.MaxProposalsPerPod, "max-proposals-per-pod", c.MaxProposalsPerPod, "pending proposals in one pod (proposal_limit_exceeded past it)")
+	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "write the audit trail (one JSON line per trust decision) to this file, or - for standard output (default: none)")
+	fs.IntVar(&c.AuditLogMaxSize, "audit-log-max-size", c.AuditLogMaxSize, "megabytes at which the audit file is rotated")
+	fs.IntVar(&c.AuditLogMaxBackups, "audit-log-max-backups", c.AuditLogMaxBackups, "rotated audit files kept (0: all)")
+	fs.IntVar(&c.MetricsMaxPods, "metrics-max-pods", c.MetricsMaxPods, "pods named in /metrics' per-pod series; the others are counted together as pod=\"other\"")
 }
 
 // ApplyEnv sets every flag of fs that was not given on the command line
@@ -339,6 +368,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--history-dir and --history-replicas need history on (--history above 0)")
 	case c.oauthError() != nil:
 		return c.oauthError()
+	case c.AuditLog != "" && audit.CheckPath(c.AuditLog) != nil:
+		return fmt.Errorf("--audit-log: %w", audit.CheckPath(c.AuditLog))
+	case c.AuditLogMaxSize < 1:
+		return fmt.Errorf("--audit-log-max-size must be at least 1 (megabytes)")
+	case c.AuditLogMaxBackups < 0:
+		return fmt.Errorf("--audit-log-max-backups must be 0 (keep every rotated file) or more")
+	case c.MetricsMaxPods < 0:
+		return fmt.Errorf("--metrics-max-pods must be 0 (every pod counted as other) or more")
 	}
 	return nil
 }

@@ -114,3 +114,41 @@ func TestMaxPodsHoldsWhatMemoryHolds(t *testing.T) {
 		t.Fatalf("this machine's memory holds %d pods", got)
 	}
 }
+
+// TestConfigAuditAndMetricsFlags: the audit trail's and the per-pod
+// metrics' flags are checked at start, each refusal naming its flag: a
+// trail that is a directory, or in a directory that does not exist; a
+// rotation size under a megabyte; a negative count of backups or pods.
+// Standard output, and 0 backups (keep all) or 0 pods (all "other"), are
+// fine.
+func TestConfigAuditAndMetricsFlags(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		edit func(*Config)
+		flag string
+	}{
+		"a directory":         {func(c *Config) { c.AuditLog = dir }, "--audit-log"},
+		"no such directory":   {func(c *Config) { c.AuditLog = dir + "/missing/audit.log" }, "--audit-log"},
+		"size 0":              {func(c *Config) { c.AuditLogMaxSize = 0 }, "--audit-log-max-size"},
+		"backups -1":          {func(c *Config) { c.AuditLogMaxBackups = -1 }, "--audit-log-max-backups"},
+		"metrics max pods -1": {func(c *Config) { c.MetricsMaxPods = -1 }, "--metrics-max-pods"},
+	} {
+		c := DefaultConfig()
+		tc.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%s: %v, want a refusal naming %s", name, err, tc.flag)
+		}
+	}
+	c := DefaultConfig()
+	c.AuditLog, c.AuditLogMaxBackups, c.MetricsMaxPods = "-", 0, 0
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.AuditLog = dir + "/audit.log"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if d := DefaultConfig(); d.AuditLog != "" || d.AuditLogMaxSize != DefaultAuditLogMaxSize || d.AuditLogMaxBackups != DefaultAuditLogMaxBackups || d.MetricsMaxPods != DefaultMetricsMaxPods {
+		t.Fatalf("defaults: %q %d %d %d", d.AuditLog, d.AuditLogMaxSize, d.AuditLogMaxBackups, d.MetricsMaxPods)
+	}
+}

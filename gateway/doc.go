@@ -27,5 +27,6 @@
 //	nats.go      the embedded NATS server (or the connection to an external one)
 //	cluster.go   the other nodes of an embedded cluster
 //	metrics.go   /metrics
+//	audit.go     the audit trail's joins and reloads (--audit-log, package audit)
 //	viewer.go    the pod viewer (viewer/)
 package gateway

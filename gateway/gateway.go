@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/history"
@@ -58,6 +59,14 @@ type Gateway struct {
 	cluster *cluster // nil when the gateway serves its pods alone
 	metrics *metrics
 	mcp     *mcpEndpoint // /mcp
+
+	// audit is the trail of trust decisions (--audit-log; nil: off),
+	// trusted what the tokens held at their last reload, to tell what the
+	// next one changes (audit.go).
+	audit     *audit.Log
+	trustedMu sync.Mutex
+	trusted   tokens.Trusted
+
 	// node is what the pods share (package pod). Its History and Writer
 	// are set once the history stream is open (histReady): in a cluster
 	// the stream can be made only once enough nodes are up, so it opens
@@ -117,6 +126,14 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.oauth = newOAuthResource(&cfg)
+	if g.verifier != nil {
+		g.trusted = g.verifier.Trusted()
+	}
+	if g.audit, err = audit.Open(audit.Options{Path: cfg.AuditLog, MaxSizeMB: cfg.AuditLogMaxSize,
+		MaxBackups: cfg.AuditLogMaxBackups, Node: g.nodeID, Logger: g.log}); err != nil {
+		g.endLife()
+		return nil, fmt.Errorf("--audit-log: %w", err)
+	}
 	if cfg.jwtOn() && (g.defaultCaps.CoversKind(wire.RequestKick) || g.defaultCaps.CoversKind(wire.KindGrant)) {
 		// A JWT without a caps claim gets --default-capabilities: with
 		// the open mode's "*", any token the identity provider signs may
@@ -128,10 +145,11 @@ func New(cfg Config) (*Gateway, error) {
 	if g.verifier != nil {
 		g.node.Verify = g.verify
 	}
-	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState)
+	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState, g.audit)
 	ns, nc, tempDir, err := startNATS(&g.cfg, g.nodeID)
 	if err != nil {
 		g.endLife()
+		g.closeAudit()
 		return nil, err
 	}
 	g.ns, g.nc, g.tempDir = ns, nc, tempDir
@@ -139,6 +157,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.node.Start()
 	stop := func() {
 		g.endLife()
+		g.closeAudit()
 		g.node.Stop()
 		nc.Close()
 		if ns != nil {
@@ -651,7 +670,18 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.tempDir != "" {
 		_ = os.RemoveAll(g.tempDir)
 	}
+	g.closeAudit()
 	return ctx.Err()
+}
+
+// closeAudit writes out the audit trail and closes it, giving up after
+// auditCloseTimeout (a trail that blocks: the lines still queued are lost).
+func (g *Gateway) closeAudit() {
+	ctx, cancel := context.WithTimeout(context.Background(), auditCloseTimeout)
+	defer cancel()
+	if err := g.audit.Close(ctx); err != nil {
+		g.log.Warn("the audit trail was not written out at shutdown", "err", err)
+	}
 }
 
 // newNode is what the gateway's pods share.
@@ -687,11 +717,13 @@ func (g *Gateway) newNode() *pod.Node {
 		Limits:  g.limitsPayload(),
 		Log:     g.log,
 		Metrics: pod.NewMetrics(),
+		Audit:   g.audit,
 		Buckets: limits.NewBucketSet(
 			limits.Rate{Per: c.Rate, Burst: c.Burst},
 			limits.Rate{Per: c.ContextCreateRate, Burst: c.ContextCreateBurst}),
 		OnDead: g.forgetPod,
 	}
+	n.Metrics.Pods.SetMaxPods(c.MetricsMaxPods)
 	switch {
 	case c.clustered() && c.historyOn():
 		n.Order = pod.OrderStream

@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
 	"github.com/mcpp/gateway/wire"
@@ -146,8 +147,8 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !g.originAllowed(r) {
-		g.refuse(w, envelope.Errorf(wire.CodeForbidden,
-			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin")))
+		g.refuseJoin(w, r, audit.TransportMCP, r.URL.Query().Get("pod"), nobody, envelope.Errorf(wire.CodeForbidden,
+			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin")).Ruled(audit.RuleOrigin))
 		return
 	}
 	if !g.cfg.historyOn() {
@@ -163,7 +164,7 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	who, refusal := g.authenticate(w, r, pod, false)
 	if refusal != nil {
-		g.refuse(w, refusal)
+		g.refuseJoin(w, r, audit.TransportMCP, pod, who, refusal)
 		return
 	}
 	f, err := filter.FromQuery(q)
@@ -181,8 +182,8 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// client starts a new session).
 		m = e.session(sid)
 		if m != nil && m.key != key {
-			g.refuse(w, envelope.Errorf(wire.CodeForbidden,
-				"this MCP session belongs to another participant; start a session of your own"))
+			g.refuseJoin(w, r, audit.TransportMCP, pod, who, envelope.Errorf(wire.CodeForbidden,
+				"this MCP session belongs to another participant; start a session of your own").Ruled(audit.RuleSessionOwner))
 			return
 		}
 		switch {
@@ -200,8 +201,8 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if r.Method == http.MethodPost {
 		// A new session, or a request of a protocol without sessions:
 		// the participant is present from now on.
-		if m, refusal = e.acquire(r.Context(), pod, who, f); refusal != nil {
-			g.refuse(w, refusal)
+		if m, refusal = e.acquire(joining(r, who), pod, who, f); refusal != nil {
+			g.refuseJoin(w, r, audit.TransportMCP, pod, who, refusal)
 			return
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
@@ -187,6 +188,7 @@ func (m *mcpMember) start(ctx context.Context, name string) *envelope.Error {
 		break
 	}
 	m.buckets = g.node.Buckets.Acquire(m.key)
+	g.auditJoined(ctx, audit.TransportMCP, name)
 	g.log.Debug("MCP participant joined", "pod", name, "participant", m.id)
 	return nil
 }
@@ -352,16 +354,16 @@ func (e *mcpEndpoint) endExpired(now time.Time) {
 }
 
 // endRevoked ends the members whose token is no longer valid, and
-// reports how many.
-func (e *mcpEndpoint) endRevoked() int {
-	n := 0
+// reports which.
+func (e *mcpEndpoint) endRevoked() []audit.Member {
+	var gone []audit.Member
 	for _, m := range e.ready() {
 		if c := m.cred.Load(); c.Revoked != nil && c.Revoked() {
 			go m.end(endRevoked)
-			n++
+			gone = append(gone, audit.Member{Pod: m.pod.Name, Participant: m.id, Transport: audit.TransportMCP})
 		}
 	}
-	return n
+	return gone
 }
 
 // ready lists the members that have joined their pod.

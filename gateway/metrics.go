@@ -4,8 +4,33 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/mcpp/gateway/audit"
+	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/pod"
 )
+
+// auditCollectors count the audit trail's lines: written, and dropped by
+// reason (queue_full: the writer was behind, a slow or blocked disk;
+// write_error: a write failed, a full disk). All zero when it is off.
+func auditCollectors(trail *audit.Log) []prometheus.Collector {
+	dropped := func(reason string, of func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mcpp_audit_dropped_total",
+			Help:        "Audit lines lost: queue_full (the trail's writer was behind: a slow or blocked disk), write_error (a write failed: a full disk).",
+			ConstLabels: prometheus.Labels{"reason": reason}}, of)
+	}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mcpp_audit_lines_total",
+			Help: "Audit lines written (--audit-log)."}, func() float64 { return float64(trail.Written()) }),
+		dropped("queue_full", func() float64 {
+			full, _ := trail.Dropped()
+			return float64(full)
+		}),
+		dropped("write_error", func() float64 {
+			_, failed := trail.Dropped()
+			return float64(failed)
+		}),
+	}
+}
 
 // metrics are the gateway's Prometheus metrics, on a registry of its own so
 // that several gateways can live in one process (the tests do). The pods
@@ -21,7 +46,7 @@ type metrics struct {
 	historyLate  prometheus.Counter
 }
 
-func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyState func() (entries, bytes float64)) *metrics {
+func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyState func() (entries, bytes float64), trail *audit.Log) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -52,5 +77,11 @@ func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyS
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.registry.MustRegister(auditCollectors(trail)...)
+	// Every reason is served from the start, at 0, so that an alert on
+	// its increase sees the first cut.
+	for _, reason := range []string{participant.CutSlowConsumer, participant.CutWriteTimeout, participant.CutPingTimeout} {
+		m.cuts.WithLabelValues(reason)
+	}
 	return m
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
@@ -36,8 +37,8 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !g.originAllowed(r) {
-		g.refuse(w, envelope.Errorf(wire.CodeForbidden,
-			"origin %q may not publish (see --allowed-origins)", r.Header.Get("Origin")))
+		g.refuseJoin(w, r, audit.TransportPublish, r.PathValue("pod"), nobody, envelope.Errorf(wire.CodeForbidden,
+			"origin %q may not publish (see --allowed-origins)", r.Header.Get("Origin")).Ruled(audit.RuleOrigin))
 		return
 	}
 	lines, ok := bodyType(r.Header.Get("Content-Type"))
@@ -54,7 +55,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	who, e := g.authenticate(w, r, name, false)
 	if e != nil {
-		g.refuse(w, e)
+		g.refuseJoin(w, r, audit.TransportPublish, name, who, e)
 		return
 	}
 	limit := 4 * int64(g.cfg.MaxMessageBytes)
@@ -93,7 +94,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		}
 		dead, refusal := found.Acquire(from)
 		if refusal != nil {
-			g.refuse(w, refusal) // banned (gateway/kick)
+			g.refuseJoin(w, r, audit.TransportPublish, name, who, refusal) // banned (gateway/kick)
 			return
 		}
 		if !dead {
@@ -102,6 +103,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		}
 		// Removed as we looked it up; a new one will be made.
 	}
+	g.auditJoin(r, audit.TransportPublish, name, who, nil)
 	from.Buckets = g.node.Buckets.Acquire(bucketKey(name, id))
 	for i, line := range envs {
 		if hook := hookPublishLine.Load(); hook != nil && i > 0 {

@@ -103,13 +103,15 @@ func (g *Gateway) ReloadTLS() error {
 	if g.certs == nil {
 		return nil
 	}
-	return g.reloadTLS("reloaded")
+	return g.reloadTLS("reloaded", triggerSignal)
 }
 
 // reloadTLS loads the certificate again and logs the outcome; why says
-// what prompted it.
-func (g *Gateway) reloadTLS(why string) error {
+// what prompted it, trigger names it for the audit trail.
+func (g *Gateway) reloadTLS(why, trigger string) error {
+	before := g.certs.current.Load()
 	err := g.certs.load()
+	g.auditTLS(trigger, before, err)
 	if err != nil {
 		g.log.Error("the TLS certificate does not load; the previous one stays in force", "err", err)
 		return err
@@ -142,7 +144,7 @@ func (g *Gateway) watchTLS(ctx context.Context) {
 		case <-t.C:
 		}
 		if g.certs.changed() {
-			_ = g.reloadTLS("reloaded: its files changed")
+			_ = g.reloadTLS("reloaded: its files changed", triggerChange)
 		}
 	}
 }

@@ -250,5 +250,8 @@ func TestFlowSlowConsumer(t *testing.T) {
 	if v := harness.Metric(t, g.URL, `mcpp_cuts_total{reason="slow_consumer"}`); v != 1 {
 		t.Fatalf("mcpp_cuts_total{reason=\"slow_consumer\"} = %v, want 1", v)
 	}
+	if v := harness.Metric(t, g.URL, `mcpp_pod_slow_consumers_total{pod="`+pod+`"}`); v != 1 {
+		t.Fatalf("mcpp_pod_slow_consumers_total of the pod = %v, want 1", v)
+	}
 	t.Logf("slow consumer cut after %d envelopes of 32 KiB", sent-10)
 }

@@ -35,7 +35,7 @@ func (p *Pod) commit(m *envelope.Meta, body, frame []byte, tokens int, at time.T
 		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), tokens, history.Loc{})
 	}
 	p.order.publish(m, frame, entry)
-	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
+	p.delivered(p.handleFrame(m, body, true), len(body))
 }
 
 // commitEvent is commit for a context's conclusion event. Call it with
@@ -50,7 +50,7 @@ func (p *Pod) commitEvent(m *envelope.Meta, body, frame []byte, id string, at ti
 		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), 0, history.Loc{})
 	}
 	p.order.publishEvent(frame, entry, id)
-	p.node.Metrics.Deliveries.Add(float64(p.handleFrame(m, body, true)))
+	p.delivered(p.handleFrame(m, body, true), len(body))
 }
 
 // fromLog takes a frame the log handed over, at loc in the history
@@ -99,7 +99,7 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Sender) {
 			p.publishConclusions(concluded)
 		}
 	}
-	p.node.Metrics.Deliveries.Add(float64(n))
+	p.delivered(n, len(body))
 }
 
 // frameTokens is the token estimate of an envelope's frame, worked out

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/tidwall/gjson"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/wire"
@@ -61,7 +62,7 @@ func (in *ingress) approve(a wire.Approve) (wire.ProposalEvent, *envelope.Error)
 		return wire.ProposalEvent{}, e
 	}
 	if !p.mayMake(s.ID, s.caps(), pr) {
-		e := envelope.Errorf(wire.CodeCapabilityViolation, "only a participant that may make the proposed call itself approves proposal %q", a.Proposal)
+		e := envelope.Errorf(wire.CodeCapabilityViolation, "only a participant that may make the proposed call itself approves proposal %q", a.Proposal).Ruled(audit.RuleNotApprover)
 		e.AttemptedKind, e.YourCapabilities = wire.KindMCPRequest, s.caps().Wire()
 		return wire.ProposalEvent{}, e
 	}
@@ -190,6 +191,8 @@ func (p *Pod) commitGrant(c *capabilityChange, payload []byte, grantor, id strin
 	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCapability, Origin: p.node.ID, From: grantor,
 		To: []string{c.g.Recipient}, ID: id, Seq: p.node.frameSeq.Add(1), Protocol: protocolSpan, Via: c.via}
 	p.commit(&m, body, envelope.Frame(&m, body), 0, timeNow())
+	c.answer.GrantID = id // checkCapabilityChange made the answer
+	p.auditCapabilityChange(c, id)
 }
 
 // proposalsRequest reads gateway/proposals' payload: all or pending.

@@ -354,8 +354,11 @@ func (p *Pod) acceptCall(ci *callInfo, m *envelope.Meta, now time.Time) {
 		p.calls.add(id, c)
 		p.armCall(id, c)
 		p.node.Metrics.Calls.Requests.Inc()
+		if c.requester != wire.GatewayID {
+			p.m.calls.Inc()
+		}
 	case ci.response:
-		p.calls.remove(ci.correlation)
+		p.callEnded(p.calls.remove(ci.correlation), false)
 	case ci.cancels != "":
 		// Cancelled: no answer will come, and none is owed.
 		p.calls.remove(ci.cancelsCall)
@@ -461,10 +464,12 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 		if local {
 			return true
 		}
-		if p.calls.remove(ci.correlation) == nil && m.From != wire.GatewayID {
+		c := p.calls.remove(ci.correlation)
+		if c == nil && m.From != wire.GatewayID {
 			p.node.Metrics.Calls.Late.Inc()
 			return false
 		}
+		p.callEnded(c, false)
 		return true
 	}
 	return true
@@ -534,6 +539,7 @@ func (p *Pod) AnswerFor(id, recipient string, code int, reason, message string) 
 // it with Pod.mu held.
 func (p *Pod) answerCall(id string, c *call, code int, reason, why string) {
 	p.calls.remove(id)
+	p.callEnded(c, true)
 	data, _ := json.Marshal(wire.RPCErrorData{Reason: reason, Recipient: c.recipient, TimeoutMS: timeoutMS(reason, p.calls.cfg.Timeout)})
 	rpcID := c.rpcID
 	if rpcID == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/tidwall/gjson"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
@@ -198,7 +199,7 @@ func (in *ingress) check() *envelope.Error {
 	case env.Mode != envelope.ModeDurable && controlKind(env.Kind):
 		return envelope.Errorf(wire.CodeInvalidEnvelope, "%s takes no lifecycle mode: the pod's history must keep it (its state is rebuilt from the history)", env.Kind)
 	case env.HasFrom && env.From != s.ID:
-		return envelope.Errorf(wire.CodeAuthViolation, "from must be your participant id %q", s.ID)
+		return envelope.Errorf(wire.CodeAuthViolation, "from must be your participant id %q", s.ID).Ruled(audit.RuleFrom)
 	case env.IsSystem():
 		return envelope.Errorf(wire.CodeReservedKind, "system/* kinds are the gateway's")
 	}
@@ -227,7 +228,7 @@ func (in *ingress) check() *envelope.Error {
 		if s.caps().CoversKind(env.Kind) {
 			e.Message = fmt.Sprintf("no capability of yours matches kind %q with this payload", env.Kind)
 		}
-		e.AttemptedKind, e.YourCapabilities = env.Kind, s.caps().Wire()
+		e.AttemptedKind, e.YourCapabilities, e.Rule = env.Kind, s.caps().Wire(), in.capabilityRule(env.Kind)
 		return e
 	}
 	if len(in.env.Raw) > cfg.MaxMessageBytes {
@@ -557,6 +558,8 @@ func (in *ingress) commit(body []byte) {
 		p.commitProposalEvent(pr, "")
 	}
 	p.node.Metrics.EnvelopesIn.Inc()
+	p.m.envIn.Inc()
+	p.m.bytesIn.Add(float64(len(body)))
 	if in.from.Conn == nil {
 		in.from.Results = append(in.from.Results, wire.PublishResult{ID: in.env.ID})
 	}
@@ -566,6 +569,8 @@ func (in *ingress) commit(body []byte) {
 // (over HTTP and MCP, in its Results).
 func (in *ingress) refuse(e *envelope.Error, correlationID string) {
 	in.pod.node.Metrics.Errors.WithLabelValues(string(e.Code)).Inc()
+	in.pod.m.refused(string(e.Code))
+	in.auditRefusal(e, correlationID)
 	pl := e.Payload()
 	if c := in.from.Conn; c != nil {
 		c.Answer(direct(c.ID, c.Protocol, wire.KindError, correlationID, pl))

@@ -51,5 +51,6 @@ func (p *Pod) liveLost(frame []byte, why error, burst *Sender) {
 	}
 	m.Flags &^= envelope.FlagMarker
 	m.Protocol = protocolSpan
-	p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, msg.bytes(), false)))
+	body := msg.bytes()
+	p.delivered(p.deliver(&m, body, false), len(body))
 }

@@ -181,6 +181,7 @@ func (p *Pod) JoinGuest(g Guest) (dead bool, refusal *envelope.Error, cursor uin
 	default:
 		p.publishPresence(envelope.FrameJoin, g.Identity, 0)
 	}
+	p.countMembers()
 	return false, nil, cursor
 }
 
@@ -193,6 +194,7 @@ func (p *Pod) LeaveGuest(g Guest, reason string) {
 	defer p.unlock()
 	if p.guests[g.ID] == g {
 		delete(p.guests, g.ID)
+		p.countMembers()
 		p.publishPresenceWhy(envelope.FrameLeave, g.Identity, 0, reason)
 	}
 }

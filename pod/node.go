@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/history"
@@ -87,6 +88,8 @@ type Metrics struct {
 	LiveLost prometheus.Counter
 	// Calls are the counters of MCP requests and proposals (calls.go).
 	Calls *CallMetrics
+	// Pods are the per-pod series (podmetrics.go).
+	Pods *PodMetrics
 }
 
 // NewMetrics makes the metrics, unregistered.
@@ -107,13 +110,14 @@ func NewMetrics() *Metrics {
 		LiveLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpp_live_frames_lost_total", Help: "Live frames (presence, ephemeral envelopes) of other nodes whose body this node never got, nor could get again from the node that accepted it (gone); the members that may have missed one were sent a system/gap."}),
 		Calls: newCallMetrics(),
+		Pods:  newPodMetrics(),
 	}
 }
 
 // Collectors lists the metrics, for a registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.EnvelopesIn, m.Deliveries, m.Errors, m.Conclusions, m.OrderLost, m.FollowErrors, m.LiveLost},
-		m.Calls.collectors()...)
+		append(m.Calls.collectors(), m.Pods.collectors()...)...)
 }
 
 // Cluster is what a pod asks of the other gateway nodes (nil: the node is
@@ -139,6 +143,9 @@ type Admitted struct {
 	ID         string
 	Caps       *capability.Set
 	Credential *participant.Credential
+	// Token names the token that admitted it, as the audit trail does
+	// (never the token itself): the zero value in open mode.
+	Token audit.Credential
 }
 
 // Node is what the pods of one gateway node share: its identity, its
@@ -173,6 +180,8 @@ type Node struct {
 	// said that its lists or a resource changed (notices.go); nil: nobody
 	// asks.
 	OnServers func(p *Pod, c ServerChange)
+	// Audit is the node's audit trail of trust decisions (nil: off).
+	Audit *audit.Log
 
 	dispatch *dispatch
 	// bodies are the bodies of this node's live frames, kept for the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
@@ -84,6 +85,8 @@ type Pod struct {
 
 	ready   chan struct{} // closed once the pod has read its past
 	openErr error         // why it could not (set before ready closes)
+	// m are the pod's series in /metrics (podmetrics.go).
+	m *podMetrics
 	// delivering is set, under the order lock, once the pod has read its
 	// past: until then what the log hands it is its past (applyPast),
 	// delivered to nobody. It is read with the lock held, and without it
@@ -106,6 +109,7 @@ func New(node *Node, name string) *Pod {
 		publishers: map[*Sender]struct{}{},
 		observers:  map[*participant.Participant]struct{}{},
 		ready:      make(chan struct{}),
+		m:          node.Metrics.Pods.open(name),
 	}
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)
@@ -178,6 +182,7 @@ func (p *Pod) Close() {
 			pr.timer.Stop()
 		}
 	}
+	p.m.close()
 	p.mu.Unlock()
 	p.Registry.Close()
 	p.order.close()
@@ -246,6 +251,7 @@ func (p *Pod) rebuildSnapshot() {
 		s = append(s, o)
 	}
 	p.snapshot.Store(&s)
+	p.countMembers()
 }
 
 // Idle reports whether the pod holds nothing worth keeping: a pod exists
@@ -419,7 +425,7 @@ func (p *Pod) removedSender(s *Sender) *envelope.Error {
 	case s.Conn == nil && s.Guest == nil && !s.kicked:
 		return nil
 	}
-	return envelope.Errorf(wire.CodeForbidden, "you are no longer in pod %q (kicked, or replaced by a newer connection of yours): the envelope was not relayed", p.Name)
+	return envelope.Errorf(wire.CodeForbidden, "you are no longer in pod %q (kicked, or replaced by a newer connection of yours): the envelope was not relayed", p.Name).Ruled(audit.RuleRemoved)
 }
 
 // Tick is the janitor's, every second: the history index follows what

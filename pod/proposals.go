@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/tidwall/gjson"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/wire"
@@ -145,10 +146,10 @@ func (p *Pod) checkProposal(pi *proposalInfo, s *Sender, id string) *envelope.Er
 			return e
 		}
 		if pi.kind == wire.KindMCPWithdraw && s.ID != pr.proposer {
-			return envelope.Errorf(wire.CodeCapabilityViolation, "only its proposer (%s) withdraws proposal %q", pr.proposer, pi.target)
+			return envelope.Errorf(wire.CodeCapabilityViolation, "only its proposer (%s) withdraws proposal %q", pr.proposer, pi.target).Ruled(audit.RuleNotProposer)
 		}
 		if pi.kind == wire.KindMCPReject && !p.mayMake(s.ID, s.caps(), pr) {
-			return envelope.Errorf(wire.CodeCapabilityViolation, "only a participant that may make the proposed call itself rejects proposal %q", pi.target)
+			return envelope.Errorf(wire.CodeCapabilityViolation, "only a participant that may make the proposed call itself rejects proposal %q", pi.target).Ruled(audit.RuleNotApprover)
 		}
 	}
 	return nil
@@ -204,6 +205,7 @@ func (p *Pod) recordProposal(m *envelope.Meta, payload []byte, at time.Time) *pr
 		expires: at.Add(p.calls.cfg.ProposalTimeout), state: wire.ProposalPending, by: strings.Clone(m.From)}
 	p.proposals.byID[pr.id] = pr
 	p.proposals.pending[pr.proposer]++
+	p.m.addPending(1)
 	p.armProposal(pr)
 	return pr
 }
@@ -250,6 +252,7 @@ func (p *Pod) endProposal(id, state, by, reason, request string) *proposal {
 	if t.pending[pr.proposer]--; t.pending[pr.proposer] <= 0 {
 		delete(t.pending, pr.proposer)
 	}
+	p.m.addPending(-1)
 	t.ended = append(t.ended, pr.id)
 	for len(t.ended) > p.calls.cfg.MaxProposalsPerPod {
 		delete(t.byID, t.ended[0])
@@ -286,6 +289,7 @@ func (p *Pod) commitProposalEventFull(pr *proposal, named, scope, grantID string
 	if pr.state == wire.ProposalPending {
 		p.node.Metrics.Calls.Proposals.WithLabelValues(wire.ProposalPending).Inc()
 	}
+	p.auditProposal(pr, scope, grantID)
 	msg := newSystemMessage(wire.ProtocolMCPP, wire.KindProposal, pr.event(scope, grantID))
 	if named != "" {
 		msg.ID = uuid.NewSHA1(uuid.NameSpaceURL, []byte("mcpp:proposal/"+p.Name+"/"+pr.id+"/"+named)).String()

@@ -66,7 +66,7 @@ func (p *Pod) RemoveNode(node string) {
 		delete(p.remote, id)
 		m := envelope.Meta{Kind: envelope.FrameLeave, Origin: node, From: r.ID, Protocol: protocolSpan}
 		body, _ := presenceMessage(wire.PresenceLeave, r.Identity, "its gateway node is gone")
-		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
+		p.delivered(p.deliver(&m, body, false), len(body))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/filter"
@@ -99,7 +100,7 @@ func (in *ingress) request(rateErr *envelope.Error) {
 			return
 		case !in.allowed(): // its capabilities, or a pod-wide grant
 			e := envelope.Errorf(wire.CodeCapabilityViolation, "gateway/kick needs the gateway/kick capability for the whole pod (a grant scoped to a context never allows it)")
-			e.AttemptedKind, e.YourCapabilities = wire.RequestKick, in.from.caps().Wire()
+			e.AttemptedKind, e.YourCapabilities, e.Rule = wire.RequestKick, in.from.caps().Wire(), in.capabilityRule(wire.RequestKick)
 			in.refuse(e, in.env.ID)
 			return
 		}
@@ -180,10 +181,12 @@ func (in *ingress) refresh(token string) {
 		return
 	}
 	if a.ID != c.ID {
-		in.refuse(envelope.Errorf(wire.CodeAuthViolation, "the token names participant %q, not you (%q): a connection keeps its participant", a.ID, c.ID), in.env.ID)
+		in.refuse(envelope.Errorf(wire.CodeAuthViolation, "the token names participant %q, not you (%q): a connection keeps its participant", a.ID, c.ID).Ruled(audit.RuleRefreshIdentity), in.env.ID)
 		return
 	}
 	c.Refresh(a.Caps, a.Credential)
+	p.audit(audit.Record{Decision: audit.Refresh, Participant: a.ID, Transport: in.from.transport(), Credential: a.Token,
+		Capabilities: a.Caps.Wire(), EnvelopeID: in.env.ID})
 	answer := wire.Refreshed{Participant: a.ID, Capabilities: a.Caps.Wire()}
 	if exp := a.Credential.Expires; !exp.IsZero() {
 		s := exp.UTC().Format(wire.TimeFormat)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
@@ -106,7 +107,7 @@ func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []by
 		return p.checkRevoke(c, sender)
 	}
 	if c.g.Recipient == sender {
-		return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: a grantor cannot grant itself")
+		return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: a grantor cannot grant itself").Ruled(audit.RuleSelfGrant)
 	}
 	if n := len(p.grants.For(c.g.Recipient).List()); n >= capability.MaxGrants {
 		return envelope.Errorf(wire.CodeInvalidEnvelope, "capability/grant: %s holds %d grants in this pod, the most there may be: revoke some first", c.g.Recipient, n)
@@ -135,7 +136,7 @@ func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []by
 			if scope != "" {
 				where = fmt.Sprintf("in context %q", scope)
 			}
-			return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: you may not grant %s: a grant scoped to a context allows granting only within it", where)
+			return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: you may not grant %s: a grant scoped to a context allows granting only within it", where).Ruled(audit.RuleGrantScope)
 		}
 		via = append(via, id)
 	}
@@ -149,7 +150,7 @@ func (p *Pod) checkCapabilityChange(c *capabilityChange, s *Sender, payload []by
 		}
 		id, ok := held.Covering(c.caps, i, where)
 		if !ok {
-			return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: you do not hold %s where the grant applies, so you may not grant it", want)
+			return envelope.Errorf(wire.CodeCapabilityViolation, "capability/grant: you do not hold %s where the grant applies, so you may not grant it", want).Ruled(audit.RuleDelegation)
 		}
 		if !slices.Contains(via, id) {
 			via = append(via, id)
@@ -171,7 +172,7 @@ func (p *Pod) checkRevoke(c *capabilityChange, sender string) *envelope.Error {
 				continue
 			}
 			if gr.Grantor != sender {
-				return envelope.Errorf(wire.CodeCapabilityViolation, "capability/revoke: grant %q was made by %s: only its grantor may revoke it", c.r.GrantID, gr.Grantor)
+				return envelope.Errorf(wire.CodeCapabilityViolation, "capability/revoke: grant %q was made by %s: only its grantor may revoke it", c.r.GrantID, gr.Grantor).Ruled(audit.RuleNotGrantor)
 			}
 			c.answer = &wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: gr.ID, Recipient: c.r.Recipient,
 				Grantor: sender, Capabilities: gr.Capabilities.Wire(), Context: gr.Context, To: gr.To, Reason: c.r.Reason}
@@ -196,6 +197,7 @@ func (in *ingress) answerCapabilityChange(c *capabilityChange) {
 	if c.grant {
 		c.answer.GrantID = in.env.ID // the grant's id names it (MEW's grant_id)
 	}
+	in.pod.auditCapabilityChange(c, in.env.ID)
 	if in.from.Conn == nil {
 		// Over HTTP and MCP the envelope's result, which commit added,
 		// carries the answer: one result per envelope.
@@ -314,7 +316,7 @@ func (p *Pod) banned(id string, now time.Time) *envelope.Error {
 		return nil
 	}
 	return envelope.Errorf(wire.CodeForbidden, "%s was kicked from pod %q by %s (%s) and may not join before %s",
-		id, p.Name, b.by, b.reason, b.until.UTC().Format(wire.TimeFormat))
+		id, p.Name, b.by, b.reason, b.until.UTC().Format(wire.TimeFormat)).Ruled(audit.RuleBanned)
 }
 
 // kickBody is the body of a kick frame.
@@ -356,9 +358,13 @@ func (in *ingress) kick(k wire.Kick) (wire.Kicked, *envelope.Error) {
 		ID: newID(), Seq: p.node.frameSeq.Add(1)}
 	p.commit(&m, body, envelope.Frame(&m, body), 0, in.now)
 	answer := wire.Kicked{Participant: k.Participant, Connections: n}
+	p.audit(audit.Record{Decision: audit.Kick, Participant: k.Participant, By: in.from.ID, Reason: k.Reason,
+		Connections: n, EnvelopeID: in.env.ID, Transport: in.from.transport()})
 	if !until.IsZero() {
 		s := until.UTC().Format(wire.TimeFormat)
 		answer.BannedUntil = &s
+		p.audit(audit.Record{Decision: audit.Ban, Participant: k.Participant, By: in.from.ID, Reason: k.Reason,
+			Until: s, EnvelopeID: in.env.ID})
 	}
 	return answer, nil
 }
@@ -435,6 +441,7 @@ func (p *Pod) removeByID(id, reason string, code participant.CloseStatus) {
 	}
 	if g := p.guests[id]; g != nil {
 		delete(p.guests, id)
+		p.countMembers()
 		p.publishPresenceWhy(envelope.FrameLeave, g.Identity, 0, reason)
 		g.removed(reason)
 	}

@@ -159,6 +159,7 @@ type claims struct {
 	registered
 	Pods json.RawMessage `json:"pods"`
 	Caps json.RawMessage `json:"caps"`
+	JTI  json.RawMessage `json:"jti"`
 
 	// What Validate found, for the identity.
 	subject string
@@ -268,6 +269,11 @@ func (v *Verifier) verifyJWT(ctx context.Context, s *state, token string) (*Iden
 		Pods:         c.pods,
 		Source:       SourceJWT,
 	}
+	// Named for the audit trail only; a jti of another type is no
+	// refusal (nothing here decides by it).
+	id.Issuer, _ = c.GetIssuer()
+	id.JTI, _ = stringClaim("jti", c.JTI)
+	id.KeyID, _ = tok.Header["kid"].(string)
 	if !c.hasCaps {
 		id.Capabilities = append([]wire.Capability{}, v.cfg.DefaultCapabilities...)
 	}

@@ -162,6 +162,9 @@ type Identity struct {
 	// TokenSHA256 is the SHA-256 of the token: what Revoked looks up, and
 	// a key for the identity that is safe to log or keep.
 	TokenSHA256 [sha256.Size]byte
+	// Issuer, KeyID and JTI are a JWT's iss, the kid of its header and its
+	// jti (each "" when absent): which token it was, for the audit trail.
+	Issuer, KeyID, JTI string
 }
 
 // Claims that a Refusal names besides the JWT's own claims (exp, nbf,

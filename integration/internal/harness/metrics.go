@@ -3,6 +3,8 @@ package harness
 import (
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +27,9 @@ func HTTPGet(url string) (int, string, error) {
 
 // MetricsOf fetches base+"/metrics" and returns every sample as
 // series -> value, where series is the name with its labels as printed
-// (`mcpp_errors_total{code="invalid_json"}`).
+// (`mcpp_errors_total{code="invalid_json"}`); a histogram's as its
+// _count, _sum and _bucket series, le among the labels in name order
+// (`x_bucket{le="0.5",pod="lab"}`).
 func MetricsOf(t *testing.T, base string) map[string]float64 {
 	t.Helper()
 	status, body, err := HTTPGet(base + "/metrics")
@@ -40,21 +44,33 @@ func MetricsOf(t *testing.T, base string) map[string]float64 {
 	out := map[string]float64{}
 	for name, f := range families {
 		for _, m := range f.Metric {
-			series := name
-			if len(m.Label) > 0 {
-				labels := make([]string, len(m.Label))
-				for i, l := range m.Label {
-					labels[i] = l.GetName() + `="` + labelEscaper.Replace(l.GetValue()) + `"`
+			labels := make([]string, len(m.Label))
+			for i, l := range m.Label {
+				labels[i] = l.GetName() + `="` + labelEscaper.Replace(l.GetValue()) + `"`
+			}
+			series := func(name string, more ...string) string {
+				all := append(append([]string(nil), labels...), more...)
+				if len(all) == 0 {
+					return name
 				}
-				series += "{" + strings.Join(labels, ",") + "}"
+				slices.Sort(all)
+				return name + "{" + strings.Join(all, ",") + "}"
 			}
 			switch {
 			case m.Counter != nil:
-				out[series] = m.Counter.GetValue()
+				out[series(name)] = m.Counter.GetValue()
 			case m.Gauge != nil:
-				out[series] = m.Gauge.GetValue()
+				out[series(name)] = m.Gauge.GetValue()
 			case m.Untyped != nil:
-				out[series] = m.Untyped.GetValue()
+				out[series(name)] = m.Untyped.GetValue()
+			case m.Histogram != nil:
+				h := m.Histogram
+				out[series(name+"_count")] = float64(h.GetSampleCount())
+				out[series(name+"_sum")] = h.GetSampleSum()
+				for _, b := range h.Bucket {
+					le := strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)
+					out[series(name+"_bucket", `le="`+le+`"`)] = float64(b.GetCumulativeCount())
+				}
 			}
 		}
 	}
