@@ -14,8 +14,8 @@ import (
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
-	"github.com/mcpp/gateway/tokens"
 	"github.com/mcpp/gateway/pod"
+	"github.com/mcpp/gateway/tokens"
 	"github.com/mcpp/gateway/wire"
 )
 
