@@ -8,6 +8,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpp/gateway/wire"
 )
 
 // The bridge speaks to its server in the newest MCP revision the two
@@ -176,26 +178,37 @@ func (s *session) initialize(version string) error {
 	return nil
 }
 
-// withTriple returns a request's params with the _meta triple of a modern
-// session set in params._meta, beside the keys the requester gave there
-// (its progress token, its trace context), which stay as they came; a
-// legacy session's params are returned as they are.
+// withTriple returns a request's params with the connection keys of
+// params._meta (wire.MCPConnectionMeta) the bridge's, as its server's one
+// client: a modern session's triple,
+// or none for a legacy session. The other keys the requester gave there
+// (its progress token, its trace context) stay as they came.
 func (s *session) withTriple(params json.RawMessage) json.RawMessage {
-	if s.triple == nil {
-		return params
-	}
 	p, ok := object(params)
 	if !ok {
+		if s.triple == nil {
+			return params
+		}
 		p = map[string]json.RawMessage{}
 	}
 	meta, ok := object(p["_meta"])
 	if !ok {
+		if s.triple == nil {
+			return params
+		}
 		meta = map[string]json.RawMessage{}
+	}
+	for _, k := range wire.MCPConnectionMeta {
+		delete(meta, k)
 	}
 	for k, v := range s.triple {
 		meta[k] = v
 	}
-	p["_meta"] = encode(meta)
+	if len(meta) == 0 {
+		delete(p, "_meta")
+	} else {
+		p["_meta"] = encode(meta)
+	}
 	return encode(p)
 }
 

@@ -99,10 +99,17 @@ func (e *mcpEndpoint) callServerTool(ctx context.Context, m *mcpMember, server, 
 	hc.rpcID, _ = json.Marshal(uuid.NewString())
 	params := map[string]any{"name": tool, "arguments": args}
 	if meta := maps.Clone(req.Params.Meta); len(meta) > 0 {
+		// The keys of the host's connection to the gateway are not the
+		// call's: the server's client (the bridge) writes its own.
+		for _, k := range wire.MCPConnectionMeta {
+			delete(meta, k)
+		}
 		if tok, ok := meta["progressToken"]; ok && tok != nil {
 			hc.token, meta["progressToken"] = tok, hc.id
 		}
-		params["_meta"] = meta
+		if len(meta) > 0 {
+			params["_meta"] = meta
+		}
 	}
 	payload, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": hc.rpcID, "method": "tools/call", "params": params})
 	if err != nil {

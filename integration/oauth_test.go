@@ -305,7 +305,7 @@ func TestOAuthHostSignsIn(t *testing.T) {
 	}
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "tools__read_note", Arguments: map[string]any{}})
 	if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "ship on Friday") {
-		t.Fatalf("tools__read_note: %v %+v", err, res)
+		t.Fatalf("tools__read_note: %v %s", err, resultText(res))
 	}
 	if out := harness.MCPCall(t, cs, "pod_send", map[string]any{"kind": "chat", "payload": map[string]any{"text": "signed in"}}); out.IsError {
 		t.Fatalf("alice's chat: %+v", out)

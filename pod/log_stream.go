@@ -30,7 +30,7 @@ import (
 // behind a marker.
 type streamLog struct {
 	p        *Pod
-	follower *Follower
+	follower atomic.Pointer[Follower] // set once the pod is open; the janitor reads it (tick)
 	tail     *Tail
 	sub      *dispatchSub
 	lost     atomic.Bool // its order was found lost
@@ -108,7 +108,7 @@ func (l *streamLog) open(ctx context.Context) error {
 		p.node.dispatch.unsubscribe(sub)
 		return err
 	}
-	l.follower = f
+	l.follower.Store(f)
 	return nil
 }
 
@@ -378,7 +378,7 @@ func (l *streamLog) onBody(msg Msg, burst *Sender) {
 // the node's follower was given up on (checkFollower): the pod's order
 // is lost then.
 func (l *streamLog) tick(now time.Time, sweep bool) {
-	if l.follower != nil && l.p.node.checkFollower(now) != l.follower && l.lost.CompareAndSwap(false, true) {
+	if f := l.follower.Load(); f != nil && l.p.node.checkFollower(now) != f && l.lost.CompareAndSwap(false, true) {
 		go l.p.orderLost(fmt.Errorf("the node's follower of the history stream stayed behind for %v", lostAfter))
 	}
 	if !sweep {

@@ -151,6 +151,16 @@ type Approve struct {
 	Payload json.RawMessage `json:"payload,omitempty" jsonschema:"with scope always: the payload pattern to grant instead of {method, params: {name}}; the proposal must match it"`
 }
 
+// MCPConnectionMeta are the keys of an MCP request's params._meta that
+// describe the client's connection (MCP 2026-07-28's "_meta triple": the
+// revision, the client's name and capabilities; and its log level), not
+// the request. A call relayed through the pod drops them: its server's
+// client (mcpp bridge) writes its own.
+var MCPConnectionMeta = []string{
+	"io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientInfo",
+	"io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/logLevel",
+}
+
 // ProposalDigest names a proposed call's bytes, exactly as its proposer
 // sent them (the mcp/proposal's payload, which the gateway releases as
 // is): "sha256:" and the SHA-256 of the bytes in lower-case hex.
