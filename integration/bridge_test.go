@@ -160,6 +160,17 @@ func startBridgeProc(t *testing.T, g *harness.Gateway, probe *bridgetest.Request
 	args = append(append(args, "--"), server...)
 	p := bridgeProc{startCLI(t, harness.BuildCommand(t, "mcpp"), args...)}
 	t.Cleanup(func() {
+		// Stopped as Ctrl-C stops it, so that it stops its server (a
+		// killed bridge leaves its server running).
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-p.done:
+			case <-time.After(20 * time.Second):
+			}
+		}
 		if t.Failed() {
 			t.Logf("mcpp bridge's standard error:\n%s", p.stderr.String())
 		}

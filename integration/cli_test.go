@@ -77,6 +77,10 @@ func startCLI(t *testing.T, bin string, args ...string) *cliProc {
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = cliEnv()
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	// A child the command started (a bridge's MCP server) may outlive it
+	// holding its output: Wait gives up on the output then, once the
+	// command itself has exited.
+	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
