@@ -1,4 +1,4 @@
-package deploy
+package chart
 
 import (
 	"flag"
@@ -16,20 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/integration/internal/harness"
 )
 
 // The Helm chart (deploy/helm/mcpp-gateway), checked with Helm itself:
 // helm lint, then helm template for one node, two, three, with history
 // off and with every optional part on, each rendering decoded strictly
 // into Kubernetes' own types and checked as an operator would read it.
-
-// imageUser is the image's user (deploy/build-image.sh), which the chart
-// runs the gateway as.
-const imageUser = 65532
-
-// imageEnv is the environment the image sets (Dockerfile), under the
-// container's own: TestImage checks that the image has it.
-var imageEnv = []string{"MCPP_LISTEN=0.0.0.0:8080", "MCPP_HISTORY_DIR=/data"}
 
 // optionalParts turns on every optional part of the chart.
 var optionalParts = []string{
@@ -274,8 +267,8 @@ func checkPod(t *testing.T, m manifests, replicas int32) {
 
 	// Not root, nothing to escalate to, a read-only root filesystem.
 	psc, sc := spec.SecurityContext, c.SecurityContext
-	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != imageUser || psc.FSGroup == nil || *psc.FSGroup != imageUser {
-		t.Errorf("pod securityContext %+v, want runAsNonRoot, runAsUser and fsGroup %d", psc, imageUser)
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != harness.ImageUser || psc.FSGroup == nil || *psc.FSGroup != harness.ImageUser {
+		t.Errorf("pod securityContext %+v, want runAsNonRoot, runAsUser and fsGroup %d", psc, harness.ImageUser)
 	}
 	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 		sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
@@ -420,7 +413,7 @@ func containerEnv(c corev1.Container) []string {
 	for _, e := range c.Env {
 		env = append(env, e.Name+"="+e.Value)
 	}
-	for _, kv := range imageEnv {
+	for _, kv := range harness.ImageEnv {
 		name, _, _ := strings.Cut(kv, "=")
 		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name }) {
 			env = append(env, kv)

@@ -1,4 +1,8 @@
-package deploy
+// Package image tests the container image: Dockerfile and
+// deploy/build-image.sh, built with podman (Debian's, installed when
+// neither podman nor a running docker is here) and started as a user
+// starts it.
+package image
 
 import (
 	"context"
@@ -53,10 +57,10 @@ func TestImage(t *testing.T) {
 	t.Logf("deploy/build-image.sh built %s with %s in %v", tag, engine, time.Since(start).Round(time.Second))
 
 	cfg := inspectImage(t, engine, tag)
-	if cfg.User != fmt.Sprintf("%d:%d", imageUser, imageUser) {
-		t.Errorf("the image's user is %q, want %d:%d (numeric, not root)", cfg.User, imageUser, imageUser)
+	if cfg.User != fmt.Sprintf("%d:%d", harness.ImageUser, harness.ImageUser) {
+		t.Errorf("the image's user is %q, want %d:%d (numeric, not root)", cfg.User, harness.ImageUser, harness.ImageUser)
 	}
-	for _, kv := range imageEnv {
+	for _, kv := range harness.ImageEnv {
 		if !slices.Contains(cfg.Env, kv) {
 			t.Errorf("the image's environment %v lacks %s", cfg.Env, kv)
 		}
@@ -305,7 +309,7 @@ func owned(t *testing.T, path string) {
 	if err != nil {
 		t.Fatalf("the gateway did not write %s: %v", path, err)
 	}
-	if s, ok := st.Sys().(*syscall.Stat_t); !ok || s.Uid != imageUser {
-		t.Errorf("%s is owned by %v, want the image's user %d", path, st.Sys(), imageUser)
+	if s, ok := st.Sys().(*syscall.Stat_t); !ok || s.Uid != harness.ImageUser {
+		t.Errorf("%s is owned by %v, want the image's user %d", path, st.Sys(), harness.ImageUser)
 	}
 }

@@ -1,4 +1,4 @@
-package deploy
+package chart
 
 import (
 	"context"

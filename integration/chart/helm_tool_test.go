@@ -1,4 +1,4 @@
-package deploy
+package chart
 
 import (
 	"bytes"
@@ -28,8 +28,10 @@ var (
 
 // helmBinary is Helm's command, built from helmModule once and kept in
 // its bin/ (ignored by git) under a name that changes with the module's
-// go.sum: later runs on the machine reuse it. The first build takes a few
-// minutes on two cores (it compiles Helm and the Kubernetes client).
+// go.sum: later runs on the machine reuse it. The first build compiles
+// Helm and the Kubernetes client: about 580 s of CPU, 5 minutes of two
+// idle cores (Go's build cache, shared with other checkouts, makes a
+// rebuild in a fresh checkout a link).
 func helmBinary(t *testing.T) string {
 	t.Helper()
 	helmOnce.Do(func() {
@@ -52,14 +54,16 @@ func helmBinary(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
 		// Written beside its final name, then renamed: a build cut short
-		// leaves no binary that a later run would take for a whole one.
+		// leaves no binary that a later run would take for a whole one,
+		// and the next build removes what it left.
+		removeStale(filepath.Dir(path))
 		tmp := path + fmt.Sprintf(".%d.tmp", os.Getpid())
-		cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-o", tmp, "helm.sh/helm/v4/cmd/helm")
+		cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-ldflags=-s -w", "-o", tmp, "helm.sh/helm/v4/cmd/helm")
 		cmd.Dir = helmModule
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			_ = os.Remove(tmp)
-			helmErr = fmt.Errorf("go build helm in integration/deploy/%s: %w\n%s", helmModule, err, out)
+			helmErr = fmt.Errorf("go build helm in integration/chart/%s: %w\n%s", helmModule, err, out)
 			return
 		}
 		if err := os.Rename(tmp, path); err != nil {
@@ -73,6 +77,18 @@ func helmBinary(t *testing.T) string {
 		t.Fatal(helmErr)
 	}
 	return helmPath
+}
+
+// removeStale removes what builds cut short left in dir: the temporary
+// files of builds that began more than an hour ago (a build's limit is
+// 15 minutes).
+func removeStale(dir string) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	for _, tmp := range tmps {
+		if st, err := os.Stat(tmp); err == nil && time.Since(st.ModTime()) > time.Hour {
+			_ = os.Remove(tmp)
+		}
+	}
 }
 
 // runHelm runs Helm with args and returns what it printed on its standard
