@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcpp/gateway/gateway"
@@ -77,6 +78,9 @@ func TestChartOneNode(t *testing.T) {
 	}
 	if m.ServiceMonitor != nil {
 		t.Errorf("a ServiceMonitor without serviceMonitor.enabled")
+	}
+	if m.NetworkPolicy != nil {
+		t.Errorf("a NetworkPolicy for one node, which has no cluster port")
 	}
 	if got, want := m.gateway(t).Image, "mcpp-gateway:0.1.0"; got != want {
 		t.Errorf("image %q, want %q (repository and the chart's appVersion)", got, want)
@@ -277,6 +281,9 @@ func checkPod(t *testing.T, m manifests, replicas int32) {
 	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
 		t.Errorf("enableServiceLinks is not false: the namespace's services would set MCPP_ variables")
 	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("the pod mounts a service account token: the gateway never calls the Kubernetes API")
+	}
 
 	// The only writable mount is the history's directory.
 	dir, history := flagValue(c.Args, "history-dir")
@@ -365,6 +372,50 @@ func checkCluster(t *testing.T, m manifests, n, historyReplicas int) {
 	}
 	if v := mustFlag(t, c.Args, "history-replicas"); v != strconv.Itoa(historyReplicas) {
 		t.Errorf("--history-replicas=%s, want %d", v, historyReplicas)
+	}
+	checkNetworkPolicy(t, m)
+}
+
+// checkNetworkPolicy checks that the cluster port, whose routes carry
+// every pod's envelopes without credentials, admits the gateway's own
+// pods alone, and that the HTTP port admits anyone.
+func checkNetworkPolicy(t *testing.T, m manifests) {
+	t.Helper()
+	np := m.NetworkPolicy
+	if np == nil {
+		t.Fatalf("a cluster without a NetworkPolicy: any pod could join its NATS cluster on the route port")
+	}
+	podLabels := m.StatefulSet.Spec.Template.Labels
+	if !selects(np.Spec.PodSelector.MatchLabels, podLabels) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Fatalf("the NetworkPolicy selects %v for %v, want the gateway's pods, ingress", np.Spec.PodSelector.MatchLabels, np.Spec.PolicyTypes)
+	}
+	from := map[string][]networkingv1.NetworkPolicyPeer{} // port: who may reach it ("everyone" is an empty list)
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.Ports) == 0 {
+			t.Fatalf("an ingress rule for every port: %+v", rule)
+		}
+		for _, p := range rule.Ports {
+			if p.Port == nil {
+				t.Fatalf("an ingress rule for every port: %+v", rule)
+			}
+			from[p.Port.String()] = append(from[p.Port.String()], rule.From...)
+		}
+	}
+	if peers, ok := from["http"]; !ok || len(peers) != 0 {
+		t.Errorf("the http port admits %v, want anyone", peers)
+	}
+	peers, ok := from["cluster"]
+	if !ok || len(peers) == 0 {
+		t.Fatalf("the cluster port admits anyone (%v)", peers)
+	}
+	for _, p := range peers {
+		if p.IPBlock != nil || p.NamespaceSelector != nil || p.PodSelector == nil || !selects(p.PodSelector.MatchLabels, podLabels) ||
+			len(p.PodSelector.MatchLabels) != len(m.StatefulSet.Spec.Selector.MatchLabels) {
+			t.Errorf("the cluster port admits %+v, want the gateway's pods alone", p)
+		}
+	}
+	if len(from) != 2 {
+		t.Errorf("the NetworkPolicy names the ports %v, want http and cluster", from)
 	}
 }
 

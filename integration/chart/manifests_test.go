@@ -11,6 +11,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -25,7 +26,7 @@ const chartDir = "../../deploy/helm/mcpp-gateway"
 // an error, as the API server's would be.
 var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, monitoringv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, policyv1.AddToScheme, monitoringv1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err)
 		}
@@ -43,6 +44,7 @@ type manifests struct {
 	StatefulSet    *appsv1.StatefulSet
 	Services       map[string]*corev1.Service // by name
 	PDB            *policyv1.PodDisruptionBudget
+	NetworkPolicy  *networkingv1.NetworkPolicy
 	ServiceMonitor *monitoringv1.ServiceMonitor
 	Kinds          []string
 }
@@ -100,6 +102,8 @@ func decodeManifests(out []byte) (manifests, error) {
 			m.Services[o.Name] = o
 		case *policyv1.PodDisruptionBudget:
 			m.PDB = o
+		case *networkingv1.NetworkPolicy:
+			m.NetworkPolicy = o
 		case *monitoringv1.ServiceMonitor:
 			m.ServiceMonitor = o
 		default:
