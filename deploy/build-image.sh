@@ -82,6 +82,12 @@ chmod 0755 "$ctx/owned"
 chmod 0755 "$ctx/rootfs" "$ctx/rootfs/usr" "$ctx/rootfs/usr/local" "$ctx/rootfs/usr/local/bin" \
   "$ctx/rootfs/etc" "$ctx/rootfs/etc/ssl" "$ctx/rootfs/etc/ssl/certs"
 
-"$engine" build --platform "linux/$arch" --build-arg "VERSION=${VERSION:-devel}" \
+# No intermediate images: every build stages new binaries, so podman's
+# layer cache would only leave untagged images behind.
+layers=()
+if [ "$(basename "$engine")" = podman ]; then
+  layers=(--layers=false)
+fi
+"$engine" build ${layers[@]+"${layers[@]}"} --platform "linux/$arch" --build-arg "VERSION=${VERSION:-devel}" \
   -f "$root/Dockerfile" -t "$tag" "$ctx"
 echo "built $tag with $engine"
