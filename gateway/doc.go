@@ -1,9 +1,10 @@
 // Package gateway is the MCPP pod gateway's server: the HTTP endpoints
-// (/ws, POST /pods/NAME/envelopes, /mcp, /healthz, /metrics and the pod
-// viewer at /), who a request is (auth.go: the token file, JWTs and OAuth
-// access tokens, package tokens), the table of the pods this node serves, and the NATS node the
-// pods' history and the other gateway nodes are reached through. What
-// happens to an envelope once a participant sent it is package pod's.
+// (/ws, POST /pods/NAME/envelopes, /mcp, /healthz, /livez, /metrics and
+// the pod viewer at /), who a request is (auth.go: the token file, JWTs
+// and OAuth access tokens, package tokens), the table of the pods this
+// node serves, and the NATS node the pods' history and the other gateway
+// nodes are reached through. What happens to an envelope once a
+// participant sent it is package pod's.
 //
 // One node alone (the default) runs NATS inside the process with no port
 // open and JetStream for the history: the pods' order is the node's own,

@@ -299,8 +299,8 @@ func (g *Gateway) awaitHistory(ctx context.Context) error {
 }
 
 // Handler serves /ws, POST /pods/NAME/envelopes, the MCP endpoint at
-// /mcp, /healthz, /metrics, the pod viewer at /, and with --oauth-issuer
-// the protected resource metadata (oauth.go).
+// /mcp, /healthz, /livez, /metrics, the pod viewer at /, and with
+// --oauth-issuer the protected resource metadata (oauth.go).
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	if g.oauth != nil {
@@ -310,6 +310,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/pods/{pod}/envelopes", g.servePublish)
 	mux.Handle("/mcp", g.mcp)
 	mux.HandleFunc("/healthz", g.serveHealth)
+	mux.HandleFunc("/livez", serveLive)
 	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
 	mux.Handle("/", viewerHandler())
 	return mux
@@ -382,6 +383,15 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "waiting for the history stream (the cluster's JetStream is forming)\n", http.StatusServiceUnavailable)
 		return
 	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// serveLive answers 200 for as long as the process serves HTTP, also while
+// it drains and while a cluster's JetStream forms, when /healthz says 503:
+// it is for a liveness check (Kubernetes restarts a container whose
+// liveness fails), which must not restart a node that waits for its peers
+// or finishes its drain. /healthz is for the load balancer's readiness.
+func serveLive(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 

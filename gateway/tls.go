@@ -183,4 +183,3 @@ func loopbackAddr(addr net.Addr) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-

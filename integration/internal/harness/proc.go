@@ -45,7 +45,9 @@ func BuildCommand(t *testing.T, name string) string {
 			// Built without -race: the in-process tests run the same code
 			// under the race detector, and a race build of the embedded
 			// NATS server takes minutes on a CI machine.
-			cmd := exec.Command("go", "build", "-o", filepath.Join(BinDir, n), "../cmd/"+n)
+			// By import path, so that a test package anywhere under
+			// integration/ builds the same commands.
+			cmd := exec.Command("go", "build", "-o", filepath.Join(BinDir, n), "github.com/mcpp/gateway/cmd/"+n)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				binErr = fmt.Errorf("go build %s: %v\n%s", n, err, out)
 				return
