@@ -546,8 +546,11 @@ func (v *Verifier) build(s *state) {
 func (v *Verifier) readFile(path string) ([]byte, error) {
 	v.seen.Read(path)
 	st, err := os.Stat(path)
-	if err == nil && st.Mode().Perm()&0o077 != 0 && path != v.cfg.JWTPublicKeyFile {
-		v.log.Warn("a file of secrets is readable by others than its owner; chmod 600 it", "path", path, "mode", st.Mode().Perm().String())
+	// Others than the owner and its group: a Kubernetes Secret mounted
+	// with the pod's fsGroup is group-readable by design, and the group
+	// is the gateway's own.
+	if err == nil && st.Mode().Perm()&0o027 != 0 && path != v.cfg.JWTPublicKeyFile {
+		v.log.Warn("a file of secrets is readable by others than its owner and group, or writable by its group; chmod 600 it", "path", path, "mode", st.Mode().Perm().String())
 	}
 	return os.ReadFile(path)
 }
