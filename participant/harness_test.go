@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/internal/wait"
 )
 
 // The tests serve a participant exactly as gateway/accept.go does
@@ -335,11 +336,5 @@ func indexOf(t *testing.T, b []byte) int {
 // patience.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, patience, what, cond)
 }

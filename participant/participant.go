@@ -37,7 +37,8 @@ const (
 	CutPingTimeout  = "ping_timeout"  // it did not answer a ping within the write timeout
 )
 
-// Options are the per-connection settings of the gateway's flags.
+// Options are the settings of one connection: the bounds of its send
+// queue and its timeouts (the gateway fills them from its configuration).
 type Options struct {
 	SendQueue      int           // messages waiting for the writer before the participant is cut
 	SendQueueBytes int           // their bytes (one message is always let in, whatever its size)

@@ -237,7 +237,8 @@ func (p *Pod) nextPos() uint64 {
 	return p.pos
 }
 
-// Members returns the local members with a connection.
+// Members returns the connections on this node that the pod delivers to:
+// its members' and its observers' (the fan-out's snapshot).
 func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
 
 // rebuildSnapshot makes the members' snapshot anew after a change of

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -475,5 +476,26 @@ func TestEnvelopeErrors(t *testing.T) {
 	}
 	if err := (&Envelope{Kind: "k"}).DecodePayload(&struct{}{}); err == nil {
 		t.Error("no payload decoded")
+	}
+}
+
+// TestSchemes: one address names a gateway's WebSocket upgrade and its
+// HTTP requests alike.
+func TestSchemes(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"ws://h/ws": {"ws", "http"}, "http://h": {"ws", "http"}, "wss://h": {"wss", "https"}, "https://h/x": {"wss", "https"},
+	} {
+		for i, f := range []func(*url.URL) error{AsWebSocket, AsHTTP} {
+			u, _ := url.Parse(in)
+			if err := f(u); err != nil || u.Scheme != want[i] {
+				t.Errorf("%s: %v %s, want %s", in, err, u.Scheme, want[i])
+			}
+		}
+	}
+	for _, in := range []string{"ftp://h", "h:8080", "nats://h"} {
+		u, _ := url.Parse(in)
+		if AsWebSocket(u) == nil || AsHTTP(u) == nil {
+			t.Errorf("%s: accepted", in)
+		}
 	}
 }
