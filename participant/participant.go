@@ -73,6 +73,8 @@ type Participant struct {
 	Pod string
 	// Protocol is what it speaks: wire.ProtocolMCPP or ProtocolMCPX.
 	Protocol string
+	// Since is when its connection was accepted (New), for an operator.
+	Since time.Time
 	// JoinSeq is the node's frame sequence when it joined (set by the
 	// pod before the participant is in its fan-out).
 	JoinSeq uint64
@@ -135,7 +137,7 @@ type Credential struct {
 // hijacked under it.
 func New(conn *websocket.Conn, nc *Conn, id, pod string, caps *capability.Set, cred *Credential, protocol string, f *filter.Filter, opts Options) *Participant {
 	p := &Participant{
-		ID: id, Pod: pod, Protocol: protocol,
+		ID: id, Pod: pod, Protocol: protocol, Since: time.Now(),
 		conn: conn, nc: nc, opts: opts,
 		done: make(chan struct{}), park: make(chan struct{}, 1),
 	}
