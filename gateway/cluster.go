@@ -24,7 +24,9 @@ import (
 //     membersSubject, so that its first welcome lists the whole pod;
 //   - join and leave frames of other nodes keep that list current, and a
 //     join of an id that is connected here replaces the connection here
-//     (close 4000, no presence change).
+//     (close 4000, no presence change);
+//   - the operator's API asks every node for its part of an answer on
+//     adminSubject (admin_cluster.go).
 const (
 	heartbeatSubject = "mcpp.nodes.heartbeat"
 	membersSubject   = "mcpp.nodes.members"
@@ -64,7 +66,13 @@ func startCluster(g *Gateway) (*cluster, error) {
 		_ = hb.Unsubscribe()
 		return nil, err
 	}
-	c.subs = []*nats.Subscription{hb, mem}
+	adm, err := g.nc.Subscribe(adminSubject, c.onAdminRequest)
+	if err != nil {
+		_ = hb.Unsubscribe()
+		_ = mem.Unsubscribe()
+		return nil, err
+	}
+	c.subs = []*nats.Subscription{hb, mem, adm}
 	_ = g.nc.Flush()
 	go c.run()
 	return c, nil

@@ -406,6 +406,11 @@ func (c *Config) defaultCapabilitiesError() error {
 	if err == nil {
 		_, err = capability.Compile(caps)
 	}
+	if err == nil && holdsAdmin(caps) {
+		// Every JWT without a caps claim would operate every pod of its
+		// own (docs/protocol.md section 7, the operator's API).
+		err = fmt.Errorf("%s is never a default: give it in the tokens of those who operate the gateway", wire.CapabilityAdmin)
+	}
 	return err
 }
 

@@ -62,6 +62,8 @@ type Participant struct {
 	Pod string
 	// Protocol is what it speaks: wire.ProtocolMCPP or ProtocolMCPX.
 	Protocol string
+	// Since is when its connection was accepted (New), for an operator.
+	Since time.Time
 	// JoinSeq is the node's frame sequence when it joined (set by the
 	// pod before the participant is in its fan-out).
 	JoinSeq uint64
@@ -119,7 +121,7 @@ type Credential struct {
 // hijacked under it.
 func New(conn *websocket.Conn, nc *Conn, id, pod string, caps *capability.Set, cred *Credential, protocol string, f *filter.Filter, opts Options) *Participant {
 	p := &Participant{
-		ID: id, Pod: pod, Protocol: protocol,
+		ID: id, Pod: pod, Protocol: protocol, Since: time.Now(),
 		conn: conn, nc: nc, opts: opts,
 		done: make(chan struct{}), park: make(chan struct{}, 1),
 	}
@@ -159,6 +161,14 @@ func (p *Participant) Filter() *filter.Filter { return p.filter.Load() }
 // SetFilter replaces the filter; envelopes fanned out after it returns are
 // decided by the new one.
 func (p *Participant) SetFilter(f *filter.Filter) { p.filter.Store(f) }
+
+// RemoteAddr is the peer's address of the connection ("" when unknown).
+func (p *Participant) RemoteAddr() string {
+	if p.nc == nil || p.nc.Conn == nil {
+		return ""
+	}
+	return p.nc.RemoteAddr().String()
+}
 
 // Done is closed when the participant's connection has ended.
 func (p *Participant) Done() <-chan struct{} { return p.done }

@@ -1,6 +1,8 @@
 package pod
 
 import (
+	"time"
+
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/wire"
@@ -123,6 +125,8 @@ type guest struct {
 	// the pod.
 	ended func(why string)
 	inbox inbox
+	// since is when it was made (its session joined), for an operator.
+	since time.Time
 }
 
 // Guest is a member with no connection (an MCP session), as the MCP
@@ -133,7 +137,7 @@ type Guest = *guest
 // return at once and not call the pod) when it stops being a member
 // without leaving: replaced by a newer member of the same id, or kicked.
 func NewGuest(id wire.Identity, ended func(why string)) Guest {
-	return &guest{Identity: id, ended: ended}
+	return &guest{Identity: id, ended: ended, since: time.Now()}
 }
 
 // replaced is told that a newer member of the same id took g's place.

@@ -84,19 +84,22 @@ func (c Code) Retryable() bool {
 }
 
 // HTTPStatus is the HTTP status that comes with the code when it refuses
-// an upgrade or a publish request (docs/protocol.md sections 1 and 6), or
-// 0 for a code that is only ever sent in a system/error. Two refusals of
-// a publish request differ: a method other than POST is 405
-// (CodeInvalidEnvelope), and a Content-Type other than JSON or
-// newline-delimited JSON is 415 (CodeInvalidJSON).
+// an upgrade, a publish request or a call of the operator's API
+// (docs/protocol.md sections 1, 6 and 7), or 0 for a code that is only
+// ever sent in a system/error. Two refusals of a publish request differ:
+// a method other than POST is 405 (CodeInvalidEnvelope), and a
+// Content-Type other than JSON or newline-delimited JSON is 415
+// (CodeInvalidJSON).
 func (c Code) HTTPStatus() int {
 	switch c {
-	case CodeInvalidPod, CodeInvalidParticipant, CodeInvalidFilter, CodeUnsupportedProtocol, CodeInvalidJSON:
+	case CodeInvalidPod, CodeInvalidParticipant, CodeInvalidFilter, CodeUnsupportedProtocol, CodeInvalidJSON, CodeInvalidRequest:
 		return 400
 	case CodeUnauthorized:
 		return 401
 	case CodeForbidden:
 		return 403
+	case CodeNotFound:
+		return 404
 	case CodeOverCapacity, CodeShuttingDown:
 		return 503
 	}
