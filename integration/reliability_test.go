@@ -313,7 +313,7 @@ func TestManyPodsOverrunTheHistory(t *testing.T) {
 		pairs[i].sender = harness.DialPeer(t, g, pod, "sender", "", 16)
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, pods)
+	errs := make(chan error, 2*pods) // a sender's and a reader's each: nobody waits to report
 	for i, pr := range pairs {
 		wg.Add(2)
 		go func() {
