@@ -541,8 +541,9 @@ func (v *Verifier) build(s *state) {
 
 // readFile reads one of the configured files, noting what it looked like
 // (for Watch) before reading it, so that a change made while it is read is
-// seen by the next check. A file that others than its owner may read is
-// reported, since it holds secrets.
+// seen by the next check. A file that others than its owner and its group
+// may read, or that its group may write, is reported, since it holds
+// secrets.
 func (v *Verifier) readFile(path string) ([]byte, error) {
 	v.seen.Read(path)
 	st, err := os.Stat(path)
