@@ -35,7 +35,10 @@ func (p *Pod) commit(m *envelope.Meta, body, frame []byte, tokens int, at time.T
 		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), tokens, history.Loc{})
 	}
 	p.order.publish(m, frame, entry)
-	p.delivered(p.handleFrame(m, body, true), len(body))
+	span := p.startDeliver(m) // nil with tracing off
+	n := p.handleFrame(m, body, true)
+	endDeliver(span, n)
+	p.delivered(n, len(body))
 }
 
 // commitEvent is commit for a context's conclusion event. Call it with
@@ -89,7 +92,9 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Sender) {
 	if !local && p.node.Cluster != nil {
 		p.node.Cluster.Seen(m.Origin)
 	}
+	span := p.startDeliver(m) // nil with tracing off
 	n := p.handleFrame(m, body, local)
+	endDeliver(span, n)
 	if m.Kind == envelope.FrameEnvelope && !local && m.ContextID != "" {
 		c := contextOf(m)
 		concluded := p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, m.ID, len(body), tokens, stamp(at))

@@ -112,6 +112,8 @@ type ingress struct {
 	prop     proposalInfo
 	fulfils  *proposal
 	correlID gjson.Result
+	// refused is the code of the envelope's refusal, for its span.
+	refused wire.Code
 }
 
 var ingresses = sync.Pool{New: func() any { return new(ingress) }}
@@ -123,7 +125,7 @@ func (in *ingress) release() {
 	in.meta.Reset()
 	in.req = contexts.Request{}
 	in.tokens = 0
-	in.call, in.prop, in.fulfils, in.correlID = callInfo{}, proposalInfo{}, nil, gjson.Result{}
+	in.call, in.prop, in.fulfils, in.correlID, in.refused = callInfo{}, proposalInfo{}, nil, gjson.Result{}, ""
 	clear(in.acc.Ancestors)
 	clear(in.acc.Concluded)
 	in.acc = contexts.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
@@ -273,6 +275,10 @@ func (in *ingress) accept(rateErr *envelope.Error) {
 	c, change, ok := in.read()
 	if !ok {
 		return
+	}
+	span := in.startAccept() // nil with tracing off
+	if span != nil {
+		defer in.endAccept(span, &c) // after the lock is let go
 	}
 	sentID := env.ID // Fill may generate one the sender never saw
 	out, proto := env.Fill(s.ID, in.now)
@@ -545,7 +551,7 @@ func (in *ingress) commit(body []byte) {
 		p.acceptCall(&in.call, m, in.now)
 	}
 	if in.prop.kind != "" {
-		p.acceptProposal(&in.prop, m, in.env.Payload, in.now)
+		p.acceptProposal(&in.prop, m, &in.env, in.now)
 	}
 	p.commit(m, body, frame, in.tokens, in.now)
 	if in.call.tracked() {
@@ -568,6 +574,7 @@ func (in *ingress) commit(body []byte) {
 // refuse answers the sender with system/error, through its send queue
 // (over HTTP and MCP, in its Results).
 func (in *ingress) refuse(e *envelope.Error, correlationID string) {
+	in.refused = e.Code
 	in.pod.node.Metrics.Errors.WithLabelValues(string(e.Code)).Inc()
 	in.pod.m.refused(string(e.Code))
 	in.auditRefusal(e, correlationID)

@@ -175,7 +175,7 @@ func (p *Pod) Close() {
 	p.mu.Lock()
 	p.dead = true
 	for id := range p.calls.byID {
-		p.calls.remove(id) // stops the timers of the calls this node answers for
+		endCall(p.calls.remove(id), "", nil, "pod_closed") // stops the timers of the calls this node answers for
 	}
 	for _, pr := range p.proposals.byID {
 		if pr.timer != nil {

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/tracing"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -198,6 +200,12 @@ func (in *ingress) answerCapabilityChange(c *capabilityChange) {
 		c.answer.GrantID = in.env.ID // the grant's id names it (MEW's grant_id)
 	}
 	in.pod.auditCapabilityChange(c, in.env.ID)
+	op := "revoke"
+	if c.grant {
+		op = "grant"
+	}
+	in.pod.traceEvent(op, in.meta.Trace, "", tracing.Grantor.String(c.answer.Grantor), tracing.Grantee.String(c.answer.Recipient),
+		attribute.String("mcpp.grant.id", c.answer.GrantID), attribute.Int("mcpp.grant.capabilities", len(c.answer.Capabilities)))
 	if in.from.Conn == nil {
 		// Over HTTP and MCP the envelope's result, which commit added,
 		// carries the answer: one result per envelope.
@@ -356,6 +364,8 @@ func (in *ingress) kick(k wire.Kick) (wire.Kicked, *envelope.Error) {
 	// node that opens the pod later reads its ban there (applyPast).
 	m := envelope.Meta{Kind: envelope.FrameKick, Origin: p.node.ID, From: k.Participant,
 		ID: newID(), Seq: p.node.frameSeq.Add(1)}
+	m.Trace = p.traceEvent("kick", in.env.TraceContext(), in.env.TraceState, tracing.Participant.String(k.Participant),
+		tracing.KickedBy.String(in.from.ID), tracing.Outcome.String(k.Reason), attribute.Int("mcpp.kick.connections", n))
 	p.commit(&m, body, envelope.Frame(&m, body), 0, in.now)
 	answer := wire.Kicked{Participant: k.Participant, Connections: n}
 	p.audit(audit.Record{Decision: audit.Kick, Participant: k.Participant, By: in.from.ID, Reason: k.Reason,
