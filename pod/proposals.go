@@ -56,9 +56,9 @@ type proposal struct {
 	// frame's), traceparent and tracestate its envelope's trace field as
 	// relayed: what the call an approval releases continues. span is the
 	// proposal's own, on the node that accepted it (tracing.go).
-	trace                  envelope.TraceContext
+	trace                   envelope.TraceContext
 	traceparent, tracestate string
-	span                   trace.Span
+	span                    trace.Span
 }
 
 // proposals are a pod's proposals: the pending ones, and the ended ones

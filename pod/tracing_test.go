@@ -369,4 +369,3 @@ func TestTraceAcrossNodes(t *testing.T) {
 	}
 	childOf(t, oneSpan(t, recs[0], "deliver lab", tracing.MessagingMessageID.String("x1")), accept.SpanContext())
 }
-
