@@ -37,10 +37,10 @@ func traceScreenshot(t *testing.T, traceID string, spans []*harness.JaegerSpan) 
 // row is a span as the waterfall draws it.
 type row struct {
 	Service, Name, Tags string
-	Depth              int
-	Left, Width        float64 // percent of the lane: 88 for the whole trace
-	Duration           string
-	Color              string
+	Depth               int
+	Left, Width         float64 // percent of the lane: 88 for the whole trace
+	Duration            string
+	Color               string
 }
 
 var serviceColors = map[string]string{"mcp-host": "#7c5cbf", "mcpp-gateway": "#2f7ed8", "mcpp-bridge": "#e07b00", "gomcpserver": "#2e9e57"}
