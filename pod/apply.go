@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
@@ -35,9 +36,19 @@ func (p *Pod) commit(m *envelope.Meta, body, frame []byte, tokens int, at time.T
 		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), tokens, history.Loc{})
 	}
 	p.order.publish(m, frame, entry)
-	span := p.startDeliver(m) // nil with tracing off
+	// The accept span counts this frame's fan-out (tracing.go), not a
+	// frame that its handling commits in turn.
+	var span trace.Span
+	count := p.fanoutTo
+	p.fanoutTo = nil
+	if count == nil {
+		span = p.startDeliver(m) // nil with tracing off
+	}
 	n := p.handleFrame(m, body, true)
 	endDeliver(span, n)
+	if count != nil {
+		*count = n
+	}
 	p.delivered(n, len(body))
 }
 

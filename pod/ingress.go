@@ -112,11 +112,15 @@ type ingress struct {
 	prop     proposalInfo
 	fulfils  *proposal
 	correlID gjson.Result
-	// refused is the code of the envelope's refusal, for its span.
-	refused wire.Code
+	// refused is the code of the envelope's refusal, for its span;
+	// delivered how many members here it was queued for (-1: not here,
+	// or not counted), for the span too.
+	refused      wire.Code
+	delivered    int
+	countsFanout bool
 }
 
-var ingresses = sync.Pool{New: func() any { return new(ingress) }}
+var ingresses = sync.Pool{New: func() any { return &ingress{delivered: -1} }}
 
 // release returns in to the pool, dropping what it points to.
 func (in *ingress) release() {
@@ -125,7 +129,8 @@ func (in *ingress) release() {
 	in.meta.Reset()
 	in.req = contexts.Request{}
 	in.tokens = 0
-	in.call, in.prop, in.fulfils, in.correlID, in.refused = callInfo{}, proposalInfo{}, nil, gjson.Result{}, ""
+	in.call, in.prop, in.fulfils, in.correlID, in.refused, in.delivered = callInfo{}, proposalInfo{}, nil, gjson.Result{}, "", -1
+	in.countsFanout = false
 	clear(in.acc.Ancestors)
 	clear(in.acc.Concluded)
 	in.acc = contexts.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
@@ -553,7 +558,9 @@ func (in *ingress) commit(body []byte) {
 	if in.prop.kind != "" {
 		p.acceptProposal(&in.prop, m, &in.env, in.now)
 	}
+	in.countFanout(true) // the accept span counts the fan-out here
 	p.commit(m, body, frame, in.tokens, in.now)
+	in.countFanout(false)
 	if in.call.tracked() {
 		p.afterCall(&in.call, m)
 	}

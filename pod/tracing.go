@@ -89,13 +89,19 @@ func (in *ingress) startAccept() trace.Span {
 	if tr == nil {
 		return nil
 	}
-	attrs := append(p.podAttrs(tracing.OpAccept, "receive"),
-		tracing.Sender.String(in.from.ID), tracing.Kind.String(env.Kind), tracing.MessagingBodySize.Int(len(env.Raw)))
-	if env.TraceMalformed {
-		attrs = append(attrs, tracing.TraceDropped.Bool(true))
+	_, span := tr.Start(parent(env.TraceContext(), env.TraceState), p.spanNames.accept, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		// The envelope's strings are its sender's read buffer, which the
+		// next message overwrites before the exporter reads them: copies.
+		var a [maxSpanAttrs]attribute.KeyValue // one SetAttributes: the SDK copies them once
+		attrs := append(append(a[:0], p.spanNames.acceptAttrs...),
+			tracing.Sender.String(in.from.ID), tracing.Kind.String(strings.Clone(env.Kind)), tracing.MessagingBodySize.Int(len(env.Raw)))
+		if env.TraceMalformed {
+			attrs = append(attrs, tracing.TraceDropped.Bool(true))
+		}
+		span.SetAttributes(attrs...)
+		in.countsFanout = true
 	}
-	_, span := tr.Start(parent(env.TraceContext(), env.TraceState), tracing.OpAccept+" "+p.Name,
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 	sc := span.SpanContext()
 	if !env.HasTrace() {
 		env.SetTrace(tracing.Traceparent(sc), tracing.Tracestate(sc))
@@ -110,14 +116,23 @@ func (in *ingress) endAccept(span trace.Span, c *envelope.Context) {
 	if span == nil {
 		return
 	}
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	if in.refused != "" {
 		span.SetAttributes(tracing.ErrorType.String(string(in.refused)))
 		span.SetStatus(codes.Error, string(in.refused))
 	} else {
-		span.SetAttributes(tracing.MessagingMessageID.String(in.env.ID))
+		var a [3]attribute.KeyValue
+		attrs := append(a[:0], tracing.MessagingMessageID.String(strings.Clone(in.env.ID)))
 		if c != nil && c.ID != "" {
-			span.SetAttributes(tracing.ContextID.String(c.ID))
+			attrs = append(attrs, tracing.ContextID.String(strings.Clone(c.ID)))
 		}
+		if in.delivered >= 0 {
+			attrs = append(attrs, tracing.MessagingBatchCount.Int(in.delivered))
+		}
+		span.SetAttributes(attrs...)
 	}
 	span.End()
 }
@@ -130,10 +145,39 @@ func (p *Pod) startDeliver(m *envelope.Meta) trace.Span {
 	if tr == nil || !m.Trace.Valid() {
 		return nil
 	}
-	_, span := tr.Start(parent(m.Trace, ""), tracing.OpDeliver+" "+p.Name, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(append(p.podAttrs(tracing.OpDeliver, "send"),
-			tracing.MessagingMessageID.String(m.ID), tracing.Sender.String(m.From), tracing.Origin.String(m.Origin))...))
+	_, span := tr.Start(parent(m.Trace, ""), p.spanNames.deliver, trace.WithSpanKind(trace.SpanKindProducer))
+	if !span.IsRecording() {
+		return nil // not sampled: nothing to end
+	}
+	var a [maxSpanAttrs]attribute.KeyValue
+	span.SetAttributes(append(append(a[:0], p.spanNames.deliverAttrs...),
+		tracing.MessagingMessageID.String(strings.Clone(m.ID)), tracing.Origin.String(strings.Clone(m.Origin)))...)
 	return span
+}
+
+// maxSpanAttrs bounds the attributes an accept or deliver span is given
+// at its start, in one array on the stack.
+const maxSpanAttrs = 10
+
+// spanNames are the names of a pod's spans of each operation ("accept
+// lab"), and the attributes every span of the operation has, made once,
+// when the pod opens: a span of the fan-out costs its own attributes
+// alone.
+type spanNames struct {
+	accept, deliver           string
+	acceptAttrs, deliverAttrs []attribute.KeyValue
+}
+
+func newSpanNames(n *Node, pod string) spanNames {
+	s := spanNames{accept: tracing.OpAccept + " " + pod, deliver: tracing.OpDeliver + " " + pod}
+	if n.tracer() != nil {
+		common := func(op, opType string) []attribute.KeyValue {
+			return []attribute.KeyValue{tracing.MessagingSystem.String(tracing.System), tracing.MessagingOperationName.String(op),
+				tracing.MessagingOperationType.String(opType), tracing.MessagingDestination.String(pod), tracing.Node.String(n.ID)}
+		}
+		s.acceptAttrs, s.deliverAttrs = common(tracing.OpAccept, "receive"), common(tracing.OpDeliver, "send")
+	}
+	return s
 }
 
 // endDeliver ends a delivery's span with how many members took the
@@ -157,7 +201,7 @@ func (p *Pod) startCall(c *call, ci *callInfo, m *envelope.Meta) {
 	method, name := r[0].Str, spanTarget(r[0].Str, r[1].Str)
 	attrs := []attribute.KeyValue{tracing.MCPMethodName.String(method), tracing.JSONRPCRequestID.String(rpcIDString(c.rpcID)),
 		tracing.Requester.String(c.requester), tracing.Recipient.String(c.recipient), tracing.MessagingDestination.String(p.Name),
-		tracing.MessagingMessageID.String(m.ID), tracing.Node.String(p.node.ID)}
+		tracing.MessagingMessageID.String(strings.Clone(m.ID)), tracing.Node.String(p.node.ID)}
 	if method == "tools/call" && name != "" {
 		attrs = append(attrs, tracing.GenAIToolName.String(name), tracing.GenAIOperationName.String("execute_tool"))
 	}
@@ -290,4 +334,22 @@ func (p *Pod) traceEvent(op string, from envelope.TraceContext, state string, at
 		trace.WithAttributes(append(p.podAttrs(op, "process"), attrs...)...))
 	span.End()
 	return tracing.Of(span.SpanContext())
+}
+
+// countFanout has commit count the envelope's deliveries on this node
+// for the accept span (on), rather than make a span of its own, until
+// it is told to stop (off): on a node that delivers what it accepts at
+// once (OrderLocal) the fan-out happens inside the accept, and one span
+// with its count says it, at half the cost of two (BENCHMARKS.md).
+// Where the order is the stream's, the fan-out comes later, as every
+// other node's, in a deliver span. Call it with Pod.mu held.
+func (in *ingress) countFanout(on bool) {
+	p := in.pod
+	switch {
+	case !in.countsFanout || !p.order.here():
+	case on:
+		p.fanoutTo = &in.delivered
+	default:
+		p.fanoutTo = nil // commit took it, unless it committed nothing here
+	}
 }

@@ -205,7 +205,7 @@ func (in *ingress) answerCapabilityChange(c *capabilityChange) {
 		op = "grant"
 	}
 	in.pod.traceEvent(op, in.meta.Trace, "", tracing.Grantor.String(c.answer.Grantor), tracing.Grantee.String(c.answer.Recipient),
-		attribute.String("mcpp.grant.id", c.answer.GrantID), attribute.Int("mcpp.grant.capabilities", len(c.answer.Capabilities)))
+		attribute.String("mcpp.grant.id", strings.Clone(c.answer.GrantID)), attribute.Int("mcpp.grant.capabilities", len(c.answer.Capabilities)))
 	if in.from.Conn == nil {
 		// Over HTTP and MCP the envelope's result, which commit added,
 		// carries the answer: one result per envelope.

@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"strings"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -17,7 +18,9 @@ func SpanContext(tc envelope.TraceContext, state string) trace.SpanContext {
 	}
 	cfg := trace.SpanContextConfig{TraceID: tc.TraceID, SpanID: tc.SpanID, TraceFlags: trace.TraceFlags(tc.Flags), Remote: true}
 	if state != "" {
-		if ts, err := trace.ParseTraceState(state); err == nil {
+		// A copy: an envelope's tracestate is its sender's read buffer,
+		// which the span outlives.
+		if ts, err := trace.ParseTraceState(strings.Clone(state)); err == nil {
 			cfg.TraceState = ts
 		}
 	}
