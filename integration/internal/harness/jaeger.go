@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,54 +19,33 @@ import (
 // a Go module version.
 const JaegerVersion = "v1.75.0"
 
-// jaegerDir keeps the Jaeger binary between runs, as mcp-servers keeps
-// its npm packages (testdata/jaeger/README.md).
-const jaegerDir = "testdata/jaeger/bin"
-
 var (
 	jaegerOnce sync.Once
 	jaegerBin  string
 	jaegerErr  error
 )
 
-// JaegerBinary is the path of the Jaeger binary, built the first time
-// (minutes on an empty Go cache) and kept in testdata/jaeger/bin.
+// JaegerBinary is the path of the Jaeger binary that scripts/jaeger.sh
+// keeps outside the checkout ($MCPP_JAEGER_BIN, else
+// $XDG_CACHE_HOME/mcpp/jaeger-VERSION), as Go keeps its caches: a fresh
+// clone finds it. The script builds it when it is not there (long on an
+// empty Go cache: .ci/run runs it before the tests).
 func JaegerBinary(t testing.TB) string {
 	t.Helper()
 	jaegerOnce.Do(func() {
-		abs, err := filepath.Abs(filepath.Join(jaegerDir, "jaeger-"+JaegerVersion))
-		if err != nil {
-			jaegerErr = err
-			return
-		}
-		jaegerBin = abs
-		if _, err := os.Stat(abs); err == nil {
-			return
-		}
-		// go install refuses Jaeger's module (it has replace directives):
-		// a throwaway module takes it as a tool and builds it.
-		mod, err := os.MkdirTemp("", "jaeger-build-")
-		if err != nil {
-			jaegerErr = err
-			return
-		}
-		defer os.RemoveAll(mod)
 		start := time.Now()
-		for _, args := range [][]string{
-			{"mod", "init", "x"},
-			{"get", "-tool", "github.com/jaegertracing/jaeger/cmd/jaeger@" + JaegerVersion},
-			{"build", "-o", abs + ".tmp", "github.com/jaegertracing/jaeger/cmd/jaeger"},
-		} {
-			cmd := exec.Command("go", args...)
-			cmd.Dir = mod
-			cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				jaegerErr = fmt.Errorf("go %v (building Jaeger for the tracing tests): %v\n%s", args, err, out)
-				return
-			}
+		cmd := exec.Command("bash", filepath.Join("..", "scripts", "jaeger.sh"))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			jaegerErr = fmt.Errorf("scripts/jaeger.sh (Jaeger for the tracing tests): %v\n%s", err, stderr.String())
+			return
 		}
-		jaegerErr = os.Rename(abs+".tmp", abs)
-		fmt.Fprintf(os.Stderr, "built Jaeger %s in %v (kept in %s)\n", JaegerVersion, time.Since(start).Round(time.Second), jaegerDir)
+		jaegerBin = strings.TrimSpace(string(out))
+		if d := time.Since(start); d > 10*time.Second {
+			fmt.Fprintf(os.Stderr, "Jaeger %s built in %v: %s\n", JaegerVersion, d.Round(time.Second), jaegerBin)
+		}
 	})
 	if jaegerErr != nil {
 		t.Fatal(jaegerErr)
