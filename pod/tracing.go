@@ -194,8 +194,8 @@ func endDeliver(span trace.Span, n int) {
 // with Pod.mu held.
 func (p *Pod) startCall(c *call, ci *callInfo, m *envelope.Meta) {
 	tr := p.node.tracer()
-	if tr == nil {
-		return
+	if tr == nil || c.requester == wire.GatewayID && !m.Trace.Valid() {
+		return // the gateway's own questions (Ask: a host's listings) start no trace of their own
 	}
 	r := gjson.GetManyBytes(ci.payload, "method", "params.name")
 	method, name := r[0].Str, spanTarget(r[0].Str, r[1].Str)
