@@ -78,6 +78,7 @@ func Publish(ctx context.Context, gatewayURL string, opts PublishOptions, envs .
 		if env.ID == "" {
 			env.ID = uuid.NewString()
 		}
+		withTrace(ctx, env) // the caller's span, when ctx carries one (trace.go)
 		b, err := json.Marshal(env)
 		if err != nil {
 			return nil, fmt.Errorf("client: publish to pod %s: envelope %s: %w", opts.Pod, env.ID, err)

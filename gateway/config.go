@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/pod"
@@ -130,6 +132,10 @@ type Config struct {
 
 	// Logger receives the gateway's logs; nil means slog.Default().
 	Logger *slog.Logger `flag:"-"`
+	// TracerProvider makes the gateway's spans (docs/protocol.md section
+	// 7, "Traces"); nil: tracing off. mcpp-gateway sets it from the
+	// OTEL_* environment variables (package tracing).
+	TracerProvider trace.TracerProvider `flag:"-"`
 }
 
 // DefaultConfig returns the defaults of docs/protocol.md sections 5 and 7.

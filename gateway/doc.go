@@ -32,5 +32,6 @@
 //	             questions to the other nodes
 //	metrics.go   /metrics
 //	audit.go     the audit trail's joins and reloads (--audit-log, package audit)
+//	tracing.go   the gateway's spans: joins, an MCP host's requests (package tracing)
 //	viewer.go    the pod viewer (viewer/)
 package gateway

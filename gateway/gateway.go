@@ -150,6 +150,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.node.Verify = g.verify
 	}
 	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState, g.audit)
+	g.metrics.registry.MustRegister(g.node.Traces.Dropped)
 	ns, nc, tempDir, err := startNATS(&g.cfg, g.nodeID)
 	if err != nil {
 		g.endLife()
@@ -697,6 +698,7 @@ func (g *Gateway) newNode() *pod.Node {
 			limits.Rate{Per: c.Rate, Burst: c.Burst},
 			limits.Rate{Per: c.ContextCreateRate, Burst: c.ContextCreateBurst}),
 		OnDead: g.forgetPod,
+		Traces: pod.NewTraces(g.tracer()),
 	}
 	n.Metrics.Pods.SetMaxPods(c.MetricsMaxPods)
 	switch {

@@ -156,7 +156,7 @@ func CheckKick(k wire.Kick) error {
 // came back.
 func (p *Pod) AdminKick(by string, k wire.Kick) wire.Kicked {
 	p.lock()
-	answer := p.commitKick(by, "", audit.TransportAdmin, k, timeNow())
+	answer := p.commitKick(by, nil, audit.TransportAdmin, k, timeNow())
 	p.unlock()
 	p.Settle()
 	return answer

@@ -182,6 +182,9 @@ type Node struct {
 	OnServers func(p *Pod, c ServerChange)
 	// Audit is the node's audit trail of trust decisions (nil: off).
 	Audit *audit.Log
+	// Traces are the node's tracing (tracing.go); Start makes them, off,
+	// when nil.
+	Traces *Traces
 
 	dispatch *dispatch
 	// bodies are the bodies of this node's live frames, kept for the
@@ -242,6 +245,9 @@ func (n *Node) Start() {
 	}
 	if n.Metrics == nil {
 		n.Metrics = NewMetrics()
+	}
+	if n.Traces == nil {
+		n.Traces = NewTraces(nil)
 	}
 	if n.Order == OrderLocal {
 		return

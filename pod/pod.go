@@ -85,8 +85,14 @@ type Pod struct {
 
 	ready   chan struct{} // closed once the pod has read its past
 	openErr error         // why it could not (set before ready closes)
-	// m are the pod's series in /metrics (podmetrics.go).
-	m *podMetrics
+	// m are the pod's series in /metrics (podmetrics.go), spanNames the
+	// names of its spans (tracing.go).
+	m         *podMetrics
+	spanNames spanNames
+	// fanoutTo, while an envelope whose accept span records its fan-out
+	// is committed, is where commit counts its deliveries here, instead
+	// of a span of its own (tracing.go).
+	fanoutTo *int
 	// delivering is set, under the order lock, once the pod has read its
 	// past: until then what the log hands it is its past (applyPast),
 	// delivered to nobody. It is read with the lock held, and without it
@@ -110,6 +116,7 @@ func New(node *Node, name string) *Pod {
 		observers:  map[*participant.Participant]struct{}{},
 		ready:      make(chan struct{}),
 		m:          node.Metrics.Pods.open(name),
+		spanNames:  newSpanNames(node, name),
 	}
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)
@@ -175,7 +182,7 @@ func (p *Pod) Close() {
 	p.mu.Lock()
 	p.dead = true
 	for id := range p.calls.byID {
-		p.calls.remove(id) // stops the timers of the calls this node answers for
+		endCall(p.calls.remove(id), "", nil, "pod_closed") // stops the timers of the calls this node answers for
 	}
 	for _, pr := range p.proposals.byID {
 		if pr.timer != nil {

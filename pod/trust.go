@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/tracing"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -198,6 +200,12 @@ func (in *ingress) answerCapabilityChange(c *capabilityChange) {
 		c.answer.GrantID = in.env.ID // the grant's id names it (MEW's grant_id)
 	}
 	in.pod.auditCapabilityChange(c, in.env.ID)
+	op := "revoke"
+	if c.grant {
+		op = "grant"
+	}
+	in.pod.traceEvent(op, in.meta.Trace, "", tracing.Grantor.String(c.answer.Grantor), tracing.Grantee.String(c.answer.Recipient),
+		attribute.String("mcpp.grant.id", strings.Clone(c.answer.GrantID)), attribute.Int("mcpp.grant.capabilities", len(c.answer.Capabilities)))
 	if in.from.Conn == nil {
 		// Over HTTP and MCP the envelope's result, which commit added,
 		// carries the answer: one result per envelope.
@@ -340,14 +348,15 @@ func (in *ingress) kick(k wire.Kick) (wire.Kicked, *envelope.Error) {
 	if e := p.removedSender(in.from); e != nil {
 		return wire.Kicked{}, e
 	}
-	return p.commitKick(in.from.ID, in.env.ID, in.from.transport(), k, in.now), nil
+	return p.commitKick(in.from.ID, &in.env, in.from.transport(), k, in.now), nil
 }
 
 // commitKick commits the kick of k.Participant by by into the pod's
 // order, and returns what the kicker is answered; the audit trail names
-// the kick's envelope (envelopeID) and how it came (transport). Call it
-// with Pod.mu held.
-func (p *Pod) commitKick(by, envelopeID, transport string, k wire.Kick, now time.Time) wire.Kicked {
+// the kick's envelope (env, nil for an operator's kick) and how it came
+// (transport), and the kick's span continues env's trace. Call it with
+// Pod.mu held.
+func (p *Pod) commitKick(by string, env *envelope.Envelope, transport string, k wire.Kick, now time.Time) wire.Kicked {
 	body, _ := json.Marshal(kickBody{By: by, Reason: k.Reason})
 	var until time.Time
 	if k.BanMS > 0 {
@@ -368,6 +377,13 @@ func (p *Pod) commitKick(by, envelopeID, transport string, k wire.Kick, now time
 	// node that opens the pod later reads its ban there (applyPast).
 	m := envelope.Meta{Kind: envelope.FrameKick, Origin: p.node.ID, From: k.Participant,
 		ID: newID(), Seq: p.node.frameSeq.Add(1)}
+	var envelopeID, state string
+	var from envelope.TraceContext
+	if env != nil {
+		envelopeID, from, state = env.ID, env.TraceContext(), env.TraceState
+	}
+	m.Trace = p.traceEvent("kick", from, state, tracing.Participant.String(k.Participant),
+		tracing.KickedBy.String(by), tracing.Outcome.String(k.Reason), attribute.Int("mcpp.kick.connections", n))
 	p.commit(&m, body, envelope.Frame(&m, body), 0, now)
 	answer := wire.Kicked{Participant: k.Participant, Connections: n}
 	p.audit(audit.Record{Decision: audit.Kick, Participant: k.Participant, By: by, Reason: k.Reason,
