@@ -93,7 +93,7 @@ func clusterSize(cfg *Config) int {
 	n, self := 0, false
 	for _, r := range server.RoutesFromStr(cfg.Routes) {
 		n++
-		if r.Host == cfg.ClusterListen {
+		if r.Host == cfg.ClusterListen || r.Host == cfg.ClusterAdvertise {
 			self = true
 		}
 	}
@@ -179,7 +179,7 @@ func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, te
 		if err != nil {
 			return nil, nil, tempDir, fmt.Errorf("--cluster-listen: bad port %q", port)
 		}
-		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: p, ConnectRetries: 10}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: p, ConnectRetries: 10, Advertise: cfg.ClusterAdvertise}
 		if opts.DontListen {
 			// The server's routing waits on its client listener: give it
 			// one on a random loopback port, which nobody is told of.
