@@ -343,10 +343,7 @@ func (c *cluster) resync(node string) {
 		for i, p := range batch {
 			names[i] = p.Name
 		}
-		lists, err := c.Ask(node, names)
-		if err == nil && len(lists) != len(batch) {
-			err = fmt.Errorf("node %s answered for %d pods of %d", node, len(lists), len(batch))
-		}
+		lists, err := c.askUntil(node, names)
 		if err != nil {
 			c.g.log.Warn("a gateway node heard again did not answer for its members; they are as its presence says", "node", node, "err", err)
 			return
@@ -355,6 +352,37 @@ func (c *cluster) resync(node string) {
 			if !p.ApplyMembers(lists[i]) {
 				go p.AskMembers(node)
 			}
+		}
+	}
+}
+
+// resyncFor bounds how long resync asks a node heard again that does not
+// answer yet: right after routes come back, NATS may not have carried the
+// node's subscriptions over them yet ("no responders").
+const resyncFor = 30 * time.Second
+
+// askUntil is Ask, asked again (every 100 ms at first, then less often)
+// while it fails, for up to resyncFor and while node is known.
+func (c *cluster) askUntil(node string, names []string) ([]pod.NodeMembers, error) {
+	deadline := time.Now().Add(resyncFor)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		lists, err := c.Ask(node, names)
+		if err == nil && len(lists) != len(names) {
+			err = fmt.Errorf("node %s answered for %d pods of %d", node, len(lists), len(names))
+		}
+		if err == nil {
+			return lists, nil
+		}
+		c.mu.Lock()
+		_, known := c.nodes[node]
+		c.mu.Unlock()
+		if !known || time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-c.stop:
+			return nil, err
+		case <-time.After(wait):
 		}
 	}
 }

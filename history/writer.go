@@ -52,6 +52,9 @@ type Writer struct {
 	storedSeq uint64            // the highest stream sequence stored
 	holding   bool
 	held      atomic.Bool // holding, read without mu (Holding)
+	// stuck is when the oldest message not stored yet was first sent
+	// (unix ns; 0: none), read without mu (StuckFor).
+	stuck     atomic.Int64
 	closed    bool
 	wake      chan struct{}
 	progress  chan struct{} // closed whenever something settles, if someone took it (nil until then)
@@ -78,6 +81,10 @@ type WriterOptions struct {
 	OnLate func(n int)
 	Logger *slog.Logger
 }
+
+// inProcessRetry is how long the writer waits before it sends again a
+// message the stream said another copy of is on its way (ErrInProcess).
+const inProcessRetry = 200 * time.Millisecond
 
 // maxBatchFrames bounds the frames of one batch, and so the work of
 // reading one frame of it back.
@@ -119,6 +126,7 @@ type batch struct {
 	id      string
 	size    int64
 	ord     uint64 // the order in which it was made
+	at      int64  // when it was first sent (unix ns)
 	resent  bool   // sent again after the stream did not acknowledge it
 	state   batchState
 	w       *Writer
@@ -196,6 +204,18 @@ func (w *Writer) add(it item) {
 // Holding reports whether the writer holds: the stream did not
 // acknowledge a message, and has not answered again since.
 func (w *Writer) Holding() bool { return w.held.Load() }
+
+// StuckFor is how long the oldest message sent and not stored yet has
+// waited (0: none waits), sent again or not: a stream that answers but
+// stores nothing (a cut-off leader that does not know it yet) leaves it
+// growing, where Holding comes and goes.
+func (w *Writer) StuckFor(now time.Time) time.Duration {
+	at := w.stuck.Load()
+	if at == 0 {
+		return 0
+	}
+	return now.Sub(time.Unix(0, at))
+}
 
 // Pending is the bytes appended and not stored yet.
 func (w *Writer) Pending() int64 {
@@ -326,7 +346,14 @@ func (w *Writer) run() {
 		if held > 0 && len(w.queue) > held {
 			w.queue = mergeByN(w.queue[:held], w.queue[held:])
 		}
+		now := time.Now().UnixNano()
+		for _, b := range batches {
+			b.at = now
+		}
 		w.sent = append(w.sent, batches...)
+		if len(w.sent) > 0 && w.stuck.Load() == 0 {
+			w.stuck.Store(w.sent[0].at)
+		}
 		w.mu.Unlock()
 		for _, b := range batches {
 			w.b.Append(b.subject, b.data, b.id, b.done)
@@ -474,7 +501,7 @@ func (w *Writer) recycle(b *batch) {
 	if cap(b.buf) > maxFreeBuffer {
 		b.buf = nil
 	}
-	b.subject, b.order, b.data, b.id, b.size, b.ord, b.resent, b.state = "", "", nil, "", 0, 0, false, batchSending
+	b.subject, b.order, b.data, b.id, b.size, b.ord, b.at, b.resent, b.state = "", "", nil, "", 0, 0, 0, false, batchSending
 	w.free = append(w.free, b)
 }
 
@@ -488,6 +515,19 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 	}
 	switch {
 	case err == nil:
+	case err == ErrInProcess:
+		// Neither stored nor lost yet: asked again in a moment, and the
+		// pod's next batch waits for the answer (holdBack).
+		w.mu.Unlock()
+		time.AfterFunc(inProcessRetry, func() {
+			w.mu.Lock()
+			closed := w.closed || b.state != batchSending
+			w.mu.Unlock()
+			if !closed {
+				w.b.Append(b.subject, b.data, b.id, b.done)
+			}
+		})
+		return
 	case rejected(err):
 		// Sending it again would be refused again: its entries stay out
 		// of the history (they were delivered live).
@@ -550,6 +590,11 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		w.sent = nil // a hold's worth
 	default:
 		w.sent = w.sent[:0] // its array, reused: most batches settle alone
+	}
+	if len(w.sent) > 0 {
+		w.stuck.Store(w.sent[0].at)
+	} else {
+		w.stuck.Store(0)
 	}
 	w.notifyLocked()
 	w.mu.Unlock()

@@ -237,6 +237,10 @@ func TestWriterOneBatchOfAPodOnItsWay(t *testing.T) {
 	if seen != pod+" "+other {
 		t.Fatalf("the stream was given %q while the pod's first message was on its way, want %q", seen, pod+" "+other)
 	}
+	// The first waits still, and says so.
+	if d := w.StuckFor(time.Now()); d < 100*time.Millisecond {
+		t.Fatalf("the writer's oldest message has waited %v, want at least 100ms", d)
+	}
 	lost(0, false, errors.New("no acknowledgement")) // lost: the writer holds, then sends it again
 	if err := w.Sync(ctx); err != nil {
 		t.Fatal(err)
@@ -257,5 +261,56 @@ func TestWriterOneBatchOfAPodOnItsWay(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "e0 e1" {
 		t.Fatalf("the stream holds the pod's frames as %v, want e0 e1", got)
+	}
+	if d := w.StuckFor(time.Now()); d != 0 {
+		t.Fatalf("with everything stored, the writer's oldest message has waited %v", d)
+	}
+}
+
+// inProcessStream answers its first message "a message of the same id is
+// on its way into the stream" (ErrInProcess), then stores.
+type inProcessStream struct {
+	*Memory
+	mu sync.Mutex
+	n  int
+}
+
+func (s *inProcessStream) Append(subject string, msg []byte, msgID string, done func(uint64, bool, error)) {
+	s.mu.Lock()
+	s.n++
+	first := s.n == 1
+	s.mu.Unlock()
+	if first {
+		done(0, false, ErrInProcess)
+		return
+	}
+	s.Memory.Append(subject, msg, msgID, done)
+}
+
+// TestWriterInProcessAskedAgain: a message the stream says another copy
+// of is on its way is neither taken for stored (a cut-off leader drops
+// what it could not commit) nor held for: it is sent again a moment
+// later, and stored once. (Before: taken for stored at once.)
+func TestWriterInProcessAskedAgain(t *testing.T) {
+	mem := NewMemory(1000)
+	stream := &inProcessStream{Memory: mem}
+	holds := 0
+	w := NewWriter(stream, WriterOptions{Node: "n", IDs: true, OnHold: func() { holds++ }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer w.Close()
+	w.Append("mcpp.pod.lab", frameOf("e0"), nil, nil, "ev-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stream.mu.Lock()
+	n := stream.n
+	stream.mu.Unlock()
+	msgs := 0
+	if err := mem.Scan(ctx, []string{"mcpp.pod.lab"}, 1, func(string, Msg) error { msgs++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || msgs != 1 || holds != 0 {
+		t.Fatalf("the stream was given it %d times and holds %d messages; the writer held %d times", n, msgs, holds)
 	}
 }

@@ -17,16 +17,21 @@ import (
 // meanwhile (the gateway's upgrades, 503).
 //
 // The node knows it has no quorum when its history writer holds (the
-// stream did not acknowledge what it sent) or when the stream does not
-// answer its probe: every quorumProbe it asks the stream whether it has a
-// leader, so that an idle node, which sends nothing, finds out too.
+// stream did not acknowledge what it sent), when what it sent has waited
+// longer than writesStuck to be stored (a cut-off leader answers the
+// writer's questions for a while, and stores nothing), or when the stream
+// does not answer its probes: every quorumProbe it asks the stream
+// whether it has a leader, so that an idle node, which sends nothing,
+// finds out too.
 
 // quorumProbe is how often a node asks whether its stream answers, and
-// quorumProbeWait how long it waits for the answer. Two probes in a row
-// must fail: a stream that is slow to answer on a busy node is not lost.
+// quorumProbeWait how long it waits for the answer. quorumProbesFailed
+// probes in a row must fail: a stream slow to answer a busy node is not
+// lost. The node is without quorum from the first of them.
 const (
-	quorumProbe     = time.Second
-	quorumProbeWait = 2 * time.Second
+	quorumProbe        = time.Second
+	quorumProbeWait    = 2 * time.Second
+	quorumProbesFailed = 3
 )
 
 // NoQuorum reports whether the node cannot reach a quorum of the history
@@ -35,7 +40,7 @@ func (n *Node) NoQuorum() bool {
 	if !n.watching.Load() {
 		return false
 	}
-	return n.noQuorumSince.Load() != 0 || n.Writer.Holding()
+	return n.noQuorumSince.Load() != 0 || n.Writer.Holding() || n.Writer.StuckFor(time.Now()) > writesStuck
 }
 
 // WatchQuorum starts probing the stream (OrderStream), once the node's
@@ -48,14 +53,25 @@ func (n *Node) WatchQuorum() {
 	go n.watchQuorum()
 }
 
-// noQuorumFor is how long the node has been without a quorum by its probe
-// (0: it has one).
+// writesStuck is how long the oldest message the node sent may wait for
+// the stream to store it before the node takes itself for without quorum:
+// the stream's acknowledgement wait (2 s) and a second.
+const writesStuck = 3 * time.Second
+
+// noQuorumFor is how long the node has been without a quorum, by its
+// probes or by what it sent and the stream has not stored (0: it has
+// one).
 func (n *Node) noQuorumFor(now time.Time) time.Duration {
-	since := n.noQuorumSince.Load()
-	if since == 0 {
-		return 0
+	var d time.Duration
+	if since := n.noQuorumSince.Load(); since != 0 {
+		d = now.Sub(time.Unix(0, since))
 	}
-	return now.Sub(time.Unix(0, since))
+	if n.watching.Load() {
+		if s := n.Writer.StuckFor(now); s > writesStuck {
+			d = max(d, s)
+		}
+	}
+	return d
 }
 
 // watchQuorum probes the stream every quorumProbe until the node stops.
@@ -63,26 +79,28 @@ func (n *Node) watchQuorum() {
 	t := time.NewTicker(quorumProbe)
 	defer t.Stop()
 	failed := 0
+	var firstFailed time.Time
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
 		}
+		asked := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), quorumProbeWait)
 		err := n.History.Ready(ctx)
 		cancel()
-		if err != nil {
-			failed++
-		} else {
+		if err == nil {
 			failed = 0
+		} else if failed++; failed == 1 {
+			firstFailed = asked
 		}
 		switch {
 		case err == nil && n.noQuorumSince.Load() != 0:
 			lost := time.Since(time.Unix(0, n.noQuorumSince.Swap(0)))
 			n.Log.Warn("the history stream answers again: this node takes envelopes and members again", "without_quorum", lost.Round(time.Millisecond).String())
-		case failed == 2 && n.noQuorumSince.Load() == 0:
-			n.noQuorumSince.Store(time.Now().UnixNano())
+		case failed == quorumProbesFailed && n.noQuorumSince.Load() == 0:
+			n.noQuorumSince.Store(firstFailed.UnixNano())
 			n.Log.Warn("the history stream does not answer: this node refuses envelopes (no_quorum) and new members until it does", "err", err)
 		}
 	}

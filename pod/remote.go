@@ -65,10 +65,11 @@ func (p *Pod) hear(m *envelope.Meta) {
 	}
 }
 
-// remoteJoin records a join on another node and reports whether the local
-// members are to be told. A join of an id already in the pod is a
-// replacement: a connection here is closed with 4000, and nobody is told.
-// Call it with Pod.mu held.
+// remoteJoin records a join on another node, and reports false when it
+// is stale (older than the member's join here or on a third node, which
+// stands) or malformed: nothing changed. A join of an id already in the
+// pod is a replacement: a connection here is closed with 4000. Call it
+// with Pod.mu held.
 func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 	id, ok := presenceIdentity(body)
 	if !ok {
@@ -86,18 +87,47 @@ func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 		return false // older than its join on a third node
 	}
 	old := p.members[id.ID]
-	_, wasRemote := p.remote[id.ID]
 	if old != nil {
 		delete(p.members, id.ID)
 		p.rebuildSnapshot()
 	}
-	oldGuest := p.dropGuest(id.ID)
+	p.dropGuest(id.ID)
 	delete(p.since, id.ID)
 	p.remote[id.ID] = remoteMember{Identity: id, node: strings.Clone(m.Origin), at: at}
 	if old != nil {
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant on another gateway node")
 	}
-	return old == nil && oldGuest == nil && !wasRemote
+	return true
+}
+
+// What the members here are told of who is present follows what they
+// were told before, not only the pod's state: a node delivers its own
+// joins and leaves when the stream brings them back, after its state
+// changed, and other nodes' frames may come in between (a member that
+// left here and joined another node: this node's leave comes after the
+// other's join). shown is, by id, the node whose join the members were
+// told last and no leave since. A join is told when its id is not shown
+// (a join of an id shown is a replacement, or a move, told to nobody); a
+// leave when it comes from the node shown (an older node's leave, after
+// the id joined elsewhere, is told to nobody). So each change is told
+// once, and what the members were told ends where the pod's state is.
+
+// tellJoin reports whether the members are to be told of id's join on
+// node, and records it shown. Call it with Pod.mu held.
+func (p *Pod) tellJoin(id, node string) bool {
+	_, known := p.shown[id]
+	p.shown[strings.Clone(id)] = strings.Clone(node)
+	return !known
+}
+
+// tellLeave reports whether the members are to be told that id left
+// node, and records it no longer shown. Call it with Pod.mu held.
+func (p *Pod) tellLeave(id, node string) bool {
+	if n, ok := p.shown[id]; !ok || n != node {
+		return false
+	}
+	delete(p.shown, id)
+	return true
 }
 
 // remoteLeave records a leave on another node and reports whether to tell
@@ -129,9 +159,11 @@ func (p *Pod) RemoveNode(node string) {
 // members it left, for reason. Call it with Pod.mu held.
 func (p *Pod) remoteGone(id string, r remoteMember, reason string) {
 	delete(p.remote, id)
-	m := envelope.Meta{Kind: envelope.FrameLeave, Origin: r.node, From: r.ID, Protocol: protocolSpan}
 	body, _ := presenceMessage(wire.PresenceLeave, r.Identity, reason)
-	p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
+	if p.tellLeave(id, r.node) {
+		m := envelope.Meta{Kind: envelope.FrameLeave, Origin: r.node, From: r.ID, Protocol: protocolSpan}
+		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
+	}
 	p.presenceOfServer(body)
 	p.callsMemberGone(id)
 }
@@ -141,9 +173,11 @@ func (p *Pod) remoteGone(id string, r remoteMember, reason string) {
 // held.
 func (p *Pod) remoteCame(r remoteMember) {
 	p.remote[r.ID] = r
-	m := envelope.Meta{Kind: envelope.FrameJoin, Origin: r.node, From: r.ID, Protocol: protocolSpan}
 	body, _ := presenceMessage(wire.PresenceJoin, r.Identity, "")
-	p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
+	if p.tellJoin(r.ID, r.node) {
+		m := envelope.Meta{Kind: envelope.FrameJoin, Origin: r.node, From: r.ID, Protocol: protocolSpan}
+		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
+	}
 	p.presenceOfServer(body)
 }
 

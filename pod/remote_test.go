@@ -176,3 +176,39 @@ func TestClusterStaleJoinReplacesNobody(t *testing.T) {
 	}
 	expectPresence(t, alice)
 }
+
+// TestClusterOwnLeaveAfterAMove: a member that left this node and joined
+// another is told, here, as one that moved: this node's own leave, which
+// the stream brings back after the other node's join (this node could
+// not store for a moment), is told to nobody, and the pod's members keep
+// it in their view, where the pod's state has it. (Before: the leave was
+// told, and the member vanished from every view here.)
+func TestClusterOwnLeaveAfterAMove(t *testing.T) {
+	c := newTestCluster(t, 2)
+	a, b := c.nodes[0], c.nodes[1]
+	pa, _ := c.open(a, "lab"), c.open(b, "lab")
+	alice := c.join(pa, "alice", joinOpts{})
+	alice.next()
+	sam := c.join(pa, "sam", joinOpts{})
+	sam.next()
+	expectPresence(t, alice, "join:sam")
+
+	// sam's connection here ends; before its leave comes back through the
+	// stream, sam's join on b does (newer).
+	who := wire.Identity{ID: "sam", Capabilities: []wire.Capability{}}
+	join, _ := presenceMessage(wire.PresenceJoin, who, "")
+	leave, _ := presenceMessage(wire.PresenceLeave, who, "")
+	pa.lock()
+	delete(pa.members, "sam")
+	pa.rebuildSnapshot()
+	told := pa.handleFrame(&envelope.Meta{Kind: envelope.FrameJoin, Origin: b.ID, From: "sam", Seq: 9}, join, false)
+	told += pa.handleFrame(&envelope.Meta{Kind: envelope.FrameLeave, Origin: a.ID, From: "sam", Seq: 1 << 40}, leave, true)
+	pa.unlock()
+	if told != 0 {
+		t.Errorf("a move was told to %d members", told)
+	}
+	expectPresence(t, alice)
+	if ids := identityIDs(pa.Participants()); !sameIDs(ids, "alice", "sam") {
+		t.Fatalf("a's pod lists %v", ids)
+	}
+}
