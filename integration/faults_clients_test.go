@@ -112,7 +112,9 @@ func (m *fmember) dial() bool {
 		if m.filtered {
 			q.Set("contexts", "none")
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// The public client's own dial timeout: a node may take the
+		// other nodes' member lists' 5 s wait to admit a member.
+		ctx, cancel := context.WithTimeout(context.Background(), mcpp.DefaultDialTimeout)
 		conn, err := mcpp.DialConn(ctx, m.w.ws(i)+"?"+q.Encode(), mcpp.Options{Pod: m.pod, ReadLimit: 64 << 20})
 		cancel()
 		if err != nil {
