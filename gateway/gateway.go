@@ -222,7 +222,7 @@ func (g *Gateway) openHistory() error {
 			OnHold: func() { g.metrics.historyHolds.Inc() },
 			OnLate: func(n int) { g.metrics.historyLate.Add(float64(n)) },
 		})
-		g.node.WatchQuorum()
+		g.node.WatchQuorum(g.reach())
 		close(g.histReady)
 		return nil
 	}

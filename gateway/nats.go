@@ -207,3 +207,26 @@ func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, te
 	}
 	return ns, nc, tempDir, nil
 }
+
+// reach is, in an embedded cluster, how many of the other nodes the
+// embedded server has routes to, and how many a quorum of the cluster
+// needs besides this node (a majority with it): the node's quorum watch
+// (pod.Node.WatchQuorum) takes a node short of them for cut off. nil
+// without an embedded cluster.
+func (g *Gateway) reach() func() (reached, needed int) {
+	if g.ns == nil || g.cfg.ClusterName == "" {
+		return nil
+	}
+	needed := clusterSize(&g.cfg) / 2
+	return func() (int, int) {
+		rz, err := g.ns.Routez(&server.RoutezOptions{})
+		if err != nil {
+			return 0, needed
+		}
+		peers := map[string]bool{}
+		for _, r := range rz.Routes {
+			peers[r.RemoteID] = true
+		}
+		return len(peers), needed
+	}
+}

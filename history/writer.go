@@ -52,9 +52,6 @@ type Writer struct {
 	storedSeq uint64            // the highest stream sequence stored
 	holding   bool
 	held      atomic.Bool // holding, read without mu (Holding)
-	// stuck is when the oldest message not stored yet was first sent
-	// (unix ns; 0: none), read without mu (StuckFor).
-	stuck     atomic.Int64
 	closed    bool
 	wake      chan struct{}
 	progress  chan struct{} // closed whenever something settles, if someone took it (nil until then)
@@ -126,7 +123,6 @@ type batch struct {
 	id      string
 	size    int64
 	ord     uint64 // the order in which it was made
-	at      int64  // when it was first sent (unix ns)
 	resent  bool   // sent again after the stream did not acknowledge it
 	state   batchState
 	w       *Writer
@@ -204,18 +200,6 @@ func (w *Writer) add(it item) {
 // Holding reports whether the writer holds: the stream did not
 // acknowledge a message, and has not answered again since.
 func (w *Writer) Holding() bool { return w.held.Load() }
-
-// StuckFor is how long the oldest message sent and not stored yet has
-// waited (0: none waits), sent again or not: a stream that answers but
-// stores nothing (a cut-off leader that does not know it yet) leaves it
-// growing, where Holding comes and goes.
-func (w *Writer) StuckFor(now time.Time) time.Duration {
-	at := w.stuck.Load()
-	if at == 0 {
-		return 0
-	}
-	return now.Sub(time.Unix(0, at))
-}
 
 // Pending is the bytes appended and not stored yet.
 func (w *Writer) Pending() int64 {
@@ -346,14 +330,7 @@ func (w *Writer) run() {
 		if held > 0 && len(w.queue) > held {
 			w.queue = mergeByN(w.queue[:held], w.queue[held:])
 		}
-		now := time.Now().UnixNano()
-		for _, b := range batches {
-			b.at = now
-		}
 		w.sent = append(w.sent, batches...)
-		if len(w.sent) > 0 && w.stuck.Load() == 0 {
-			w.stuck.Store(w.sent[0].at)
-		}
 		w.mu.Unlock()
 		for _, b := range batches {
 			w.b.Append(b.subject, b.data, b.id, b.done)
@@ -501,7 +478,7 @@ func (w *Writer) recycle(b *batch) {
 	if cap(b.buf) > maxFreeBuffer {
 		b.buf = nil
 	}
-	b.subject, b.order, b.data, b.id, b.size, b.ord, b.at, b.resent, b.state = "", "", nil, "", 0, 0, 0, false, batchSending
+	b.subject, b.order, b.data, b.id, b.size, b.ord, b.resent, b.state = "", "", nil, "", 0, 0, false, batchSending
 	w.free = append(w.free, b)
 }
 
@@ -590,11 +567,6 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		w.sent = nil // a hold's worth
 	default:
 		w.sent = w.sent[:0] // its array, reused: most batches settle alone
-	}
-	if len(w.sent) > 0 {
-		w.stuck.Store(w.sent[0].at)
-	} else {
-		w.stuck.Store(0)
 	}
 	w.notifyLocked()
 	w.mu.Unlock()

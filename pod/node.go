@@ -195,11 +195,11 @@ type Node struct {
 	// scopes numbers the pods' flush scopes (participant.FlushMark).
 	scopes   atomic.Uint64
 	draining atomic.Bool
-	// noQuorumSince is when the node's probe found the history stream
-	// not answering (unix ns; 0: it answers), quorum.go.
-	noQuorumSince atomic.Int64
-	watching      atomic.Bool // WatchQuorum started
-	stop          chan struct{}
+	// cutSince is when the node was found cut off from a quorum of the
+	// history stream (unix ns; 0: it is not), quorum.go.
+	cutSince atomic.Int64
+	watching atomic.Bool // WatchQuorum started
+	stop     chan struct{}
 
 	// closedMarks are, for pods closed on this node whose frames the
 	// history writer may not have stored yet, the writer's mark at their
@@ -295,9 +295,9 @@ func (n *Node) checkFollower(now time.Time) *Follower {
 	if f == nil || n.Writer == nil {
 		return f
 	}
-	if lost := n.noQuorumFor(now); lost > lostAfter {
-		n.Log.Error("this node has reached no quorum of the history stream for a while; its pods lost their order here",
-			"without_quorum", lost.Round(time.Millisecond).String())
+	if cut := n.cutFor(now); cut > lostAfter {
+		n.Log.Error("this node has been cut off from a quorum of the history stream for a while; its pods lost their order here",
+			"cut_off", cut.Round(time.Millisecond).String())
 		f.close()
 		n.follow = nil
 	} else if behind := f.behind(now, n.Writer.StoredSeq()); behind > lostAfter {
