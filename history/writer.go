@@ -48,6 +48,8 @@ type Writer struct {
 	batches   uint64            // batches made: their ordinals, and their ids
 	open      map[string]*batch // pack's, by the pod's subject (item.order), reused
 	flying    map[string]int    // batches on their way, by the pod's subject (with IDs: holdBack)
+	waiting   map[string][]item // items of the pods flying, by the pod's subject, in order
+	ready     []item            // items of pods no longer flying, to send before the queue
 	storedMax uint64            // the ordinal of the last batch stored
 	storedSeq uint64            // the highest stream sequence stored
 	holding   bool
@@ -147,7 +149,7 @@ func NewWriter(b Backend, opts WriterOptions) *Writer {
 	}
 	w := &Writer{
 		b: b, log: opts.Logger, opts: opts, prefix: opts.Node + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
-		wake: make(chan struct{}, 1), done: make(chan struct{}), flying: map[string]int{},
+		wake: make(chan struct{}, 1), done: make(chan struct{}), flying: map[string]int{}, waiting: map[string][]item{},
 	}
 	go w.run()
 	return w
@@ -281,6 +283,12 @@ func (w *Writer) lowestUnsettled() uint64 {
 	if len(w.queue) > 0 && w.queue[0].n < low {
 		low = w.queue[0].n
 	}
+	for _, it := range w.ready {
+		low = min(low, it.n)
+	}
+	for _, items := range w.waiting {
+		low = min(low, items[0].n)
+	}
 	return low
 }
 
@@ -325,11 +333,7 @@ func (w *Writer) run() {
 		if w.opts.IDs {
 			items = w.holdBack(items)
 		}
-		held := len(w.queue)
 		batches = w.pack(items, batches[:0])
-		if held > 0 && len(w.queue) > held {
-			w.queue = mergeByN(w.queue[:held], w.queue[held:])
-		}
 		w.sent = append(w.sent, batches...)
 		w.mu.Unlock()
 		for _, b := range batches {
@@ -345,41 +349,29 @@ func (w *Writer) run() {
 	}
 }
 
-// holdBack keeps in the queue, in their order, the items of the pods
-// that have a batch on its way to the stream (flying), and returns the
-// others: across a network one message may be lost while the next one is
-// stored (a route that drops between them), so that a pod whose messages
-// were both on their way could have its later frames stored before its
-// earlier ones. With one batch of a pod on its way at a time, a batch is
-// sent once the one before it is stored, and the stream holds each pod's
-// frames in the order they were appended whatever is lost. A busy pod's
-// frames wait in the next batch meanwhile. Call it with mu held.
+// holdBack sets aside the items of the pods that have a batch on its way
+// to the stream (flying), each pod's in its order (waiting), and returns
+// the others, after the items of the pods whose batch was stored since
+// (ready, which come before their pods' later items): across a network
+// one message may be lost while the next one is stored (a route that
+// drops between them), so that a pod whose messages were both on their
+// way could have its later frames stored before its earlier ones. With
+// one batch of a pod on its way at a time, a batch is sent once the one
+// before it is stored, and the stream holds each pod's frames in the
+// order they were appended whatever is lost. A busy pod's frames wait in
+// its next batch meanwhile. Call it with mu held.
 func (w *Writer) holdBack(items []item) []item {
-	n := 0
+	out := w.ready
+	w.ready = nil
 	for _, it := range items {
 		if w.flying[it.order] > 0 {
-			w.queue = append(w.queue, it)
+			w.waiting[it.order] = append(w.waiting[it.order], it)
 			continue
 		}
-		items[n] = it
-		n++
+		out = append(out, it)
 	}
-	clear(items[n:])
-	return items[:n]
-}
-
-// mergeByN merges two runs of items, each in the order appended, into
-// one in that order (the queue's: lowestUnsettled reads its first).
-func mergeByN(a, b []item) []item {
-	out := make([]item, 0, len(a)+len(b))
-	for len(a) > 0 && len(b) > 0 {
-		if a[0].n < b[0].n {
-			out, a = append(out, a[0]), a[1:]
-		} else {
-			out, b = append(out, b[0]), b[1:]
-		}
-	}
-	return append(append(out, a...), b...)
+	clear(items)
+	return out
 }
 
 // pack makes batches of items: the frames appended in a row to one
@@ -401,12 +393,12 @@ func (w *Writer) pack(items []item, out []*batch) []*batch {
 		fits := b != nil && it.msgID == "" && b.subject == it.subject && len(b.items) < maxBatchFrames && int(b.size)+len(it.frame)+16 <= w.opts.MaxBytes
 		if w.opts.IDs && (w.flying[it.order] > 0 || b != nil && !fits) {
 			// One batch of a pod on its way at a time (holdBack): the
-			// rest of the pod's frames wait for it, in the queue.
+			// rest of the pod's frames wait for it.
 			if b != nil {
 				delete(open, it.order)
 				w.flying[it.order]++
 			}
-			w.queue = append(w.queue, it)
+			w.waiting[it.order] = append(w.waiting[it.order], it)
 			continue
 		}
 		if !fits {
@@ -532,11 +524,13 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		// The pod's next batch may go (holdBack).
 		if w.flying[b.order]--; w.flying[b.order] <= 0 {
 			delete(w.flying, b.order)
-		}
-		if len(w.queue) > 0 {
-			select {
-			case w.wake <- struct{}{}:
-			default:
+			if next := w.waiting[b.order]; len(next) > 0 {
+				w.ready = append(w.ready, next...)
+				delete(w.waiting, b.order)
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}

@@ -26,8 +26,11 @@ func BenchmarkWriterCluster(b *testing.B) {
 	var s *Stream
 	for {
 		var err error
-		if s, err = Open(ctx, nc, Config{Subjects: []string{"mcpp.pod.>"}, Entries: 100000, MaxAge: time.Hour,
-			MaxBytes: 1 << 30, MaxMsgSize: 4 << 20, Replicas: 3, AckWait: AckWait}, "bench"); err == nil {
+		octx, ocancel := context.WithTimeout(ctx, 5*time.Second) // one try, while the cluster elects its leaders
+		s, err = Open(octx, nc, Config{Subjects: []string{"mcpp.pod.>"}, Entries: 100000, MaxAge: time.Hour,
+			MaxBytes: 256 << 20, MaxMsgSize: 4 << 20, Replicas: 3, AckWait: AckWait}, "bench")
+		ocancel()
+		if err == nil {
 			break
 		}
 		if ctx.Err() != nil {
@@ -78,6 +81,7 @@ func benchClusterConn(b *testing.B) *nats.Conn {
 	for i, p := range ports {
 		ns, err := server.NewServer(&server.Options{ServerName: fmt.Sprint("w", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
 			NoSigs: true, NoLog: true, JetStream: true, StoreDir: b.TempDir(), MaxPending: 1 << 30,
+			JetStreamMaxMemory: 1 << 30, JetStreamMaxStore: 1 << 30,
 			Cluster: server.ClusterOpts{Name: "wbench", Host: "127.0.0.1", Port: p}, Routes: server.RoutesFromStr(strings.Join(routes, ","))})
 		if err != nil {
 			b.Fatal(err)

@@ -195,8 +195,10 @@ func clusterNodeWithoutQuorum(t *testing.T, w *faultWorld) {
 		return err == nil && status == http.StatusOK
 	})
 	dora := dialRetry(t, w, 0, pod, "dora", "", 30*time.Second)
-	if ids := welcomeIDs(dora.Welcome); !sameSet(ids, []string{"alice", "bob", "carol"}) {
-		t.Errorf("dora's welcome on the node that was cut lists %v", ids)
+	// Its welcome, and the presence events after it while the node asks
+	// the others again for their members (the suite's 30 s).
+	if ids := awaitView(dora, []string{"alice", "bob", "carol"}, 30*time.Second); !sameSet(ids, []string{"alice", "bob", "carol"}) {
+		t.Errorf("dora's view on the node that was cut is %v 30s after its welcome (welcome: %v)", ids, welcomeIDs(dora.Welcome))
 	}
 	t.Logf("the node that was cut took a member again %v after its routes were restored", time.Since(restored).Round(time.Millisecond))
 }
@@ -213,8 +215,8 @@ func clusterCallsAndProposalsThroughADeath(t *testing.T, w *faultWorld) {
 	prop := dialRetry(t, w, 2, pod, "prop", "routing=directed", 30*time.Second)
 	tools := dialRetry(t, w, 1, pod, "tools", "serves=mcp&routing=directed", 30*time.Second)
 	req := dialRetry(t, w, 0, pod, "req", "routing=directed", 30*time.Second)
-	if ids := welcomeIDs(req.Welcome); !sameSet(ids, []string{"srv", "prop", "tools"}) {
-		t.Fatalf("req's welcome lists %v", ids)
+	if ids := awaitView(req, []string{"srv", "prop", "tools"}, 30*time.Second); !sameSet(ids, []string{"srv", "prop", "tools"}) {
+		t.Fatalf("req's view is %v 30s after its welcome (welcome: %v)", ids, welcomeIDs(req.Welcome))
 	}
 
 	req.Send(map[string]any{"id": "call-1", "kind": "mcp/request", "to": []string{"srv"}, "payload": json.RawMessage(bridgetest.ToolCall(1, "slow", nil))})
@@ -280,6 +282,43 @@ func postJSON(u, body string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// awaitView reads c's presence events after its welcome until who it
+// was told is present is want, or within passed, and returns that view;
+// it expects no other envelope meanwhile.
+func awaitView(c *harness.Client, want []string, within time.Duration) []string {
+	c.T.Helper()
+	present := map[string]bool{}
+	for _, id := range welcomeIDs(c.Welcome) {
+		present[id] = true
+	}
+	view := func() []string {
+		out := make([]string, 0, len(present))
+		for id := range present {
+			out = append(out, id)
+		}
+		return out
+	}
+	deadline := time.Now().Add(within)
+	for !sameSet(view(), want) && time.Now().Before(deadline) {
+		m := c.Next(time.Until(deadline))
+		if m == nil {
+			break
+		}
+		if m.Kind() != "system/presence" {
+			c.T.Fatalf("%s: %v while it waited for its view", c.ID, m)
+		}
+		who, _ := m.Payload()["participant"].(map[string]any)
+		id, _ := who["id"].(string)
+		switch m.Payload()["event"] {
+		case "join":
+			present[id] = true
+		case "leave":
+			delete(present, id)
+		}
+	}
+	return view()
 }
 
 // dialRetry joins pod as id on node i, trying again for up to within
