@@ -207,6 +207,19 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		break
 	}
 	p.SyncMembers()
+	// The waits above may have been long (the other nodes' member lists,
+	// a pod reading its past): a client that gave up meanwhile is not
+	// joined, nor is one while this node cannot store (its join would be
+	// stored late, after the joins the client made elsewhere since).
+	if req.Context().Err() != nil || g.node.NoQuorum() {
+		p.Unreserve()
+		g.maybeRemovePod(p)
+		g.connCount.Add(-1)
+		if req.Context().Err() == nil {
+			g.refuse(w, envelope.Errorf(wire.CodeNoQuorum, "this gateway node cannot reach a quorum of the cluster's history stream: connect to another node, or try again later"))
+		}
+		return
+	}
 	hw := participant.SmallBuffers(w)
 	conn, err := websocket.Accept(hw, req, &websocket.AcceptOptions{
 		InsecureSkipVerify: true, // admit checked the origin, answering in JSON

@@ -248,6 +248,7 @@ func (g *Gateway) openHistory() error {
 			OnHold: func() { g.metrics.historyHolds.Inc() },
 			OnLate: func(n int) { g.metrics.historyLate.Add(float64(n)) },
 		})
+		g.node.WatchQuorum(g.reach())
 		close(g.histReady)
 		return nil
 	}
@@ -390,6 +391,12 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "waiting for the history stream (the cluster's JetStream is forming)\n", http.StatusServiceUnavailable)
 		return
 	}
+	if g.node != nil && g.node.NoQuorum() {
+		// Its pods take no envelope and no member: a load balancer
+		// sends them to another node.
+		http.Error(w, "no quorum: this node cannot reach a quorum of the cluster's history stream\n", http.StatusServiceUnavailable)
+		return
+	}
 	_, _ = w.Write([]byte("ok\n"))
 }
 
@@ -441,6 +448,11 @@ func (g *Gateway) pod(name string) (*pod.Pod, *envelope.Error) {
 // removed after readyPod returned it says so when it is joined (dead:
 // Reserve, JoinGuest, Acquire), and the caller looks it up again.
 func (g *Gateway) readyPod(ctx context.Context, name string) (*pod.Pod, *envelope.Error) {
+	if g.node.NoQuorum() {
+		// A member here would be told nothing (docs/protocol.md section
+		// 7): it is sent to another node.
+		return nil, envelope.Errorf(wire.CodeNoQuorum, "this gateway node cannot reach a quorum of the cluster's history stream: connect to another node, or try again later")
+	}
 	p, e := g.pod(name)
 	if e != nil {
 		return nil, e

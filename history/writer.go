@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -46,9 +47,13 @@ type Writer struct {
 	appended  uint64            // items appended, numbered from 1
 	batches   uint64            // batches made: their ordinals, and their ids
 	open      map[string]*batch // pack's, by the pod's subject (item.order), reused
+	flying    map[string]int    // batches on their way, by the pod's subject (with IDs: holdBack)
+	waiting   map[string][]item // items of the pods flying, by the pod's subject, in order
+	ready     []item            // items of pods no longer flying, to send before the queue
 	storedMax uint64            // the ordinal of the last batch stored
 	storedSeq uint64            // the highest stream sequence stored
 	holding   bool
+	held      atomic.Bool // holding, read without mu (Holding)
 	closed    bool
 	wake      chan struct{}
 	progress  chan struct{} // closed whenever something settles, if someone took it (nil until then)
@@ -75,6 +80,10 @@ type WriterOptions struct {
 	OnLate func(n int)
 	Logger *slog.Logger
 }
+
+// inProcessRetry is how long the writer waits before it sends again a
+// message the stream said another copy of is on its way (ErrInProcess).
+const inProcessRetry = 200 * time.Millisecond
 
 // maxBatchFrames bounds the frames of one batch, and so the work of
 // reading one frame of it back.
@@ -109,6 +118,7 @@ type item struct {
 // batch is one message of the stream: frames of one subject.
 type batch struct {
 	subject string
+	order   string // the pod's subject (item.order)
 	items   []item
 	data    []byte
 	buf     []byte // data's array when the batch is several frames, kept for reuse
@@ -139,7 +149,7 @@ func NewWriter(b Backend, opts WriterOptions) *Writer {
 	}
 	w := &Writer{
 		b: b, log: opts.Logger, opts: opts, prefix: opts.Node + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), flying: map[string]int{}, waiting: map[string][]item{},
 	}
 	go w.run()
 	return w
@@ -188,6 +198,10 @@ func (w *Writer) add(it item) {
 	default:
 	}
 }
+
+// Holding reports whether the writer holds: the stream did not
+// acknowledge a message, and has not answered again since.
+func (w *Writer) Holding() bool { return w.held.Load() }
 
 // Pending is the bytes appended and not stored yet.
 func (w *Writer) Pending() int64 {
@@ -269,6 +283,12 @@ func (w *Writer) lowestUnsettled() uint64 {
 	if len(w.queue) > 0 && w.queue[0].n < low {
 		low = w.queue[0].n
 	}
+	for _, it := range w.ready {
+		low = min(low, it.n)
+	}
+	for _, items := range w.waiting {
+		low = min(low, items[0].n)
+	}
 	return low
 }
 
@@ -310,6 +330,9 @@ func (w *Writer) run() {
 		}
 		items := w.queue
 		w.queue, w.spare = w.spare[:0], nil
+		if w.opts.IDs {
+			items = w.holdBack(items)
+		}
 		batches = w.pack(items, batches[:0])
 		w.sent = append(w.sent, batches...)
 		w.mu.Unlock()
@@ -324,6 +347,31 @@ func (w *Writer) run() {
 		w.mu.Unlock()
 		clear(batches)
 	}
+}
+
+// holdBack sets aside the items of the pods that have a batch on its way
+// to the stream (flying), each pod's in its order (waiting), and returns
+// the others, after the items of the pods whose batch was stored since
+// (ready, which come before their pods' later items): across a network
+// one message may be lost while the next one is stored (a route that
+// drops between them), so that a pod whose messages were both on their
+// way could have its later frames stored before its earlier ones. With
+// one batch of a pod on its way at a time, a batch is sent once the one
+// before it is stored, and the stream holds each pod's frames in the
+// order they were appended whatever is lost. A busy pod's frames wait in
+// its next batch meanwhile. Call it with mu held.
+func (w *Writer) holdBack(items []item) []item {
+	out := w.ready
+	w.ready = nil
+	for _, it := range items {
+		if w.flying[it.order] > 0 {
+			w.waiting[it.order] = append(w.waiting[it.order], it)
+			continue
+		}
+		out = append(out, it)
+	}
+	clear(items)
+	return out
 }
 
 // pack makes batches of items: the frames appended in a row to one
@@ -342,17 +390,37 @@ func (w *Writer) pack(items []item, out []*batch) []*batch {
 	defer clear(open)
 	for _, it := range items {
 		b := open[it.order]
-		if it.msgID != "" || b == nil || b.subject != it.subject || len(b.items) == maxBatchFrames || int(b.size)+len(it.frame)+16 > w.opts.MaxBytes {
-			b = w.newBatch(it.subject)
-			out = append(out, b)
-			if it.msgID == "" {
-				open[it.order] = b
-			} else {
+		fits := b != nil && it.msgID == "" && b.subject == it.subject && len(b.items) < maxBatchFrames && int(b.size)+len(it.frame)+16 <= w.opts.MaxBytes
+		if w.opts.IDs && (w.flying[it.order] > 0 || b != nil && !fits) {
+			// One batch of a pod on its way at a time (holdBack): the
+			// rest of the pod's frames wait for it.
+			if b != nil {
 				delete(open, it.order)
+				w.flying[it.order]++
 			}
+			w.waiting[it.order] = append(w.waiting[it.order], it)
+			continue
+		}
+		if !fits {
+			b = w.newBatch(it.subject)
+			b.order = it.order
+			out = append(out, b)
+			open[it.order] = b
 		}
 		b.items = append(b.items, it)
 		b.size += int64(len(it.frame))
+		if it.msgID != "" {
+			// Sent alone, under its own id.
+			delete(open, it.order)
+			if w.opts.IDs {
+				w.flying[it.order]++
+			}
+		}
+	}
+	if w.opts.IDs {
+		for order := range open {
+			w.flying[order]++
+		}
 	}
 	for _, b := range out {
 		if len(b.items) == 1 {
@@ -402,7 +470,7 @@ func (w *Writer) recycle(b *batch) {
 	if cap(b.buf) > maxFreeBuffer {
 		b.buf = nil
 	}
-	b.subject, b.data, b.id, b.size, b.ord, b.resent, b.state = "", nil, "", 0, 0, false, batchSending
+	b.subject, b.order, b.data, b.id, b.size, b.ord, b.resent, b.state = "", "", nil, "", 0, 0, false, batchSending
 	w.free = append(w.free, b)
 }
 
@@ -416,6 +484,19 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 	}
 	switch {
 	case err == nil:
+	case err == ErrInProcess:
+		// Neither stored nor lost yet: asked again in a moment, and the
+		// pod's next batch waits for the answer (holdBack).
+		w.mu.Unlock()
+		time.AfterFunc(inProcessRetry, func() {
+			w.mu.Lock()
+			closed := w.closed || b.state != batchSending
+			w.mu.Unlock()
+			if !closed {
+				w.b.Append(b.subject, b.data, b.id, b.done)
+			}
+		})
+		return
 	case rejected(err):
 		// Sending it again would be refused again: its entries stay out
 		// of the history (they were delivered live).
@@ -424,6 +505,7 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		b.state = batchFailed
 		if !w.holding && !w.closed {
 			w.holding, w.holdStart = true, time.Now()
+			w.held.Store(true)
 			w.log.Warn("the history stream does not acknowledge; holding what comes until it does", "subject", b.subject, "err", err)
 			if w.opts.OnHold != nil {
 				w.opts.OnHold()
@@ -438,6 +520,20 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 	}
 	b.state = batchSettled
 	w.bytes -= b.size
+	if w.opts.IDs {
+		// The pod's next batch may go (holdBack).
+		if w.flying[b.order]--; w.flying[b.order] <= 0 {
+			delete(w.flying, b.order)
+			if next := w.waiting[b.order]; len(next) > 0 {
+				w.ready = append(w.ready, next...)
+				delete(w.waiting, b.order)
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
 	late := false
 	if err != nil {
 		seq = 0 // refused: not in the history
@@ -513,6 +609,7 @@ func (w *Writer) recover() {
 				}
 			}
 			w.holding = false
+			w.held.Store(false)
 			held := time.Since(w.holdStart)
 			w.mu.Unlock()
 			w.log.Warn("the history stream answers again; sending again what it did not acknowledge", "messages", len(again), "held", held.Round(time.Millisecond).String())

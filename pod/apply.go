@@ -149,20 +149,20 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 			return 0 // an answer that came too late
 		}
 	case envelope.FrameJoin:
-		// A replacement is told to nobody. Whether a join replaces is this
-		// node's own knowledge: its flag for its own joins, what it knows of
-		// the others' members for theirs (without history, a join on one
-		// node can come before the leave it follows on another, which then
-		// flagged it as replacing a member this node has already seen go).
-		if local && m.Flags&envelope.FlagReplace != 0 || !local && !p.remoteJoin(m, body) {
+		// Another node's join changes who is where, unless it is stale;
+		// the members are told what they were not told yet (a
+		// replacement or a move is told to nobody: remote.go, shown).
+		if !local && !p.remoteJoin(m, body) || !p.tellJoin(m.From, m.Origin) {
 			return 0
 		}
 		p.presenceOfServer(body)
 	case envelope.FrameLeave:
-		if !local && !p.remoteLeave(m) {
+		if gone := local || p.remoteLeave(m); gone {
+			defer p.callsMemberGone(strings.Clone(m.From)) // after its leave
+		}
+		if !p.tellLeave(m.From, m.Origin) {
 			return 0
 		}
-		defer p.callsMemberGone(strings.Clone(m.From)) // after its leave
 		p.presenceOfServer(body)
 
 	case envelope.FrameContextEvent:

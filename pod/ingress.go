@@ -187,6 +187,13 @@ func (in *ingress) handle(data []byte, binary bool) {
 		in.refuse(e, env.ID)
 		return
 	}
+	if n.NoQuorum() && (!env.IsGatewayRequest() || env.Kind == wire.RequestKick || env.Kind == wire.RequestApprove) {
+		// The node cannot store it: it refuses rather than accept what
+		// it may never store (quorum.go). Requests that only read are
+		// answered from what the node has.
+		in.refuse(envelope.Errorf(wire.CodeNoQuorum, "this gateway node cannot reach a quorum of the cluster's history stream; the envelope was not accepted: send it again later or to another node"), env.ID)
+		return
+	}
 	if env.IsGatewayRequest() {
 		// A payload that does not fit the request comes before
 		// rate_limited in the table; request orders the rest.

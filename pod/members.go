@@ -44,6 +44,7 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
 	startWith(r, welcome, rep)
+	p.since[r.ID] = timeNow().UTC() // a join told to nobody; one told sets its event's ts
 	switch {
 	case old != nil:
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")
@@ -86,6 +87,7 @@ func (p *Pod) Leave(r *participant.Participant) {
 		return
 	}
 	delete(p.members, r.ID)
+	delete(p.since, r.ID)
 	p.rebuildSnapshot()
 	p.publishPresence(envelope.FrameLeave, identityOf(r), 0)
 }
@@ -108,6 +110,9 @@ func (p *Pod) publishPresenceWhy(kind envelope.FrameKind, who wire.Identity, fla
 		Protocol: protocolSpan}
 	m.Seq = p.node.frameSeq.Add(1)
 	frame := envelope.Frame(&m, body)
+	if kind == envelope.FrameJoin {
+		p.since[who.ID] = presenceTime(body)
+	}
 	p.commit(&m, body, frame, 0, timeNow())
 }
 
@@ -175,6 +180,7 @@ func (p *Pod) JoinGuest(g Guest) (dead bool, refusal *envelope.Error, cursor uin
 	_, elsewhere := p.remote[g.ID]
 	delete(p.remote, g.ID)
 	p.guests[g.ID] = g
+	p.since[g.ID] = timeNow().UTC()
 	if p.index != nil {
 		cursor = p.index.Last()
 	}
@@ -199,6 +205,7 @@ func (p *Pod) LeaveGuest(g Guest, reason string) {
 	if p.guests[g.ID] == g {
 		delete(p.guests, g.ID)
 		p.countMembers()
+		delete(p.since, g.ID)
 		p.publishPresenceWhy(envelope.FrameLeave, g.Identity, 0, reason)
 	}
 }

@@ -56,7 +56,16 @@ type Pod struct {
 	observers map[*participant.Participant]struct{}
 	// remote are the members connected to other gateway nodes, by id
 	// (remote.go).
-	remote  map[string]remoteMember
+	remote map[string]remoteMember
+	// heard are, by node, the number of the last presence frame of that
+	// node applied here (or of the member list applied: remote.go).
+	heard map[string]uint64
+	// since are when the local members (connections and guests) joined,
+	// by the ts of their join event (remote.go: the newest join wins).
+	since map[string]time.Time
+	// shown are, by id, the node whose join the local members were told
+	// last, with no leave since (remote.go: what they are told follows it).
+	shown   map[string]string
 	synced  sync.Once
 	pending int // upgrades admitted but not yet joined
 	// publishers are the senders with no connection at work in the pod
@@ -110,6 +119,9 @@ func New(node *Node, name string) *Pod {
 		members:    map[string]*participant.Participant{},
 		guests:     map[string]*guest{},
 		remote:     map[string]remoteMember{},
+		heard:      map[string]uint64{},
+		since:      map[string]time.Time{},
+		shown:      map[string]string{},
 		sending:    map[string]struct{}{},
 		bans:       map[string]ban{},
 		publishers: map[*Sender]struct{}{},
@@ -196,6 +208,9 @@ func (p *Pod) Close() {
 	p.flow.wake()
 	p.node.closed(p.Name)
 }
+
+// Ready reports whether the pod has read its past and delivers.
+func (p *Pod) Ready() bool { return p.delivering.Load() && !p.Dead() }
 
 // Dead reports whether the pod was removed (or failed to open): a joiner
 // must look it up again.
@@ -352,10 +367,15 @@ func (p *Pod) Participants() []wire.Identity {
 }
 
 // LocalIdentities lists the members on this node, connections and
-// guests: what this node answers when another asks for its members.
+// guests.
 func (p *Pod) LocalIdentities() []wire.Identity {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.localIdentities()
+}
+
+// localIdentities is LocalIdentities. Call it with Pod.mu held.
+func (p *Pod) localIdentities() []wire.Identity {
 	out := make([]wire.Identity, 0, len(p.members)+len(p.guests))
 	for _, m := range p.members {
 		out = append(out, identityOf(m))

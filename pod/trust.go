@@ -461,6 +461,7 @@ func (p *Pod) removeByID(id, reason string, code participant.CloseStatus) {
 			o.Close(code, reason)
 		}
 	}
+	delete(p.since, id)
 	if r := p.members[id]; r != nil {
 		delete(p.members, id)
 		p.rebuildSnapshot()

@@ -283,9 +283,9 @@ func TestCodes(t *testing.T) {
 		"invalid_context", "context_conflict", "context_cycle", "context_depth_exceeded", "duplicate_id",
 		"proposal_not_pending", "proposal_changed", "no_pending_request", "context_limit_exceeded", "request_limit_exceeded",
 		"proposal_limit_exceeded", "rate_limited", "context_rate_limited", "unknown_request", "invalid_filter",
-		"shutting_down"}
+		"shutting_down", "no_quorum", "unconfirmed"}
 	retryable := map[string]bool{"context_limit_exceeded": true, "request_limit_exceeded": true, "proposal_limit_exceeded": true,
-		"rate_limited": true, "context_rate_limited": true, "shutting_down": true}
+		"rate_limited": true, "context_rate_limited": true, "shutting_down": true, "no_quorum": true, "unconfirmed": true}
 	if len(EnvelopeCodes) != len(table) {
 		t.Fatalf("%d codes, the table has %d", len(EnvelopeCodes), len(table))
 	}
@@ -298,7 +298,7 @@ func TestCodes(t *testing.T) {
 		}
 	}
 	status := map[Code]int{CodeInvalidPod: 400, CodeInvalidParticipant: 400, CodeUnauthorized: 401, CodeForbidden: 403,
-		CodeOverCapacity: 503, CodeInvalidFilter: 400, CodeUnsupportedProtocol: 400, CodeShuttingDown: 503}
+		CodeOverCapacity: 503, CodeInvalidFilter: 400, CodeUnsupportedProtocol: 400, CodeShuttingDown: 503, CodeNoQuorum: 503}
 	if len(UpgradeCodes) != len(status) {
 		t.Errorf("%d upgrade codes, want %d", len(UpgradeCodes), len(status))
 	}
