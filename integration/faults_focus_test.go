@@ -226,11 +226,13 @@ func clusterCallsAndProposalsThroughADeath(t *testing.T, w *faultWorld) {
 	propose(t, prop, "p-1", "echo")
 	proposalEvent(t, prop, "p-1", "pending")
 	boss := dialRetry(t, w, 0, pod, "boss", "routing=directed", 30*time.Second)
+	var digest string // the call's, which an approval names (section 6)
 	listed := func(c *harness.Client, tag string) bool {
 		m := request(t, c, map[string]any{"id": tag, "kind": "gateway/proposals", "payload": map[string]any{"state": "pending"}})
 		list, _ := m.Payload()["proposals"].([]any)
 		for _, p := range list {
 			if p.(map[string]any)["id"] == "p-1" {
+				digest, _ = p.(map[string]any)["digest"].(string)
 				return true
 			}
 		}
@@ -254,7 +256,7 @@ func clusterCallsAndProposalsThroughADeath(t *testing.T, w *faultWorld) {
 	w.setDown(2, false)
 	clerk := dialRetry(t, w, 2, pod, "clerk", "routing=directed", 30*time.Second)
 	harness.Eventually(t, 10*time.Second, "p-1 listed on the node started again", func() bool { return listed(clerk, fmt.Sprint("l", time.Now().UnixNano())) })
-	ans := request(t, boss, map[string]any{"id": "a", "kind": "gateway/approve", "payload": map[string]any{"proposal": "p-1"}})
+	ans := request(t, boss, map[string]any{"id": "a", "kind": "gateway/approve", "payload": map[string]any{"proposal": "p-1", "digest": digest}})
 	if ans.Payload()["state"] != "approved" {
 		t.Fatalf("approving the kept proposal: %v", ans)
 	}
