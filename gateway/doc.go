@@ -25,7 +25,8 @@
 //	auth.go      tokens, JWTs, refresh, expiry, revocation (SIGHUP)
 //	oauth.go     the OAuth resource server: metadata, WWW-Authenticate
 //	tls.go       HTTPS and WSS (--tls-cert, --tls-key), reloaded on SIGHUP and file change
-//	mcp*.go      the MCP endpoint: tools, sessions, the inbox resource
+//	mcpmount.go  what the MCP endpoint at /mcp (package mcpendpoint) takes of
+//	             the gateway: who a request is, joining its pod
 //	nats.go      the embedded NATS server (or the connection to an external one)
 //	cluster.go   the other nodes of an embedded cluster
 //	admin*.go    the operator's API: who may call it, its endpoints, its
