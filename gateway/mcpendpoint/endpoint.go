@@ -229,7 +229,7 @@ func (e *Endpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		res, err := next(context.WithValue(ctx, memberKey{}, m), method, req)
 		name := ""
-		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+		if p, ok := paramsOf(req).(*mcp.CallToolParamsRaw); ok {
 			name = p.Name
 		}
 		if r, ok := res.(*mcp.CallToolResult); ok && err == nil && r.IsError && r.StructuredContent == nil && typedTool(name) {

@@ -2,6 +2,7 @@ package mcpendpoint
 
 import (
 	"context"
+	"reflect"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -39,7 +40,7 @@ func (e *Endpoint) traced(next mcp.MethodHandler) mcp.MethodHandler {
 		if method != "tools/call" && !strings.HasPrefix(method, "resources/") && !strings.HasPrefix(method, "prompts/") && method != "completion/complete" {
 			return next(ctx, method, req)
 		}
-		params := req.GetParams()
+		params := paramsOf(req)
 		var meta map[string]any
 		if params != nil {
 			meta = params.GetMeta()
@@ -79,4 +80,19 @@ func (e *Endpoint) traced(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return res, err
 	}
+}
+
+// paramsOf is req's params, or nil. A request sent without params (a
+// list of a client of the revisions with sessions, whose SDK sends none
+// when given none) holds a nil pointer of its params' type, whose methods
+// are not to be called.
+func paramsOf(req mcp.Request) mcp.Params {
+	p := req.GetParams()
+	if p == nil {
+		return nil
+	}
+	if v := reflect.ValueOf(p); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil
+	}
+	return p
 }
