@@ -33,6 +33,7 @@
 //	             questions to the other nodes
 //	metrics.go   /metrics
 //	audit.go     the audit trail's joins and reloads (--audit-log, package audit)
-//	tracing.go   the gateway's spans: joins, an MCP host's requests (package tracing)
+//	tracing.go   the gateway's spans of joins (package tracing; an MCP host's
+//	             requests are package mcpendpoint's)
 //	viewer.go    the pod viewer (viewer/)
 package gateway

@@ -14,23 +14,9 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// The MCP endpoint (docs/protocol.md section 9): /mcp?pod=NAME is a Model
-// Context Protocol server over Streamable HTTP, built on the official Go SDK,
-// so that an LLM host or an IDE agent takes part in a pod with no client
-// library. Each participant that uses it is a member of the pod with no
-// connection (a guest, pod/members.go), and its tool calls act as that participant:
-//
-//	HTTP request → ServeHTTP: Gateway.Admit, as /ws is admitted; bind the MCP
-//	  session to its participant, find or start the participant's member
-//	  → the SDK's handler (with sessions, or without for 2026-07-28 clients)
-//	  → middleware: the member into the context, refusals in the protocol's shape
-//	  → a tool (tools.go): relays through ingress like /ws, or reads the
-//	    pod's history through the member's cursor (read.go)
-//
-// One member per participant and pod on a node holds what its sessions
-// share: presence, filter, rate buckets, the read cursor. Nothing is
-// queued for it, so a member that never reads holds no more memory than
-// one that does.
+// The endpoint's front (doc.go draws a request's path): the SDK's two
+// handlers, one server per member, the middleware that binds sessions to
+// members, and the shutdown.
 
 // sessionHeader is the Streamable HTTP transport's session header.
 const sessionHeader = "Mcp-Session-Id"
