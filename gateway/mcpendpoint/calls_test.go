@@ -14,11 +14,18 @@ import (
 // TestServerToolCall: a host's call of a server's tool is its
 // participant's mcp/request to the server through the pod, with the
 // host's arguments, in the sub-context the host opened last; the host
-// gets the server's result as it came, an error result included.
+// gets the server's result as it came, an error result included; with
+// sessions (MCP 2025-11-25) as without (the newest).
 func TestServerToolCall(t *testing.T) {
+	t.Run("newest", func(t *testing.T) { testServerToolCall(t, newestVersion) })
+	t.Run(sessionsVersion, func(t *testing.T) { testServerToolCall(t, sessionsVersion) })
+}
+
+func testServerToolCall(t *testing.T, version string) {
 	tp := newTestPod(t)
 	files := tp.toolServer("files", echoServer("fail"))
-	host := tp.host("claude", wire.Kinds("chat", "context/*", wire.KindConclusion, "mcp/request"), newestVersion)
+	host := tp.host("claude", wire.Kinds("chat", "context/*", wire.KindConclusion, "mcp/request"), version)
+	serverToolsAre(t, host, []string{"files__echo", "files__fail"})
 
 	res := call(t, host, "files__echo", map[string]any{"message": "through the pod"})
 	if res.IsError || textOf(res) != "Echo: through the pod" {
@@ -85,6 +92,7 @@ func TestServerToolCallRefused(t *testing.T) {
 		})
 	files := tp.toolServer("files", s)
 	host := tp.host("claude", wire.Kinds("chat", "mcp/request"), newestVersion)
+	serverToolsAre(t, host, []string{"files__slow"})
 
 	first := make(chan *mcp.CallToolResult, 1)
 	go func() {

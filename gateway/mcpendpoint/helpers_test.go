@@ -429,6 +429,25 @@ func serverToolNames(t *testing.T, cs *mcp.ClientSession) []string {
 	return out
 }
 
+// serverToolsAre waits until the host lists want (sorted) of the servers'
+// tools, and fails with what it lists after 10s. A host's first list has
+// what the node read of the servers within joinDiscovery; a slower
+// server's tools come later, with a list change.
+func serverToolsAre(t *testing.T, cs *mcp.ClientSession, want []string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := serverToolNames(t, cs)
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the host lists %v, want %v", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // call calls a tool of the host.
 func call(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
 	t.Helper()

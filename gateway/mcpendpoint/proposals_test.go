@@ -84,6 +84,7 @@ func TestProposedCallApproved(t *testing.T) {
 	files := tp.toolServer("files", echoServer())
 	boss := tp.host("boss", bossCaps, newestVersion)
 	agent := tp.host("agent", agentCaps, newestVersion)
+	serverToolsAre(t, agent, []string{"files__echo"})
 
 	result := proposedCall(t, agent, "proposed")
 	ev := pendingProposal(t, boss)
@@ -136,6 +137,7 @@ func TestProposedCallRejected(t *testing.T) {
 	files := tp.toolServer("files", echoServer())
 	boss := tp.host("boss", bossCaps, newestVersion)
 	agent := tp.host("agent", agentCaps, sessionsVersion)
+	serverToolsAre(t, agent, []string{"files__echo"})
 
 	result := proposedCall(t, agent, "rejected")
 	ev := pendingProposal(t, boss)
