@@ -268,7 +268,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	g.auditJoin(req, a.transport(), a.pod, a.who, nil)
-	buckets := g.node.Buckets.Acquire(bucketKey(a.pod, id))
+	buckets := g.node.Buckets.Acquire(limits.BucketKey(a.pod, id))
 	g.metrics.connections.Inc()
 	if !g.accepting.Load() {
 		// Shutdown closes the members it finds after turning accepting
@@ -289,7 +289,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		// refers to itself and has a finalizer): close it in every case.
 		_ = conn.CloseNow()
 		r.Finish()
-		g.node.Buckets.Release(bucketKey(a.pod, id), time.Now())
+		g.node.Buckets.Release(limits.BucketKey(a.pod, id), time.Now())
 		p.Leave(r)
 		g.maybeRemovePod(p)
 		g.metrics.connections.Dec()

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -73,27 +72,6 @@ var nobody pod.Admitted
 func (g *Gateway) refuseJoin(w http.ResponseWriter, r *http.Request, transport, podName string, who pod.Admitted, e *envelope.Error) {
 	g.auditJoin(r, transport, podName, who, e)
 	g.refuse(w, e)
-}
-
-// joinKey carries a join's request and identity through a context, to
-// where the join is made (an MCP participant joins in mcpMember.start).
-type joinKey struct{}
-
-type joinAttempt struct {
-	r   *http.Request
-	who pod.Admitted
-}
-
-// joining is r's context, carrying the join of who.
-func joining(r *http.Request, who pod.Admitted) context.Context {
-	return context.WithValue(r.Context(), joinKey{}, joinAttempt{r: r, who: who})
-}
-
-// auditJoined records the join that ctx carries (joining), made.
-func (g *Gateway) auditJoined(ctx context.Context, transport, podName string) {
-	if j, ok := ctx.Value(joinKey{}).(joinAttempt); ok {
-		g.auditJoin(j.r, transport, podName, j.who, nil)
-	}
 }
 
 // Reload triggers, as the trail names them.

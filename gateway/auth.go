@@ -148,7 +148,7 @@ func (g *Gateway) sweepRevoked() []audit.Member {
 			}
 		}
 	}
-	gone = append(gone, g.mcp.endRevoked()...)
+	gone = append(gone, g.mcp.EndRevoked()...)
 	if len(gone) > 0 {
 		g.log.Info("revoked tokens: connections and MCP sessions ended", "count", len(gone))
 	}

@@ -25,13 +25,15 @@
 //	auth.go      tokens, JWTs, refresh, expiry, revocation (SIGHUP)
 //	oauth.go     the OAuth resource server: metadata, WWW-Authenticate
 //	tls.go       HTTPS and WSS (--tls-cert, --tls-key), reloaded on SIGHUP and file change
-//	mcp*.go      the MCP endpoint: tools, sessions, the inbox resource
+//	mcpmount.go  what the MCP endpoint at /mcp (package mcpendpoint) takes of
+//	             the gateway: who a request is, joining its pod
 //	nats.go      the embedded NATS server (or the connection to an external one)
 //	cluster.go   the other nodes of an embedded cluster
 //	admin*.go    the operator's API: who may call it, its endpoints, its
 //	             questions to the other nodes
 //	metrics.go   /metrics
 //	audit.go     the audit trail's joins and reloads (--audit-log, package audit)
-//	tracing.go   the gateway's spans: joins, an MCP host's requests (package tracing)
+//	tracing.go   the gateway's spans of joins (package tracing; an MCP host's
+//	             requests are package mcpendpoint's)
 //	viewer.go    the pod viewer (viewer/)
 package gateway

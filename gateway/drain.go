@@ -56,7 +56,7 @@ func (g *Gateway) drain(ctx context.Context) (res drainResult, first bool) {
 		close(g.drainDone)
 	}()
 	g.node.SetDraining(true)
-	g.mcp.shutdown()
+	g.mcp.Shutdown()
 	// Everything accepted so far is in the members' queues where the
 	// node orders its pods; where the stream orders them, it must come
 	// back first. The history receives what is still on its way.

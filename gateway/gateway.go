@@ -23,6 +23,7 @@ import (
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/gateway/mcpendpoint"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
@@ -58,7 +59,7 @@ type Gateway struct {
 	tempDir string   // the embedded JetStream's own directory, removed at shutdown
 	cluster *cluster // nil when the gateway serves its pods alone
 	metrics *metrics
-	mcp     *mcpEndpoint // /mcp
+	mcp     *mcpendpoint.Endpoint // /mcp
 
 	// audit is the trail of trust decisions (--audit-log; nil: off),
 	// trusted what the tokens held at their last reload, to tell what the
@@ -186,8 +187,8 @@ func New(cfg Config) (*Gateway, error) {
 		g.cluster = c
 		g.node.Cluster = c
 	}
-	g.mcp = newMCPEndpoint(g)
-	g.node.OnServers = g.mcp.serversChanged
+	g.mcp = g.newMCPEndpoint()
+	g.node.OnServers = g.mcp.ServersChanged
 	// Built here, not in Serve, so that a Shutdown that comes before or
 	// during Serve stops it (Serve then returns at once).
 	g.httpServer = &http.Server{
@@ -470,10 +471,6 @@ func (g *Gateway) readyPod(ctx context.Context, name string) (*pod.Pod, *envelop
 	return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q cannot be opened: %v", name, err)
 }
 
-// bucketKey names a participant's buckets: pod names and participant ids
-// hold no "/".
-func bucketKey(pod, id string) string { return pod + "/" + id }
-
 // lookupPod returns an existing pod or nil.
 func (g *Gateway) lookupPod(name string) *pod.Pod {
 	s := g.shard(name)
@@ -554,7 +551,7 @@ func (g *Gateway) janitor() {
 				lastSweep = now
 				g.node.Buckets.Sweep(now)
 			}
-			g.mcp.endExpired(now)
+			g.mcp.EndExpired(now)
 			pods := g.allPods()
 			first := g.historyFirstSeq(pods)
 			for _, p := range pods {

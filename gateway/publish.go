@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/wire"
 )
@@ -105,7 +106,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		// Removed as we looked it up; a new one will be made.
 	}
 	g.auditJoin(r, audit.TransportPublish, name, who, nil)
-	from.Buckets = g.node.Buckets.Acquire(bucketKey(name, id))
+	from.Buckets = g.node.Buckets.Acquire(limits.BucketKey(name, id))
 	for i, line := range envs {
 		if hook := hookPublishLine.Load(); hook != nil && i > 0 {
 			(*hook)(name, id, i)
@@ -117,7 +118,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	from.Flush()
 	g.awaitStored(r.Context(), p, from.Results)
-	g.node.Buckets.Release(bucketKey(name, id), time.Now())
+	g.node.Buckets.Release(limits.BucketKey(name, id), time.Now())
 	p.Release(from)
 	g.maybeRemovePod(p)
 	w.Header().Set("Content-Type", "application/json")

@@ -87,6 +87,11 @@ func NewBucketSet(send, create Rate) *BucketSet {
 	return &BucketSet{send: send, create: create, byID: make(map[string]*Buckets)}
 }
 
+// BucketKey names a participant's buckets in a pod, the key of Acquire
+// and Release: one participant's connections, publishes and MCP sessions
+// in a pod share them. Pod names and participant ids hold no "/".
+func BucketKey(pod, id string) string { return pod + "/" + id }
+
 // Acquire returns id's buckets for a new connection.
 func (s *BucketSet) Acquire(id string) *Buckets {
 	s.mu.Lock()

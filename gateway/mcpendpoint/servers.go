@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -30,10 +30,10 @@ import (
 // request from system:gateway that the history does not keep) when a host
 // of the pod first joins here, when the server joins, and when it says its
 // tools changed; it drops them when the server leaves. Each host's own
-// server (mcpMember.server) then lists what changed, which notifies its
+// server (member.server) then lists what changed, which notifies its
 // sessions (notifications/tools/list_changed). The server's resources,
 // resource templates and prompts are learnt the same way, each list on
-// its own word that it changed (mcp_resources.go, mcp_prompts.go).
+// its own word that it changed (resources.go, prompts.go).
 
 // Bounds of discovery: one tools/list waits at most discoveryTimeout, and
 // a server's list is read in at most discoveryPages pages.
@@ -62,7 +62,7 @@ type podServerTools struct {
 	mu      sync.Mutex
 	servers map[string][]serverTool // by server participant
 	// resources and prompts are the servers' other lists, by server
-	// participant (mcp_resources.go, mcp_prompts.go).
+	// participant (resources.go, prompts.go).
 	resources map[string]serverResources
 	prompts   map[string][]serverPrompt
 	// reading are the lists of servers a read is under way for, each
@@ -156,7 +156,7 @@ func serverOf(exposed string) (string, bool) {
 }
 
 // podTools is what this node knows of the servers' tools of a pod.
-func (e *mcpEndpoint) podTools(name string) *podServerTools {
+func (e *Endpoint) podTools(name string) *podServerTools {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := e.serverTools[name]
@@ -169,8 +169,8 @@ func (e *mcpEndpoint) podTools(name string) *podServerTools {
 }
 
 // hosts lists this node's members in a pod.
-func (e *mcpEndpoint) hosts(podName string) []*mcpMember {
-	var out []*mcpMember
+func (e *Endpoint) hosts(podName string) []*member {
+	var out []*member
 	for _, m := range e.ready() {
 		if m.pod.Name == podName {
 			out = append(out, m)
@@ -179,11 +179,11 @@ func (e *mcpEndpoint) hosts(podName string) []*mcpMember {
 	return out
 }
 
-// serversChanged is the pods' OnServers: a server of p joined or left,
+// ServersChanged is the pods' OnServers (Node.OnServers): a server of p joined or left,
 // said that some of its lists changed, or that one of its resources did
 // (resourceUpdated). When hosts of p are here, the lists are read again,
 // and each host is told what changed for it.
-func (e *mcpEndpoint) serversChanged(p *pod.Pod, c pod.ServerChange) {
+func (e *Endpoint) ServersChanged(p *pod.Pod, c pod.ServerChange) {
 	hosts := e.hosts(p.Name)
 	if len(hosts) == 0 {
 		e.mu.Lock()
@@ -208,7 +208,7 @@ func (e *mcpEndpoint) serversChanged(p *pod.Pod, c pod.ServerChange) {
 // under way: that one then reads it again when it ends, once however
 // often it was asked meanwhile. It reports whether it read it, and so
 // whether the hosts are to be told.
-func (e *mcpEndpoint) readLatest(p *pod.Pod, server string, list listKind) bool {
+func (e *Endpoint) readLatest(p *pod.Pod, server string, list listKind) bool {
 	t := e.podTools(p.Name)
 	key := serverList{server, list}
 	t.mu.Lock()
@@ -237,7 +237,7 @@ func (e *mcpEndpoint) readLatest(p *pod.Pod, server string, list listKind) bool 
 
 // syncList makes the member's server list what it may use of one list
 // of the pod's servers.
-func (m *mcpMember) syncList(list listKind) {
+func (m *member) syncList(list listKind) {
 	switch list {
 	case listTools:
 		m.syncTools()
@@ -249,7 +249,7 @@ func (m *mcpMember) syncList(list listKind) {
 }
 
 // syncLists is syncList of every list.
-func (m *mcpMember) syncLists() {
+func (m *member) syncLists() {
 	for _, list := range allLists {
 		m.syncList(list)
 	}
@@ -257,7 +257,7 @@ func (m *mcpMember) syncLists() {
 
 // discover reads the lists of the pod's servers that this node does not
 // know yet, within joinDiscovery: a host's first tools/list lists them.
-func (e *mcpEndpoint) discover(p *pod.Pod) {
+func (e *Endpoint) discover(p *pod.Pod) {
 	t := e.podTools(p.Name)
 	var wg sync.WaitGroup
 	for _, server := range p.Servers() {
@@ -314,7 +314,7 @@ func (t *podServerTools) known(server string, list listKind) bool {
 // server that is not in the pod (or does not answer) has none. One that
 // answers with an error is asked again a few times (serverRetries), and
 // the hosts are told when it lists it.
-func (e *mcpEndpoint) readList(p *pod.Pod, server string, list listKind) {
+func (e *Endpoint) readList(p *pod.Pod, server string, list listKind) {
 	if e.readListOnce(p, server, list) {
 		return
 	}
@@ -336,7 +336,7 @@ func (e *mcpEndpoint) readList(p *pod.Pod, server string, list listKind) {
 
 // readListOnce is one reading of readList; it reports false when the
 // server answered with an error.
-func (e *mcpEndpoint) readListOnce(p *pod.Pod, server string, list listKind) bool {
+func (e *Endpoint) readListOnce(p *pod.Pod, server string, list listKind) bool {
 	switch list {
 	case listResources:
 		return e.readResourcesOnce(p, server)
@@ -350,7 +350,7 @@ func (e *mcpEndpoint) readListOnce(p *pod.Pod, server string, list listKind) boo
 // discoveryPages), handing each item of the result's field to each. It
 // reports false when the server answered with an error, but for -32601
 // (method not found): a server without that feature has none of it.
-func (e *mcpEndpoint) readPages(p *pod.Pod, server, method, field string, each func(gjson.Result)) bool {
+func (e *Endpoint) readPages(p *pod.Pod, server, method, field string, each func(gjson.Result)) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), discoveryTimeout)
 	defer cancel()
 	cursor := ""
@@ -362,7 +362,7 @@ func (e *mcpEndpoint) readPages(p *pod.Pod, server, method, field string, each f
 		payload, _ := json.Marshal(req)
 		body, err := p.Ask(ctx, server, payload)
 		if err != nil {
-			e.g.log.Debug("a list of an MCP server could not be read", "pod", p.Name, "server", server, "method", method, "err", err)
+			e.g.Log.Debug("a list of an MCP server could not be read", "pod", p.Name, "server", server, "method", method, "err", err)
 			return true
 		}
 		if rpcErr := gjson.GetBytes(body, "payload.error"); rpcErr.Exists() {
@@ -380,13 +380,13 @@ func (e *mcpEndpoint) readPages(p *pod.Pod, server, method, field string, each f
 }
 
 // readToolsOnce reads server's tools (tools/list).
-func (e *mcpEndpoint) readToolsOnce(p *pod.Pod, server string) bool {
+func (e *Endpoint) readToolsOnce(p *pod.Pod, server string) bool {
 	var tools []serverTool
 	answered := e.readPages(p, server, "tools/list", "tools", func(raw gjson.Result) {
 		name := raw.Get("name").String()
 		exposed, ok := exposedName(server, name)
 		if !ok {
-			e.g.log.Info("a tool of an MCP server is not listed to hosts: its name is empty or too long", "pod", p.Name, "server", server, "tool", name)
+			e.g.Log.Info("a tool of an MCP server is not listed to hosts: its name is empty or too long", "pod", p.Name, "server", server, "tool", name)
 			return
 		}
 		tools = append(tools, serverTool{server: server, name: name, exposed: exposed, tool: json.RawMessage(raw.Raw)})
@@ -421,7 +421,7 @@ func callProbe(tool string) []byte {
 // syncTools makes the member's server list the servers' tools the member
 // may call or propose, and no other: its sessions are notified of a
 // change (the SDK's notifications/tools/list_changed).
-func (m *mcpMember) syncTools() {
+func (m *member) syncTools() {
 	if m.ended() {
 		return
 	}
@@ -455,7 +455,7 @@ func (m *mcpMember) syncTools() {
 			continue
 		}
 		if err := m.addServerTool(st); err != nil {
-			m.e.g.log.Info("a tool of an MCP server is not listed to a host", "pod", m.pod.Name, "server", st.server, "tool", st.name, "err", err)
+			m.e.g.Log.Info("a tool of an MCP server is not listed to a host", "pod", m.pod.Name, "server", st.server, "tool", st.name, "err", err)
 			delete(want, name)
 		}
 	}
@@ -466,7 +466,7 @@ func (m *mcpMember) syncTools() {
 // describes it, with a line saying whose it is. An input schema that is
 // not an object schema is replaced by the empty one: the server judges
 // the arguments.
-func (m *mcpMember) addServerTool(st serverTool) (err error) {
+func (m *member) addServerTool(st serverTool) (err error) {
 	var tool mcp.Tool
 	if err := json.Unmarshal(st.tool, &tool); err != nil {
 		return fmt.Errorf("the tool's description does not read: %w", err)
@@ -498,7 +498,7 @@ func (m *mcpMember) addServerTool(st serverTool) (err error) {
 
 // branch is the sub-context the member opened last with context_branch
 // and that is still open, or "".
-func (m *mcpMember) branch() string {
+func (m *member) branch() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for len(m.branches) > 0 {
@@ -512,7 +512,7 @@ func (m *mcpMember) branch() string {
 }
 
 // opened records a sub-context the member opened.
-func (m *mcpMember) opened(id string) {
+func (m *member) opened(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.branches = append(m.branches, id)

@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -49,7 +49,7 @@ import (
 // questions.
 type hostCall struct {
 	id     string // the call's envelope id: its mcp/request, or the mcp/proposal it became
-	m      *mcpMember
+	m      *member
 	server string
 	rpcID  json.RawMessage // the JSON-RPC id of the call's payload, which a cancellation names
 	wait   <-chan []byte
@@ -84,7 +84,7 @@ type hostCalls struct {
 // callServerTool calls tool of server for the member (the SDK's tool
 // handler of SERVER__TOOL), or goes on with the call whose round
 // req.Params.RequestState names.
-func (e *mcpEndpoint) callServerTool(ctx context.Context, m *mcpMember, server, tool string, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (e *Endpoint) callServerTool(ctx context.Context, m *member, server, tool string, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if m == nil || m.ended() {
 		return nil, errSessionEnded
 	}
@@ -142,7 +142,7 @@ const proposalWait = 30 * time.Second
 // the pod awaits on wait) and returns nothing when it was relayed.
 // Otherwise the pod forgets the wait, and a refusal is the tool's result
 // (an error result) where any other error is the call's.
-func (m *mcpMember) relayCall(out outgoing, wait <-chan []byte) (*mcp.CallToolResult, error) {
+func (m *member) relayCall(out outgoing, wait <-chan []byte) (*mcp.CallToolResult, error) {
 	_, err := m.relay(out)
 	if err == nil {
 		return nil, nil
@@ -159,7 +159,7 @@ func (m *mcpMember) relayCall(out outgoing, wait <-chan []byte) (*mcp.CallToolRe
 // the call meanwhile: its proposal's decision, its progress, its server's
 // questions. A proposal still undecided after wait returns a result that
 // says so (proposal_wait waits again).
-func (e *mcpEndpoint) follow(ctx context.Context, req *mcp.CallToolRequest, hc *hostCall, wait time.Duration) (*mcp.CallToolResult, error) {
+func (e *Endpoint) follow(ctx context.Context, req *mcp.CallToolRequest, hc *hostCall, wait time.Duration) (*mcp.CallToolResult, error) {
 	var undecided <-chan time.Time
 	if hc.awaiting == "" {
 		t := time.NewTimer(wait)
@@ -216,7 +216,7 @@ func oneID(c gjson.Result) (string, bool) {
 // decided takes the system/proposal event that ends the call's proposal:
 // approved, the call goes on, awaiting the released request's answer;
 // anything else ends the call with a result that says so.
-func (e *mcpEndpoint) decided(hc *hostCall, body []byte) (*mcp.CallToolResult, bool) {
+func (e *Endpoint) decided(hc *hostCall, body []byte) (*mcp.CallToolResult, bool) {
 	ev := gjson.GetBytes(body, "payload")
 	switch state := ev.Get("state").String(); state {
 	case wire.ProposalApproved:
@@ -240,7 +240,7 @@ func (e *mcpEndpoint) decided(hc *hostCall, body []byte) (*mcp.CallToolResult, b
 // progress passes the server's notifications/progress about the call to
 // the host, with the host's own token; a host that asked for none hears
 // none.
-func (e *mcpEndpoint) progress(ctx context.Context, req *mcp.CallToolRequest, hc *hostCall, body []byte) {
+func (e *Endpoint) progress(ctx context.Context, req *mcp.CallToolRequest, hc *hostCall, body []byte) {
 	p := gjson.GetBytes(body, "payload")
 	if p.Get("method").Str != "notifications/progress" || hc.token == nil {
 		return
@@ -248,7 +248,7 @@ func (e *mcpEndpoint) progress(ctx context.Context, req *mcp.CallToolRequest, hc
 	params := &mcp.ProgressNotificationParams{ProgressToken: hc.token, Progress: p.Get("params.progress").Float(),
 		Total: p.Get("params.total").Float(), Message: p.Get("params.message").Str}
 	if err := req.Session.NotifyProgress(ctx, params); err != nil {
-		e.g.log.Debug("a call's progress could not be told to its MCP host", "pod", hc.m.pod.Name, "err", err)
+		e.g.Log.Debug("a call's progress could not be told to its MCP host", "pod", hc.m.pod.Name, "err", err)
 	}
 }
 
@@ -256,7 +256,7 @@ func (e *mcpEndpoint) progress(ctx context.Context, req *mcp.CallToolRequest, hc
 // MCP 2026-07-28 gets it as an input request in the result returned
 // (non-nil), and answers it in the call's next round; an older one on its
 // session at once. One that cannot hear it has it answered for it.
-func (e *mcpEndpoint) question(ctx context.Context, req *mcp.CallToolRequest, hc *hostCall, body []byte) *mcp.CallToolResult {
+func (e *Endpoint) question(ctx context.Context, req *mcp.CallToolRequest, hc *hostCall, body []byte) *mcp.CallToolResult {
 	r := gjson.GetManyBytes(body, "id", "from", "payload.id", "payload.method", "payload.params")
 	q := &hostQuestion{envID: r[0].Str, from: r[1].Str, rpcID: json.RawMessage(r[2].Raw), method: r[3].Str, params: json.RawMessage(r[4].Raw)}
 	m := hc.m
@@ -272,7 +272,7 @@ func (e *mcpEndpoint) question(ctx context.Context, req *mcp.CallToolRequest, hc
 		m.pod.AnswerFor(q.envID, m.id, jsonrpc.CodeMethodNotFound, wire.MCPReasonHostCannotAnswer, "Method not found")
 		return nil
 	}
-	if req.ProtocolVersion() < mcpStatelessVersion {
+	if req.ProtocolVersion() < statelessVersion {
 		res, err := req.Session.Elicit(ctx, &params)
 		if err != nil {
 			code, msg := int64(jsonrpc.CodeInternalError), "the MCP host's session could not be asked: "+err.Error()
@@ -308,7 +308,7 @@ func elicits(caps *mcp.ClientCapabilities, mode string) bool {
 // answerQuestion sends the host's answer to q, as its participant's
 // mcp/response to the question; one its capabilities refuse is answered
 // for it with an error, so that the server does not wait for nothing.
-func (e *mcpEndpoint) answerQuestion(hc *hostCall, q *hostQuestion, result any) {
+func (e *Endpoint) answerQuestion(hc *hostCall, q *hostQuestion, result any) {
 	m := hc.m
 	payload, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": q.rpcID, "result": result})
 	if err == nil {
@@ -323,11 +323,11 @@ func (e *mcpEndpoint) answerQuestion(hc *hostCall, q *hostQuestion, result any) 
 
 // park keeps a call until its host's next round, for at most the call
 // timeout: a host that does not come back has its call cancelled.
-func (e *mcpEndpoint) park(hc *hostCall) {
+func (e *Endpoint) park(hc *hostCall) {
 	e.rounds.mu.Lock()
 	defer e.rounds.mu.Unlock()
 	e.rounds.calls[hc.id] = hc
-	hc.idle = time.AfterFunc(e.g.cfg.MCPRequestTimeout, func() {
+	hc.idle = time.AfterFunc(e.g.Node.Config.Calls.Timeout, func() {
 		if e.unpark(hc.id, hc.m) == hc {
 			e.cancelCall(hc, "the MCP host did not come back with the input its server asked for")
 		}
@@ -335,7 +335,7 @@ func (e *mcpEndpoint) park(hc *hostCall) {
 }
 
 // unpark takes out the call id waiting for m's next round, or nil.
-func (e *mcpEndpoint) unpark(id string, m *mcpMember) *hostCall {
+func (e *Endpoint) unpark(id string, m *member) *hostCall {
 	e.rounds.mu.Lock()
 	defer e.rounds.mu.Unlock()
 	hc := e.rounds.calls[id]
@@ -349,7 +349,7 @@ func (e *mcpEndpoint) unpark(id string, m *mcpMember) *hostCall {
 
 // resumeCall is a host's next round of a call that asked it something:
 // its answer goes to the server, and the call goes on.
-func (e *mcpEndpoint) resumeCall(ctx context.Context, m *mcpMember, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (e *Endpoint) resumeCall(ctx context.Context, m *member, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	hc := e.unpark(req.Params.RequestState, m)
 	if hc == nil {
 		return refusalResult(refuse(envelope.Errorf(wire.CodeNoPendingRequest,
@@ -366,7 +366,7 @@ func (e *mcpEndpoint) resumeCall(ctx context.Context, m *mcpMember, req *mcp.Cal
 }
 
 // endCall forgets the call's waits.
-func (e *mcpEndpoint) endCall(hc *hostCall) {
+func (e *Endpoint) endCall(hc *hostCall) {
 	hc.m.pod.Forget(hc.id, hc.wait)
 	if hc.awaiting != "" && hc.awaiting != hc.id {
 		hc.m.pod.Forget(hc.awaiting, hc.wait)
@@ -377,7 +377,7 @@ func (e *mcpEndpoint) endCall(hc *hostCall) {
 // cancelled at its server (the host's participant's notifications/
 // cancelled, which releases it in the pod); an undecided proposal stays
 // pending, for proposal_wait.
-func (e *mcpEndpoint) cancelCall(hc *hostCall, why string) {
+func (e *Endpoint) cancelCall(hc *hostCall, why string) {
 	e.endCall(hc)
 	if hc.awaiting == "" || hc.m.ended() {
 		return
@@ -387,7 +387,7 @@ func (e *mcpEndpoint) cancelCall(hc *hostCall, why string) {
 	payload, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled",
 		"params": map[string]any{"requestId": hc.rpcID, "reason": why}})
 	if _, err := hc.m.relay(outgoing{Kind: wire.KindMCPRequest, To: []string{hc.server}, Payload: payload}); err != nil {
-		e.g.log.Debug("a host's cancellation could not be sent", "pod", hc.m.pod.Name, "server", hc.server, "err", err)
+		e.g.Log.Debug("a host's cancellation could not be sent", "pod", hc.m.pod.Name, "server", hc.server, "err", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -27,7 +27,7 @@ type waitArgs struct {
 	WaitMS   int    `json:"wait_ms,omitempty" jsonschema:"wait up to this many milliseconds (0 to 30000) for the decision and the call's answer"`
 }
 
-func (e *mcpEndpoint) addProposalTools(s *mcp.Server) {
+func (e *Endpoint) addProposalTools(s *mcp.Server) {
 	yes := true
 	addTool(e, s, &mcp.Tool{Name: "pod_proposals", Title: "List proposed calls",
 		Description: "Lists the calls proposed in the pod (mcp/proposal): who proposed which call to whom, and, with state all, what became of the ended ones. " +
@@ -61,7 +61,7 @@ func (e *mcpEndpoint) addProposalTools(s *mcp.Server) {
 	}), schemaFor[wire.ProposalEvent](nil), e.proposalApprove)
 }
 
-func (e *mcpEndpoint) podProposals(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args proposalsArgs) (any, error) {
+func (e *Endpoint) podProposals(_ context.Context, m *member, _ *mcp.CallToolRequest, args proposalsArgs) (any, error) {
 	if err := m.take(); err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (e *mcpEndpoint) podProposals(_ context.Context, m *mcpMember, _ *mcp.CallT
 	return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `state must be "pending" or "all"`))
 }
 
-func (e *mcpEndpoint) proposalWait(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (e *Endpoint) proposalWait(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	m := memberOf(ctx)
 	if m == nil || m.ended() {
 		return nil, errSessionEnded
@@ -103,7 +103,7 @@ func (e *mcpEndpoint) proposalWait(ctx context.Context, req *mcp.CallToolRequest
 	return e.follow(ctx, req, hc, wait)
 }
 
-func (e *mcpEndpoint) proposalApprove(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Approve) (any, error) {
+func (e *Endpoint) proposalApprove(ctx context.Context, m *member, _ *mcp.CallToolRequest, args wire.Approve) (any, error) {
 	payload, _ := json.Marshal(args)
 	r, err := m.relay(outgoing{Kind: wire.RequestApprove, Payload: payload, Trace: traceField(ctx)})
 	if err != nil {

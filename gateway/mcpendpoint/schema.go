@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"encoding/json"
@@ -22,7 +22,7 @@ func schemaFor[T any](edit func(props map[string]*jsonschema.Schema)) *jsonschem
 		reflect.TypeFor[wire.Capability](): capabilitySchema(),
 	}})
 	if err != nil {
-		panic(fmt.Sprintf("gateway: the MCP schema of %T: %v", *new(T), err)) // a bug in mcp_types.go or wire's tags, met at start
+		panic(fmt.Sprintf("mcpendpoint: the MCP schema of %T: %v", *new(T), err)) // a bug in types.go or wire's tags, met at start
 	}
 	arrays(s)
 	if edit != nil {

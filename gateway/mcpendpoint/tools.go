@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // sets isError and carries the system/error payload a WebSocket
 // participant would get.
 
-func (e *mcpEndpoint) addTools(s *mcp.Server) {
+func (e *Endpoint) addTools(s *mcp.Server) {
 	no, yes := false, true
 	addTool(e, s, &mcp.Tool{Name: "pod_read", Title: "Read the pod",
 		Description: "Returns the envelopes that arrived in the pod since your previous pod_read (the first time: since you joined), " +
@@ -118,11 +118,11 @@ func (e *mcpEndpoint) addTools(s *mcp.Server) {
 
 // toolFunc is a tool's work for one member. A refused call returns a
 // refused error; any other error is a protocol error.
-type toolFunc[In any] func(ctx context.Context, m *mcpMember, req *mcp.CallToolRequest, args In) (any, error)
+type toolFunc[In any] func(ctx context.Context, m *member, req *mcp.CallToolRequest, args In) (any, error)
 
 // addTool adds a tool whose arguments the SDK validates against in and
 // decodes into In, and whose result it checks against out.
-func addTool[In any](e *mcpEndpoint, s *mcp.Server, t *mcp.Tool, in, out *jsonschema.Schema, fn toolFunc[In]) {
+func addTool[In any](e *Endpoint, s *mcp.Server, t *mcp.Tool, in, out *jsonschema.Schema, fn toolFunc[In]) {
 	t.InputSchema, t.OutputSchema = in, resultSchema(out)
 	mcp.AddTool(s, t, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
 		m := memberOf(ctx)
@@ -190,15 +190,15 @@ func toolErrorText(r *mcp.CallToolResult) string {
 // take takes one token of the participant's --rate bucket: every tool call
 // costs one, as every WebSocket message does (the relaying tools take it
 // through ingress).
-func (m *mcpMember) take() error {
+func (m *member) take() error {
 	if ok, d := limits.Take(m.buckets.Send, time.Now()); !ok {
-		cfg := &m.e.g.cfg
-		return refuse(limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", cfg.Rate, cfg.Burst))
+		rate := m.e.g.Node.Config.Rate
+		return refuse(limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", rate.Per, rate.Burst))
 	}
 	return nil
 }
 
-func (e *mcpEndpoint) podRead(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args readArgs) (any, error) {
+func (e *Endpoint) podRead(ctx context.Context, m *member, _ *mcp.CallToolRequest, args readArgs) (any, error) {
 	if err := m.take(); err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func (e *mcpEndpoint) podRead(ctx context.Context, m *mcpMember, _ *mcp.CallTool
 	return answer, nil
 }
 
-func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.HistoryRequest) (any, error) {
+func (e *Endpoint) podHistory(_ context.Context, m *member, _ *mcp.CallToolRequest, args wire.HistoryRequest) (any, error) {
 	if args.Before != "" && args.After != "" {
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "pod_history takes before or after, not both"))
 	}
@@ -220,7 +220,7 @@ func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToo
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "max_tokens must be 1 or more (or left out)"))
 	}
 	q := history.PageQuery{Before: args.Before, After: args.After, Context: args.Context, Limit: args.Limit,
-		Fold: args.Fold == nil || *args.Fold, MaxBytes: 4 * e.g.cfg.MaxMessageBytes, MaxTokens: args.MaxTokens}
+		Fold: args.Fold == nil || *args.Fold, MaxBytes: 4 * e.g.Node.Config.MaxMessageBytes, MaxTokens: args.MaxTokens}
 	// An unknown before or after is invalid_envelope, before rate_limited,
 	// as for gateway/history.
 	if refusal := m.pod.CheckBound(q); refusal != nil {
@@ -236,12 +236,12 @@ func (e *mcpEndpoint) podHistory(_ context.Context, m *mcpMember, _ *mcp.CallToo
 	return answer, nil
 }
 
-func (e *mcpEndpoint) podContexts(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.ContextsRequest) (any, error) {
+func (e *Endpoint) podContexts(_ context.Context, m *member, _ *mcp.CallToolRequest, args wire.ContextsRequest) (any, error) {
 	if err := m.take(); err != nil {
 		return nil, err
 	}
 	// Active and retained contexts are each bounded by the pod cap.
-	q := contexts.Query{State: args.State, ID: args.ID, Type: args.Type, Limit: min(args.Limit, 2*e.g.cfg.MaxContextsPerPod)}
+	q := contexts.Query{State: args.State, ID: args.ID, Type: args.Type, Limit: min(args.Limit, 2*e.g.Node.Config.MaxContextsPerPod)}
 	list := m.pod.Registry.Query(q)
 	if list == nil {
 		list = []wire.ContextInfo{}
@@ -249,7 +249,7 @@ func (e *mcpEndpoint) podContexts(_ context.Context, m *mcpMember, _ *mcp.CallTo
 	return wire.ContextsAnswer{Contexts: list}, nil
 }
 
-func (e *mcpEndpoint) podFilter(_ context.Context, m *mcpMember, req *mcp.CallToolRequest, _ wire.Filter) (any, error) {
+func (e *Endpoint) podFilter(_ context.Context, m *member, req *mcp.CallToolRequest, _ wire.Filter) (any, error) {
 	if err := m.take(); err != nil {
 		return nil, err
 	}
@@ -267,7 +267,7 @@ func (e *mcpEndpoint) podFilter(_ context.Context, m *mcpMember, req *mcp.CallTo
 	return f.Wire(), nil
 }
 
-func (e *mcpEndpoint) podParticipants(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, _ struct{}) (any, error) {
+func (e *Endpoint) podParticipants(_ context.Context, m *member, _ *mcp.CallToolRequest, _ struct{}) (any, error) {
 	if err := m.take(); err != nil {
 		return nil, err
 	}

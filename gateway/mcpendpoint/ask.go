@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -31,7 +31,7 @@ const rpcRefused = -32000
 // the gateway's, for a server that left or did not answer within
 // --mcp-request-timeout) is returned as it came, a *jsonrpc.Error; a
 // refusal of the pod is a *jsonrpc.Error of rpcRefused.
-func (m *mcpMember) ask(ctx context.Context, server, method string, params any) (json.RawMessage, error) {
+func (m *member) ask(ctx context.Context, server, method string, params any) (json.RawMessage, error) {
 	if m == nil || m.ended() {
 		return nil, errSessionEnded
 	}

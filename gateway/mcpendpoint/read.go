@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -28,7 +28,7 @@ const (
 // something arrives. The answer holds at most 4 × --max-message-bytes of
 // envelopes, like gateway/history's, and at most maxTokens tokens (0: no
 // bound); more says there is more to read.
-func (m *mcpMember) read(ctx context.Context, limit, maxTokens int, wait time.Duration) (*pod.RawHistory, error) {
+func (m *member) read(ctx context.Context, limit, maxTokens int, wait time.Duration) (*pod.RawHistory, error) {
 	x := m.pod.Index()
 	var timer <-chan time.Time
 	if wait > 0 {
@@ -62,7 +62,7 @@ func (m *mcpMember) read(ctx context.Context, limit, maxTokens int, wait time.Du
 // readOnce reads what is there after the cursor. A look that finds
 // nothing still moves the cursor past the entries the filter did not
 // admit, so that a waiting read never looks at them again.
-func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit, maxTokens int) (*pod.RawHistory, error) {
+func (m *member) readOnce(ctx context.Context, x *history.Index, limit, maxTokens int) (*pod.RawHistory, error) {
 	m.readMu.Lock()
 	defer m.readMu.Unlock()
 	f := m.filter.Load()
@@ -71,7 +71,7 @@ func (m *mcpMember) readOnce(ctx context.Context, x *history.Index, limit, maxTo
 	// One answer carries at most what gateway/history's does (at least
 	// one envelope): the rest is read next time.
 	bytes, n := 0, 0
-	for n < len(sel.Entries) && (n == 0 || bytes+sel.Entries[n].Size <= 4*m.e.g.cfg.MaxMessageBytes) {
+	for n < len(sel.Entries) && (n == 0 || bytes+sel.Entries[n].Size <= 4*m.e.g.Node.Config.MaxMessageBytes) {
 		bytes += sel.Entries[n].Size
 		n++
 	}

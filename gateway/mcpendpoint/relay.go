@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -51,7 +51,7 @@ type relayed struct {
 
 // relay checks and publishes env as the member's; a refusal is a refused
 // error.
-func (m *mcpMember) relay(env outgoing) (relayed, error) {
+func (m *member) relay(env outgoing) (relayed, error) {
 	data, err := json.Marshal(env)
 	if err != nil {
 		return relayed{}, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the envelope does not marshal: %v", err))
@@ -68,7 +68,7 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 	return relayed{id: from.Results[0].ID, answer: from.Results[0].Answer, depth: outcome.Depth, concluded: outcome.Concluded}, nil
 }
 
-func (e *mcpEndpoint) podSend(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
+func (e *Endpoint) podSend(ctx context.Context, m *member, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
 	if strings.HasPrefix(args.Kind, "gateway/") {
 		return nil, refuse(envelope.Errorf(wire.CodeUnknownRequest,
 			"pod_send relays envelopes to the pod; ask the gateway with pod_history, pod_contexts, pod_filter and participant_kick"))
@@ -83,7 +83,7 @@ func (e *mcpEndpoint) podSend(ctx context.Context, m *mcpMember, _ *mcp.CallTool
 
 // participantKick is gateway/kick (docs/protocol.md section 6), which the
 // member's capabilities must allow as they do over WebSocket.
-func (e *mcpEndpoint) participantKick(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Kick) (any, error) {
+func (e *Endpoint) participantKick(ctx context.Context, m *member, _ *mcp.CallToolRequest, args wire.Kick) (any, error) {
 	payload, err := json.Marshal(args)
 	if err != nil {
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "%v", err))
@@ -99,7 +99,7 @@ func (e *mcpEndpoint) participantKick(ctx context.Context, m *mcpMember, _ *mcp.
 	return out, nil
 }
 
-func (e *mcpEndpoint) contextBranch(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args branchArgs) (any, error) {
+func (e *Endpoint) contextBranch(ctx context.Context, m *member, _ *mcp.CallToolRequest, args branchArgs) (any, error) {
 	c := wire.Context{ID: uuid.NewString(), Type: args.Type, Parent: args.Parent}
 	payload, _ := json.Marshal(wire.Branch{Description: args.Description})
 	r, err := m.relay(outgoing{Kind: wire.KindContextBranch, Context: c.JSON(), Payload: payload, Trace: traceField(ctx)})
@@ -110,8 +110,8 @@ func (e *mcpEndpoint) contextBranch(ctx context.Context, m *mcpMember, _ *mcp.Ca
 	return branchResult{Context: branchContext{ID: c.ID, Type: c.Type, Parent: c.Parent, Depth: r.depth}}, nil
 }
 
-func (e *mcpEndpoint) contextReturn(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args returnArgs) (any, error) {
-	if !e.g.node.Config.ConclusionKinds[wire.KindConclusion] {
+func (e *Endpoint) contextReturn(ctx context.Context, m *member, _ *mcp.CallToolRequest, args returnArgs) (any, error) {
+	if !e.g.Node.Config.ConclusionKinds[wire.KindConclusion] {
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope,
 			"this gateway's --conclusion-kinds leave out %q, so a sub-context cannot be returned from here: send one of its conclusion kinds with pod_send", wire.KindConclusion))
 	}

@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"bytes"
@@ -53,8 +53,8 @@ func taskRequest(body []byte) (method string, ok bool) {
 // peekTask reads the body of a POST from member m and answers it when it
 // is a task request; it reports whether it did, and otherwise leaves the
 // body to be read again.
-func (e *mcpEndpoint) peekTask(w http.ResponseWriter, r *http.Request, m *mcpMember) bool {
-	limit := int64(e.g.cfg.MaxMessageBytes) + 64<<10
+func (e *Endpoint) peekTask(w http.ResponseWriter, r *http.Request, m *member) bool {
+	limit := int64(e.g.Node.Config.MaxMessageBytes) + 64<<10
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	r.Body.Close()
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -67,7 +67,7 @@ func (e *mcpEndpoint) peekTask(w http.ResponseWriter, r *http.Request, m *mcpMem
 	}
 	id := json.RawMessage(gjson.GetBytes(body, "id").Raw)
 	params := json.RawMessage(gjson.GetBytes(body, "params").Raw)
-	result, rpcErr := e.task(r.Context(), m, r.Header.Get(mcpSessionHeader), method, params)
+	result, rpcErr := e.task(r.Context(), m, r.Header.Get(sessionHeader), method, params)
 	resp := map[string]any{"jsonrpc": "2.0", "id": id}
 	if rpcErr != nil {
 		resp["error"] = rpcErr
@@ -80,7 +80,7 @@ func (e *mcpEndpoint) peekTask(w http.ResponseWriter, r *http.Request, m *mcpMem
 }
 
 // task answers one task request of m.
-func (e *mcpEndpoint) task(ctx context.Context, m *mcpMember, sid, method string, params json.RawMessage) (json.RawMessage, *jsonrpc.Error) {
+func (e *Endpoint) task(ctx context.Context, m *member, sid, method string, params json.RawMessage) (json.RawMessage, *jsonrpc.Error) {
 	switch method {
 	case "tools/call":
 		exposed := gjson.GetBytes(params, "name").Str
@@ -129,7 +129,7 @@ func object(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 }
 
 // toolServers are the servers whose tools m lists.
-func (m *mcpMember) toolServers() []string {
+func (m *member) toolServers() []string {
 	m.toolsMu.Lock()
 	defer m.toolsMu.Unlock()
 	seen := map[string]bool{}
@@ -147,7 +147,7 @@ func (m *mcpMember) toolServers() []string {
 // mcp/request, waits for the answer (passing the host the server's
 // questions meanwhile), and returns its result with the task ids the
 // host's, or its error.
-func (e *mcpEndpoint) relayTask(ctx context.Context, m *mcpMember, sid, server, method string, params map[string]json.RawMessage) (json.RawMessage, *jsonrpc.Error) {
+func (e *Endpoint) relayTask(ctx context.Context, m *member, sid, server, method string, params map[string]json.RawMessage) (json.RawMessage, *jsonrpc.Error) {
 	payload, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": uuid.NewString(), "method": method, "params": params})
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
@@ -189,7 +189,7 @@ func (e *mcpEndpoint) relayTask(ctx context.Context, m *mcpMember, sid, server, 
 // taskQuestion passes a server's question, asked while the host waits for
 // a task of it, to the host's session sid on its event stream; without
 // one that hears it, the gateway answers it for the host.
-func (e *mcpEndpoint) taskQuestion(ctx context.Context, m *mcpMember, sid string, body []byte) {
+func (e *Endpoint) taskQuestion(ctx context.Context, m *member, sid string, body []byte) {
 	r := gjson.GetManyBytes(body, "id", "from", "payload.id", "payload.method", "payload.params")
 	if !r[2].Exists() {
 		return
@@ -202,7 +202,7 @@ func (e *mcpEndpoint) taskQuestion(ctx context.Context, m *mcpMember, sid string
 		m.pod.AnswerFor(q.envID, m.id, jsonrpc.CodeMethodNotFound, wire.MCPReasonHostCannotAnswer, "Method not found")
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.g.cfg.MCPRequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, e.g.Node.Config.Calls.Timeout)
 	defer cancel()
 	res, err := ss.Elicit(ctx, &params)
 	if err != nil {
@@ -213,7 +213,7 @@ func (e *mcpEndpoint) taskQuestion(ctx context.Context, m *mcpMember, sid string
 }
 
 // session is the member's MCP session of id sid, or nil.
-func (m *mcpMember) session(sid string) *mcp.ServerSession {
+func (m *member) session(sid string) *mcp.ServerSession {
 	if sid == "" {
 		return nil
 	}

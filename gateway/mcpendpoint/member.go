@@ -1,7 +1,7 @@
-package gateway
+package mcpendpoint
 
 import (
-	"context"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,15 +19,15 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// mcpMember is one participant's presence in one pod through /mcp on this
+// member is one participant's presence in one pod through /mcp on this
 // node: what docs/protocol.md section 9 calls its session. It begins with the
 // participant's first request (or initialize) and ends when its last MCP
 // session ends, when it has made no request for --mcp-session-timeout,
 // when a newer member of the same id (a connection or a session, on any
 // node) replaces it, or when the gateway shuts down. The MCP sessions of
 // one participant share it: one presence, one filter, one cursor.
-type mcpMember struct {
-	e       *mcpEndpoint
+type member struct {
+	e       *Endpoint
 	id, key string
 	// caps and cred are those of the token of its latest request (a
 	// client may present a fresh one at any request).
@@ -41,14 +41,14 @@ type mcpMember struct {
 	ready   chan struct{} // closed once started (or failed to)
 	done    chan struct{} // closed when it ends: waiting reads return
 	// server serves the member's MCP sessions: the pod's tools, and the
-	// tools of the pod's MCP servers it may call (mcp_servers.go).
+	// tools of the pod's MCP servers it may call (servers.go).
 	server *mcp.Server
 	// tools are the servers' tools server lists now, by exposed name.
 	toolsMu sync.Mutex
 	tools   map[string]serverTool
 	// listed are the servers' resources, templates and prompts server
 	// lists now, and the resources its sessions subscribed to
-	// (mcp_resources.go).
+	// (resources.go).
 	listed memberLists
 	// branches are the sub-contexts it opened with context_branch, the
 	// newest last: its calls of servers' tools go in the newest still
@@ -88,9 +88,9 @@ var errSessionEnded = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
 
 // acquire returns the participant's member, started (joined to the pod)
 // if it was not, and held for the request: release it when done.
-func (e *mcpEndpoint) acquire(ctx context.Context, name string, who pod.Admitted, f *filter.Filter) (*mcpMember, *envelope.Error) {
-	id := who.ID
-	key := bucketKey(name, id)
+func (e *Endpoint) acquire(r *http.Request, a Admission) (*member, *envelope.Error) {
+	ctx, id := r.Context(), a.Who.ID
+	key := limits.BucketKey(a.Pod, id)
 	for {
 		e.mu.Lock()
 		select {
@@ -101,19 +101,19 @@ func (e *mcpEndpoint) acquire(ctx context.Context, name string, who pod.Admitted
 		}
 		m, starting := e.members[key], false
 		if m == nil {
-			m = &mcpMember{e: e, id: id, key: key, ready: make(chan struct{}), done: make(chan struct{}),
+			m = &member{e: e, id: id, key: key, ready: make(chan struct{}), done: make(chan struct{}),
 				sessions: map[*mcp.ServerSession]struct{}{}}
 			m.server = e.newServer()
-			m.admit(who)
-			m.filter.Store(f)
+			m.admit(a.Who)
+			m.filter.Store(a.Filter)
 			e.members[key] = m
 			starting = true
 		} else {
-			m.admit(who) // its token may be a fresh one
+			m.admit(a.Who) // its token may be a fresh one
 		}
 		e.mu.Unlock()
 		if starting {
-			if refusal := m.start(ctx, name); refusal != nil {
+			if refusal := m.start(r, a); refusal != nil {
 				m.mu.Lock()
 				m.over = true // others waiting for it start their own
 				m.mu.Unlock()
@@ -151,50 +151,28 @@ func (e *mcpEndpoint) acquire(ctx context.Context, name string, who pod.Admitted
 	}
 }
 
-// start joins the pod as a guest. Like a WebSocket participant, it counts
-// as a connection (--max-connections) and a participant of the pod
-// (--max-participants-per-pod).
-func (m *mcpMember) start(ctx context.Context, name string) *envelope.Error {
-	g := m.e.g
-	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
-		g.connCount.Add(-1)
-		return envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections)
-	}
+// start joins the pod as a guest (Gateway.Join). Like a WebSocket
+// participant, it counts as a connection (--max-connections) and a
+// participant of the pod (--max-participants-per-pod).
+func (m *member) start(r *http.Request, a Admission) *envelope.Error {
+	g := &m.e.g
 	m.guest = pod.NewGuest(wire.Identity{ID: m.id, Capabilities: m.caps.Load().Wire()}, func(why string) {
 		m.out.Store(true)
 		go m.end(why)
 	})
-	for {
-		p, refusal := g.readyPod(ctx, name)
-		if refusal != nil {
-			g.connCount.Add(-1)
-			return refusal
-		}
-		p.SyncMembers()
-		p.Settle()
-		// The first read returns what comes after the participant joined.
-		dead, refusal, cursor := p.JoinGuest(m.guest)
-		m.cursor = cursor
-		if dead {
-			continue // removed as we looked it up; a new one will be made
-		}
-		if refusal != nil {
-			// The pod is full, or the participant is banned (gateway/kick).
-			g.connCount.Add(-1)
-			g.maybeRemovePod(p)
-			return refusal
-		}
-		m.pod = p
-		break
+	// The first read returns what comes after the participant joined.
+	p, cursor, refusal := g.Join(r.Context(), r, a, m.guest)
+	if refusal != nil {
+		return refusal
 	}
-	m.buckets = g.node.Buckets.Acquire(m.key)
-	g.auditJoined(ctx, audit.TransportMCP, name)
-	g.log.Debug("MCP participant joined", "pod", name, "participant", m.id)
+	m.pod, m.cursor = p, cursor
+	m.buckets = g.Node.Buckets.Acquire(m.key)
+	g.Log.Debug("MCP participant joined", "pod", a.Pod, "participant", m.id)
 	return nil
 }
 
 // admit takes the caps and credential of a request's token.
-func (m *mcpMember) admit(who pod.Admitted) {
+func (m *member) admit(who pod.Admitted) {
 	m.caps.Store(who.Caps)
 	cred := who.Credential
 	if cred == nil {
@@ -205,7 +183,7 @@ func (m *mcpMember) admit(who pod.Admitted) {
 
 // hold marks a request as being served, and reports false when the member
 // has ended.
-func (m *mcpMember) hold() bool {
+func (m *member) hold() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.over {
@@ -220,7 +198,7 @@ func (m *mcpMember) hold() bool {
 
 // release ends a request begun with hold; the member's idle time starts
 // when no request is being served.
-func (m *mcpMember) release() {
+func (m *member) release() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.active--
@@ -228,7 +206,7 @@ func (m *mcpMember) release() {
 		return
 	}
 	m.idleSince = time.Now()
-	timeout := m.e.g.cfg.MCPSessionTimeout
+	timeout := m.e.g.SessionTimeout
 	if m.idle == nil {
 		m.idle = time.AfterFunc(timeout, m.expire)
 	} else {
@@ -239,13 +217,13 @@ func (m *mcpMember) release() {
 // expire ends the member when its idle timer fires, unless a request is
 // being served or one came and went since the timer was set (a timer that
 // fired as a request began is stale).
-func (m *mcpMember) expire() {
+func (m *member) expire() {
 	m.mu.Lock()
 	if m.over || m.active > 0 {
 		m.mu.Unlock()
 		return
 	}
-	if left := m.e.g.cfg.MCPSessionTimeout - time.Since(m.idleSince); left > 0 {
+	if left := m.e.g.SessionTimeout - time.Since(m.idleSince); left > 0 {
 		m.idle.Reset(left)
 		m.mu.Unlock()
 		return
@@ -255,7 +233,7 @@ func (m *mcpMember) expire() {
 }
 
 // attach adds an MCP session; it reports false when the member has ended.
-func (m *mcpMember) attach(ss *mcp.ServerSession) bool {
+func (m *member) attach(ss *mcp.ServerSession) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.over {
@@ -267,7 +245,7 @@ func (m *mcpMember) attach(ss *mcp.ServerSession) bool {
 
 // detach removes a session that closed (DELETE, or the SDK closed it); the
 // member ends with its last session.
-func (m *mcpMember) detach(ss *mcp.ServerSession) {
+func (m *member) detach(ss *mcp.ServerSession) {
 	m.mu.Lock()
 	_, ok := m.sessions[ss]
 	delete(m.sessions, ss)
@@ -279,7 +257,7 @@ func (m *mcpMember) detach(ss *mcp.ServerSession) {
 }
 
 // ended reports whether the member has ended.
-func (m *mcpMember) ended() bool {
+func (m *member) ended() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.over
@@ -289,7 +267,7 @@ func (m *mcpMember) ended() bool {
 // told then) and closes the member's MCP sessions, whose next requests
 // the SDK answers with 404. It is idempotent, and must not be called from
 // a request of one of those sessions (closing waits for them).
-func (m *mcpMember) end(why string) {
+func (m *member) end(why string) {
 	m.mu.Lock()
 	if m.over {
 		m.mu.Unlock()
@@ -304,7 +282,7 @@ func (m *mcpMember) end(why string) {
 	m.sessions = nil
 	m.mu.Unlock()
 
-	e, g := m.e, m.e.g
+	e, g := m.e, &m.e.g
 	e.forget(m)
 	if !m.out.Load() {
 		reason := ""
@@ -313,12 +291,9 @@ func (m *mcpMember) end(why string) {
 		}
 		m.pod.LeaveGuest(m.guest, reason)
 	}
-	if why != endShutdown {
-		g.maybeRemovePod(m.pod) // at shutdown the gateway closes every pod itself
-	}
-	g.node.Buckets.Release(m.key, time.Now())
-	g.connCount.Add(-1)
-	g.log.Debug("MCP participant left", "pod", m.pod.Name, "participant", m.id, "why", why)
+	g.Left(m.pod, why == endShutdown)
+	g.Node.Buckets.Release(m.key, time.Now())
+	g.Log.Debug("MCP participant left", "pod", m.pod.Name, "participant", m.id, "why", why)
 	closeSessions := func() {
 		for ss := range sessions {
 			e.unbind(ss.ID())
@@ -335,7 +310,7 @@ func (m *mcpMember) end(why string) {
 }
 
 // forget removes m from the endpoint's members.
-func (e *mcpEndpoint) forget(m *mcpMember) {
+func (e *Endpoint) forget(m *member) {
 	e.mu.Lock()
 	if e.members[m.key] == m {
 		delete(e.members, m.key)
@@ -343,9 +318,9 @@ func (e *mcpEndpoint) forget(m *mcpMember) {
 	e.mu.Unlock()
 }
 
-// endExpired ends the members whose token expired (the janitor's, every
+// EndExpired ends the members whose token expired (the janitor's, every
 // second); their next request is refused 401 with the claim.
-func (e *mcpEndpoint) endExpired(now time.Time) {
+func (e *Endpoint) EndExpired(now time.Time) {
 	for _, m := range e.ready() {
 		if exp := m.cred.Load().Expires; !exp.IsZero() && !now.Before(exp) {
 			go m.end(endExpired)
@@ -353,9 +328,9 @@ func (e *mcpEndpoint) endExpired(now time.Time) {
 	}
 }
 
-// endRevoked ends the members whose token is no longer valid, and
+// EndRevoked ends the members whose token is no longer valid, and
 // reports which.
-func (e *mcpEndpoint) endRevoked() []audit.Member {
+func (e *Endpoint) EndRevoked() []audit.Member {
 	var gone []audit.Member
 	for _, m := range e.ready() {
 		if c := m.cred.Load(); c.Revoked != nil && c.Revoked() {
@@ -367,9 +342,9 @@ func (e *mcpEndpoint) endRevoked() []audit.Member {
 }
 
 // ready lists the members that have joined their pod.
-func (e *mcpEndpoint) ready() []*mcpMember {
+func (e *Endpoint) ready() []*member {
 	e.mu.Lock()
-	all := make([]*mcpMember, 0, len(e.members))
+	all := make([]*member, 0, len(e.members))
 	for _, m := range e.members {
 		all = append(all, m)
 	}

@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -21,9 +21,9 @@ import (
 // resources and resource templates of the pod's MCP servers, each under a
 // URI of the gateway's that says whose it is (serverURI), where its
 // capabilities allow reading it. Reading one is the host's resources/read
-// to the server through the pod (mcp_ask.go); subscribing to one is its
-// resources/subscribe (mcp_subscriptions.go). The lists are learnt as the
-// tools are (mcp_servers.go): resources/list and resources/templates/list
+// to the server through the pod (ask.go); subscribing to one is its
+// resources/subscribe (subscriptions.go). The lists are learnt as the
+// tools are (servers.go): resources/list and resources/templates/list
 // when a server joins, when a host first joins, and when the server says
 // notifications/resources/list_changed.
 
@@ -98,7 +98,7 @@ func parseServerURI(s string) (podName, server, uri string, ok bool) {
 
 // serverResourceOf reads a host's URI of a resource of one of its pod's
 // servers: the server and its own URI.
-func (m *mcpMember) serverResourceOf(hostURI string) (server, uri string, ok bool) {
+func (m *member) serverResourceOf(hostURI string) (server, uri string, ok bool) {
 	podName, server, uri, ok := parseServerURI(hostURI)
 	if !ok || podName != m.pod.Name {
 		return "", "", false
@@ -144,12 +144,12 @@ type memberLists struct {
 // readResourcesOnce reads server's resources and resource templates
 // (resources/list, resources/templates/list) and keeps them; it reports
 // false when the server answered either with an error.
-func (e *mcpEndpoint) readResourcesOnce(p *pod.Pod, server string) bool {
+func (e *Endpoint) readResourcesOnce(p *pod.Pod, server string) bool {
 	var got serverResources
 	answered := e.readPages(p, server, "resources/list", "resources", func(raw gjson.Result) {
 		uri := raw.Get("uri").String()
 		if uri == "" {
-			e.g.log.Info("a resource of an MCP server is not listed to hosts: it has no URI", "pod", p.Name, "server", server)
+			e.g.Log.Info("a resource of an MCP server is not listed to hosts: it has no URI", "pod", p.Name, "server", server)
 			return
 		}
 		got.resources = append(got.resources, serverResource{server: server, uri: uri, mapped: serverURI(p.Name, server, uri), raw: json.RawMessage(raw.Raw)})
@@ -157,7 +157,7 @@ func (e *mcpEndpoint) readResourcesOnce(p *pod.Pod, server string) bool {
 	answered = e.readPages(p, server, "resources/templates/list", "resourceTemplates", func(raw gjson.Result) {
 		tmpl := raw.Get("uriTemplate").String()
 		if tmpl == "" {
-			e.g.log.Info("a resource template of an MCP server is not listed to hosts: it has no URI template", "pod", p.Name, "server", server)
+			e.g.Log.Info("a resource template of an MCP server is not listed to hosts: it has no URI template", "pod", p.Name, "server", server)
 			return
 		}
 		got.templates = append(got.templates, serverTemplate{server: server, template: tmpl, mapped: serverURI(p.Name, server, tmpl), raw: json.RawMessage(raw.Raw)})
@@ -184,7 +184,7 @@ func readProbe(uri string) []byte {
 // syncResources makes the member's server list the servers' resources
 // and templates the member may read, and no other: its sessions are
 // notified of a change (notifications/resources/list_changed).
-func (m *mcpMember) syncResources() {
+func (m *member) syncResources() {
 	if m.ended() {
 		return
 	}
@@ -230,7 +230,7 @@ func (m *mcpMember) syncResources() {
 			continue
 		}
 		if err := m.addServerResource(r); err != nil {
-			m.e.g.log.Info("a resource of an MCP server is not listed to a host", "pod", m.pod.Name, "server", r.server, "uri", r.uri, "err", err)
+			m.e.g.Log.Info("a resource of an MCP server is not listed to a host", "pod", m.pod.Name, "server", r.server, "uri", r.uri, "err", err)
 			delete(wantR, uri)
 		}
 	}
@@ -250,7 +250,7 @@ func (m *mcpMember) syncResources() {
 			continue
 		}
 		if err := m.addServerTemplate(tp); err != nil {
-			m.e.g.log.Info("a resource template of an MCP server is not listed to a host", "pod", m.pod.Name, "server", tp.server, "template", tp.template, "err", err)
+			m.e.g.Log.Info("a resource template of an MCP server is not listed to a host", "pod", m.pod.Name, "server", tp.server, "template", tp.template, "err", err)
 			delete(wantT, tmpl)
 		}
 	}
@@ -259,14 +259,14 @@ func (m *mcpMember) syncResources() {
 
 // whose is the line that starts the description of a server's resource,
 // template or prompt: whose it is, and that using it goes through the pod.
-func (m *mcpMember) whose(what, server, verb, description string) string {
+func (m *member) whose(what, server, verb, description string) string {
 	return fmt.Sprintf("%s of %s, an MCP server in pod %s; %s it goes through the pod, where others may see it. %s",
 		what, server, m.pod.Name, verb, description)
 }
 
 // addServerResource adds r to the member's server under its host URI,
 // described as the server describes it, with a line saying whose it is.
-func (m *mcpMember) addServerResource(r serverResource) (err error) {
+func (m *member) addServerResource(r serverResource) (err error) {
 	var res mcp.Resource
 	if err := json.Unmarshal(r.raw, &res); err != nil {
 		return fmt.Errorf("the resource's description does not read: %w", err)
@@ -284,7 +284,7 @@ func (m *mcpMember) addServerResource(r serverResource) (err error) {
 
 // addServerTemplate adds tp to the member's server under its host URI
 // template.
-func (m *mcpMember) addServerTemplate(tp serverTemplate) (err error) {
+func (m *member) addServerTemplate(tp serverTemplate) (err error) {
 	var tmpl mcp.ResourceTemplate
 	if err := json.Unmarshal(tp.raw, &tmpl); err != nil {
 		return fmt.Errorf("the template's description does not read: %w", err)
@@ -304,7 +304,7 @@ func (m *mcpMember) addServerTemplate(tp serverTemplate) (err error) {
 // the member: its resources/read, through the pod, of the server's own
 // URI. The result is the server's as it came, as the SDK's types read it,
 // with the URIs of its contents written as the host's.
-func (e *mcpEndpoint) readServerResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+func (e *Endpoint) readServerResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	m := memberOf(ctx)
 	if m == nil || m.ended() {
 		return nil, errSessionEnded

@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func parseInbox(uri string) (podName, id string, ok bool) {
 }
 
 // addInbox adds the inbox resource template.
-func (e *mcpEndpoint) addInbox(s *mcp.Server) {
+func (e *Endpoint) addInbox(s *mcp.Server) {
 	s.AddResourceTemplate(&mcp.ResourceTemplate{
 		Name: "inbox", Title: "Your inbox in the pod", URITemplate: inboxTemplate, MIMEType: "application/json",
 		Description: "The envelopes addressed to you in the pod (newest last). Subscribe to it to be notified " +
@@ -61,7 +61,7 @@ func (e *mcpEndpoint) addInbox(s *mcp.Server) {
 
 // inboxOf is the member's own inbox that uri names, or an error for a
 // URI that is not one, or someone else's.
-func inboxOf(m *mcpMember, uri string) error {
+func inboxOf(m *member, uri string) error {
 	podName, id, ok := parseInbox(uri)
 	switch {
 	case !ok:
@@ -73,7 +73,7 @@ func inboxOf(m *mcpMember, uri string) error {
 }
 
 // readInbox returns the newest envelopes addressed to the member.
-func (e *mcpEndpoint) readInbox(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+func (e *Endpoint) readInbox(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	m := memberOf(ctx)
 	if m == nil || m.ended() {
 		return nil, errSessionEnded
@@ -112,7 +112,7 @@ func addressedTo(m *envelope.Meta, id string) bool {
 }
 
 // subscribe is resources/subscribe: the member's own inbox only.
-func (e *mcpEndpoint) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+func (e *Endpoint) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
 	m := memberOf(ctx)
 	if m == nil || m.ended() {
 		return errSessionEnded
@@ -126,7 +126,7 @@ func (e *mcpEndpoint) subscribe(ctx context.Context, req *mcp.SubscribeRequest) 
 
 // unsubscribe is resources/unsubscribe. The member keeps listening: the
 // SDK notifies only the sessions still subscribed.
-func (e *mcpEndpoint) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+func (e *Endpoint) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
 	m := memberOf(ctx)
 	if m == nil {
 		return errSessionEnded
@@ -140,7 +140,7 @@ func (e *mcpEndpoint) unsubscribe(ctx context.Context, req *mcp.UnsubscribeReque
 // is one notification, sent as soon as the previous one is). uri is the
 // inbox as a session subscribed to it: the SDK notifies by the exact
 // URI, and a host may write the participant escaped ("%40") or not.
-func (m *mcpMember) listen(uri string) {
+func (m *member) listen(uri string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.over {

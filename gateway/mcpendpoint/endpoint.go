@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -10,38 +10,24 @@ import (
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/envelope"
-	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/wire"
 )
 
-// The MCP endpoint (docs/protocol.md section 9): /mcp?pod=NAME is a Model
-// Context Protocol server over Streamable HTTP, built on the official Go SDK,
-// so that an LLM host or an IDE agent takes part in a pod with no client
-// library. Each participant that uses it is a member of the pod with no
-// connection (a guest, pod/members.go), and its tool calls act as that participant:
-//
-//	HTTP request → ServeHTTP: authenticate as /ws does, bind the MCP
-//	  session to its participant, find or start the participant's mcpMember
-//	  → the SDK's handler (with sessions, or without for 2026-07-28 clients)
-//	  → middleware: the member into the context, refusals in the protocol's shape
-//	  → a tool (mcp_tools.go): relays through ingress like /ws, or reads the
-//	    pod's history through the member's cursor (mcp_read.go)
-//
-// One member per participant and pod on a node holds what its sessions
-// share: presence, filter, rate buckets, the read cursor. Nothing is
-// queued for it, so a member that never reads holds no more memory than
-// one that does.
+// The endpoint's front (doc.go draws a request's path): the SDK's two
+// handlers, one server per member, the middleware that binds sessions to
+// members, and the shutdown.
 
-// mcpSessionHeader is the Streamable HTTP transport's session header.
-const mcpSessionHeader = "Mcp-Session-Id"
+// sessionHeader is the Streamable HTTP transport's session header.
+const sessionHeader = "Mcp-Session-Id"
 
-// mcpStatelessVersion is the first MCP protocol version without sessions
+// statelessVersion is the first MCP protocol version without sessions
 // (SEP-2575): the SDK serves it only from a stateless handler.
-const mcpStatelessVersion = "2026-07-28"
+const statelessVersion = "2026-07-28"
 
-// mcpEndpoint is the /mcp handler and the state of its participants.
-type mcpEndpoint struct {
-	g      *Gateway
+// Endpoint is the /mcp handler and the state of its participants.
+type Endpoint struct {
+	g      Gateway
 	server *mcp.Server
 	// stateful serves the protocol versions with sessions (Mcp-Session-Id),
 	// stateless the ones without; a client's MCP-Protocol-Version header
@@ -49,21 +35,21 @@ type mcpEndpoint struct {
 	stateful, stateless *mcp.StreamableHTTPHandler
 
 	mu       sync.Mutex
-	members  map[string]*mcpMember // by bucketKey(pod, id)
-	sessions map[string]*mcpMember // by MCP session id
-	stopping chan struct{}         // closed when the gateway shuts down
+	members  map[string]*member // by limits.BucketKey(pod, id)
+	sessions map[string]*member // by MCP session id
+	stopping chan struct{}      // closed when the gateway shuts down
 	// serverTools are the tools of the pods' MCP servers, by pod, for the
-	// hosts of those pods on this node (mcp_servers.go).
+	// hosts of those pods on this node (servers.go).
 	serverTools map[string]*podServerTools
 	// rounds are the hosts' calls waiting for their next round
-	// (mcp_calls.go).
+	// (calls.go).
 	rounds hostCalls
 }
 
-// newMCPEndpoint builds the /mcp handler.
-func newMCPEndpoint(g *Gateway) *mcpEndpoint {
-	e := &mcpEndpoint{
-		g: g, members: map[string]*mcpMember{}, sessions: map[string]*mcpMember{},
+// New builds the /mcp handler.
+func New(g Gateway) *Endpoint {
+	e := &Endpoint{
+		g: g, members: map[string]*member{}, sessions: map[string]*member{},
 		stopping: make(chan struct{}), serverTools: map[string]*podServerTools{},
 		rounds: hostCalls{calls: map[string]*hostCall{}},
 	}
@@ -79,13 +65,9 @@ func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 	opts := mcp.StreamableHTTPOptions{
 		// The JSON of one envelope may take --max-message-bytes; the
 		// rest of a request is small.
-		MaxRequestBodyBytes: int64(g.cfg.MaxMessageBytes) + 64<<10,
-		// The SDK refuses a request that reaches a loopback address with
-		// another Host (DNS rebinding: a web page that resolves its own
-		// name to 127.0.0.1). That matters in open mode, where the page
-		// would need no token; with tokens it would only refuse a reverse
-		// proxy on the same machine that passes the public Host.
-		DisableLocalhostProtection: g.verifier != nil,
+		MaxRequestBodyBytes: int64(g.Node.Config.MaxMessageBytes) + 64<<10,
+		// (Gateway.LocalhostProtection says when it matters.)
+		DisableLocalhostProtection: !g.LocalhostProtection,
 	}
 	e.stateful = mcp.NewStreamableHTTPHandler(getServer, &opts)
 	stateless := opts
@@ -96,18 +78,18 @@ func newMCPEndpoint(g *Gateway) *mcpEndpoint {
 
 // newServer builds an MCP server with the pod's tools and the inbox: one
 // per member, whose sessions it serves, so that the tools of the pod's
-// MCP servers it lists (mcp_servers.go) are the member's own, and a change
+// MCP servers it lists (servers.go) are the member's own, and a change
 // to them notifies its sessions alone.
-func (e *mcpEndpoint) newServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "mcpp-gateway", Title: "MCPP pod gateway", Version: Version()},
+func (e *Endpoint) newServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcpp-gateway", Title: "MCPP pod gateway", Version: e.g.Version},
 		&mcp.ServerOptions{
-			Instructions: mcpInstructions,
+			Instructions: instructions,
 			// No logging capability: the gateway sends no log messages.
 			// The tools, resources and prompts change as the pod's MCP
 			// servers come, go and change theirs (notifications/…/
 			// list_changed); the inbox's template never does. What a host
-			// listens for is its inbox (mcp_inbox.go) and the servers'
-			// resources it subscribed to (mcp_subscriptions.go): with
+			// listens for is its inbox (inbox.go) and the servers'
+			// resources it subscribed to (subscriptions.go): with
 			// sessions on the session's GET stream, which is not activity
 			// (the participant still ends when idle); without, on a
 			// subscriptions/listen request, which is a request under way
@@ -127,8 +109,8 @@ func (e *mcpEndpoint) newServer() *mcp.Server {
 	return s
 }
 
-// mcpInstructions tell the model what the server is for.
-const mcpInstructions = `You are a participant of an MCPP pod: a room where agents and people exchange JSON envelopes. ` +
+// instructions tell the model what the server is for.
+const instructions = `You are a participant of an MCPP pod: a room where agents and people exchange JSON envelopes. ` +
 	`Read what others sent with pod_read (pass wait_ms to wait for something new) and older envelopes with pod_history. ` +
 	`Send with pod_send. To think something through without flooding the pod, open a sub-context with context_branch, ` +
 	`send your intermediate envelopes in it (pod_send with context set to its id), then close it with context_return and a summary: ` +
@@ -138,51 +120,24 @@ const mcpInstructions = `You are a participant of an MCPP pod: a room where agen
 	`Their prompts are named PARTICIPANT__PROMPT, and their resources have URIs mcpp://pods/POD/servers/PARTICIPANT/ followed by the server's own URI; getting or reading one goes through the pod the same way. ` +
 	`A refused call has isError set and {"error": CODE, "message": TEXT}; retry only when "retryable" is true, after "retry_after_ms".`
 
-// ServeHTTP authenticates the request as /ws does, then hands it to the
-// SDK as the participant's.
-func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	g := e.g
-	if !g.accepting.Load() {
-		g.refuse(w, envelope.Errorf(wire.CodeShuttingDown, "the gateway is shutting down"))
+// ServeHTTP admits the request as /ws does (Gateway.Admit), then hands
+// it to the SDK as the participant's.
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a, ok := e.g.Admit(w, r)
+	if !ok {
 		return
 	}
-	if !g.originAllowed(r) {
-		g.refuseJoin(w, r, audit.TransportMCP, r.URL.Query().Get("pod"), nobody, envelope.Errorf(wire.CodeForbidden,
-			"origin %q may not connect (see --allowed-origins)", r.Header.Get("Origin")).Ruled(audit.RuleOrigin))
-		return
-	}
-	if !g.cfg.historyOn() {
-		g.refuse(w, envelope.Errorf(wire.CodeOverCapacity,
-			"the MCP endpoint reads the pod's history, which this gateway does not keep (--history 0)"))
-		return
-	}
-	q := r.URL.Query()
-	pod := q.Get("pod")
-	if !envelope.ValidPodName(pod) {
-		g.refuse(w, envelope.Errorf(wire.CodeInvalidPod, "pod must be 1 to 64 characters of [A-Za-z0-9._-]: /mcp?pod=NAME"))
-		return
-	}
-	who, refusal := g.authenticate(w, r, pod, false)
-	if refusal != nil {
-		g.refuseJoin(w, r, audit.TransportMCP, pod, who, refusal)
-		return
-	}
-	f, err := filter.FromQuery(q)
-	if err != nil {
-		g.refuse(w, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message))
-		return
-	}
-	key := bucketKey(pod, who.ID)
+	key := limits.BucketKey(a.Pod, a.Who.ID)
 
-	var m *mcpMember
-	if sid := r.Header.Get(mcpSessionHeader); sid != "" {
+	var m *member
+	if sid := r.Header.Get(sessionHeader); sid != "" {
 		// A session is its creator's: a request that authenticates as
 		// someone else (or in another pod) may not use it. A session id
 		// this endpoint does not know is the SDK's to refuse (404: the
 		// client starts a new session).
 		m = e.session(sid)
 		if m != nil && m.key != key {
-			g.refuseJoin(w, r, audit.TransportMCP, pod, who, envelope.Errorf(wire.CodeForbidden,
+			e.g.Refuse(w, r, a, envelope.Errorf(wire.CodeForbidden,
 				"this MCP session belongs to another participant; start a session of your own").Ruled(audit.RuleSessionOwner))
 			return
 		}
@@ -195,42 +150,43 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m = nil // it ended meanwhile: the SDK answers 404
 		default:
 			if m != nil {
-				m.admit(who) // its token may be a fresh one
+				m.admit(a.Who) // its token may be a fresh one
 			}
 		}
 	} else if r.Method == http.MethodPost {
 		// A new session, or a request of a protocol without sessions:
 		// the participant is present from now on.
-		if m, refusal = e.acquire(joining(r, who), pod, who, f); refusal != nil {
-			g.refuseJoin(w, r, audit.TransportMCP, pod, who, refusal)
+		var refusal *envelope.Error
+		if m, refusal = e.acquire(r, a); refusal != nil {
+			e.g.Refuse(w, r, a, refusal)
 			return
 		}
 	}
 	if m != nil {
 		defer m.release()
-		r = r.WithContext(context.WithValue(r.Context(), mcpMemberKey{}, m))
+		r = r.WithContext(context.WithValue(r.Context(), memberKey{}, m))
 		if r.Method == http.MethodPost && e.peekTask(w, r, m) {
-			return // a task of the pod's servers, which the SDK has not (mcp_tasks.go)
+			return // a task of the pod's servers, which the SDK has not (tasks.go)
 		}
 	}
-	if v := r.Header.Get("Mcp-Protocol-Version"); v >= mcpStatelessVersion {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessVersion {
 		e.stateless.ServeHTTP(w, r)
 		return
 	}
 	e.stateful.ServeHTTP(w, r)
 }
 
-// mcpMemberKey is the context key of the member a request acts as.
-type mcpMemberKey struct{}
+// memberKey is the context key of the member a request acts as.
+type memberKey struct{}
 
 // memberOf is the member whose request ctx carries.
-func memberOf(ctx context.Context) *mcpMember {
-	m, _ := ctx.Value(mcpMemberKey{}).(*mcpMember)
+func memberOf(ctx context.Context) *member {
+	m, _ := ctx.Value(memberKey{}).(*member)
 	return m
 }
 
 // session is the member an MCP session belongs to, or nil.
-func (e *mcpEndpoint) session(sid string) *mcpMember {
+func (e *Endpoint) session(sid string) *member {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.sessions[sid]
@@ -240,7 +196,7 @@ func (e *mcpEndpoint) session(sid string) *mcpMember {
 // member, a new session is bound to it, and a request that acts in the pod
 // (a tool call; resources, prompts, completion) of a member that has ended
 // is refused.
-func (e *mcpEndpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+func (e *Endpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		m := memberOf(ctx)
 		ss, _ := req.GetSession().(*mcp.ServerSession)
@@ -257,9 +213,9 @@ func (e *mcpEndpoint) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if m == nil || m.ended() {
 			return nil, errSessionEnded
 		}
-		res, err := next(context.WithValue(ctx, mcpMemberKey{}, m), method, req)
+		res, err := next(context.WithValue(ctx, memberKey{}, m), method, req)
 		name := ""
-		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+		if p, ok := paramsOf(req).(*mcp.CallToolParamsRaw); ok {
 			name = p.Name
 		}
 		if r, ok := res.(*mcp.CallToolResult); ok && err == nil && r.IsError && r.StructuredContent == nil && typedTool(name) {
@@ -279,7 +235,7 @@ func typedTool(name string) bool {
 }
 
 // bind makes ss one of m's sessions until it closes.
-func (e *mcpEndpoint) bind(m *mcpMember, ss *mcp.ServerSession) {
+func (e *Endpoint) bind(m *member, ss *mcp.ServerSession) {
 	e.mu.Lock()
 	e.sessions[ss.ID()] = m
 	e.mu.Unlock()
@@ -295,25 +251,25 @@ func (e *mcpEndpoint) bind(m *mcpMember, ss *mcp.ServerSession) {
 	}()
 }
 
-func (e *mcpEndpoint) unbind(sid string) {
+func (e *Endpoint) unbind(sid string) {
 	e.mu.Lock()
 	delete(e.sessions, sid)
 	e.mu.Unlock()
 }
 
-// shutdown ends every member when the gateway begins to drain, so that
+// Shutdown ends every member when the gateway begins to drain, so that
 // reads waiting for envelopes return at once and the participants leave
 // while the WebSocket participants still hear of it; from then on new
 // requests are answered 503 shutting_down and a tool call of an ended
 // member a protocol error.
-func (e *mcpEndpoint) shutdown() {
+func (e *Endpoint) Shutdown() {
 	e.mu.Lock()
 	select {
 	case <-e.stopping:
 	default:
 		close(e.stopping)
 	}
-	all := make([]*mcpMember, 0, len(e.members))
+	all := make([]*member, 0, len(e.members))
 	for _, m := range e.members {
 		all = append(all, m)
 	}

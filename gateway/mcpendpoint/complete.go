@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 // completion/complete whose ref names a prompt it lists (SERVER__PROMPT)
 // or a URI of a server's resource (a template's, as the host lists it)
 // is the host's participant's completion/complete to that server, through
-// the pod (mcp_ask.go), with the ref written as the server's; the result
+// the pod (ask.go), with the ref written as the server's; the result
 // is the server's as it came. The gateway's own inbox has nothing to
 // complete.
 
 // complete is the member's server's CompletionHandler.
-func (e *mcpEndpoint) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+func (e *Endpoint) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
 	m := memberOf(ctx)
 	if m == nil || m.ended() {
 		return nil, errSessionEnded

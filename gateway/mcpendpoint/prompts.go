@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 // The prompts of the pod's MCP servers for an MCP host (docs/protocol.md
 // section 9): a host lists them named SERVER__PROMPT, as tools are named
 // (exposedName), where its capabilities allow getting them; getting one
-// is the host's prompts/get to the server through the pod (mcp_ask.go).
-// The lists are learnt as the tools are (mcp_servers.go): prompts/list
+// is the host's prompts/get to the server through the pod (ask.go).
+// The lists are learnt as the tools are (servers.go): prompts/list
 // when a server joins, when a host first joins, and when the server says
 // notifications/prompts/list_changed.
 
@@ -30,13 +30,13 @@ type serverPrompt struct {
 
 // readPromptsOnce reads server's prompts (prompts/list) and keeps them;
 // it reports false when the server answered with an error.
-func (e *mcpEndpoint) readPromptsOnce(p *pod.Pod, server string) bool {
+func (e *Endpoint) readPromptsOnce(p *pod.Pod, server string) bool {
 	var prompts []serverPrompt
 	answered := e.readPages(p, server, "prompts/list", "prompts", func(raw gjson.Result) {
 		name := raw.Get("name").String()
 		exposed, ok := exposedName(server, name)
 		if !ok {
-			e.g.log.Info("a prompt of an MCP server is not listed to hosts: its name is empty or too long", "pod", p.Name, "server", server, "prompt", name)
+			e.g.Log.Info("a prompt of an MCP server is not listed to hosts: its name is empty or too long", "pod", p.Name, "server", server, "prompt", name)
 			return
 		}
 		prompts = append(prompts, serverPrompt{server: server, name: name, exposed: exposed, raw: json.RawMessage(raw.Raw)})
@@ -62,7 +62,7 @@ func getProbe(prompt string) []byte {
 // syncPrompts makes the member's server list the servers' prompts the
 // member may get, and no other: its sessions are notified of a change
 // (notifications/prompts/list_changed).
-func (m *mcpMember) syncPrompts() {
+func (m *member) syncPrompts() {
 	if m.ended() {
 		return
 	}
@@ -99,7 +99,7 @@ func (m *mcpMember) syncPrompts() {
 			continue
 		}
 		if err := m.addServerPrompt(sp); err != nil {
-			m.e.g.log.Info("a prompt of an MCP server is not listed to a host", "pod", m.pod.Name, "server", sp.server, "prompt", sp.name, "err", err)
+			m.e.g.Log.Info("a prompt of an MCP server is not listed to a host", "pod", m.pod.Name, "server", sp.server, "prompt", sp.name, "err", err)
 			delete(want, name)
 		}
 	}
@@ -108,7 +108,7 @@ func (m *mcpMember) syncPrompts() {
 
 // listedPrompt is the server's prompt the member's server lists under
 // the host's name exposed.
-func (m *mcpMember) listedPrompt(exposed string) (serverPrompt, bool) {
+func (m *member) listedPrompt(exposed string) (serverPrompt, bool) {
 	m.listed.mu.Lock()
 	defer m.listed.mu.Unlock()
 	sp, ok := m.listed.prompts[exposed]
@@ -117,7 +117,7 @@ func (m *mcpMember) listedPrompt(exposed string) (serverPrompt, bool) {
 
 // addServerPrompt adds sp to the member's server under its host name,
 // described as the server describes it, with a line saying whose it is.
-func (m *mcpMember) addServerPrompt(sp serverPrompt) (err error) {
+func (m *member) addServerPrompt(sp serverPrompt) (err error) {
 	var prompt mcp.Prompt
 	if err := json.Unmarshal(sp.raw, &prompt); err != nil {
 		return fmt.Errorf("the prompt's description does not read: %w", err)
@@ -140,7 +140,7 @@ func (m *mcpMember) addServerPrompt(sp serverPrompt) (err error) {
 // through the pod. The result is the server's as it came, as the SDK's
 // types read it, with the URIs of the resources in its messages written
 // as the host's.
-func (e *mcpEndpoint) getServerPrompt(ctx context.Context, m *mcpMember, server, prompt string, args map[string]string) (*mcp.GetPromptResult, error) {
+func (e *Endpoint) getServerPrompt(ctx context.Context, m *member, server, prompt string, args map[string]string) (*mcp.GetPromptResult, error) {
 	if m == nil || m.ended() {
 		return nil, errSessionEnded
 	}

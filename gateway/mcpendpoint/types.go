@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 )
 
 // The arguments and results of the MCP tools (docs/protocol.md section 9).
-// Their JSON Schemas are derived from these types (mcp_schema.go); the
+// Their JSON Schemas are derived from these types (schema.go); the
 // jsonschema tags are the descriptions the model reads, so they say what
 // to pass and what comes back in the pod's terms.
 //

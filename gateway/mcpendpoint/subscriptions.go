@@ -1,4 +1,4 @@
-package gateway
+package mcpendpoint
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // Subscriptions to the resources of the pod's MCP servers
 // (docs/protocol.md section 9). A host's resources/subscribe of a
 // server's resource is its participant's mcp/request to the server
-// (mcp_ask.go), so that capabilities govern it; the server then sends
+// (ask.go), so that capabilities govern it; the server then sends
 // notifications/resources/updated to the pod, which every node hands to
 // its hosts subscribed to that resource.
 //
@@ -36,7 +36,7 @@ type serverSub struct {
 
 // subscribeAny is resources/subscribe: of a server's resource, or else of
 // the inbox (subscribe).
-func (e *mcpEndpoint) subscribeAny(ctx context.Context, req *mcp.SubscribeRequest) error {
+func (e *Endpoint) subscribeAny(ctx context.Context, req *mcp.SubscribeRequest) error {
 	m := memberOf(ctx)
 	if m == nil || m.ended() {
 		return errSessionEnded
@@ -65,7 +65,7 @@ func (e *mcpEndpoint) subscribeAny(ctx context.Context, req *mcp.SubscribeReques
 
 // unsubscribeAny is resources/unsubscribe: of a server's resource, or
 // else of the inbox (unsubscribe).
-func (e *mcpEndpoint) unsubscribeAny(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+func (e *Endpoint) unsubscribeAny(ctx context.Context, req *mcp.UnsubscribeRequest) error {
 	m := memberOf(ctx)
 	if m == nil {
 		return errSessionEnded
@@ -95,7 +95,7 @@ func (e *mcpEndpoint) unsubscribeAny(ctx context.Context, req *mcp.UnsubscribeRe
 // subscribed to uri of server and still open (a session of the protocol
 // without sessions, which has no id, is subscribed while its
 // subscriptions/listen lasts, and says when it ends).
-func (m *mcpMember) stillSubscribed(ss *mcp.ServerSession, server, uri string) bool {
+func (m *member) stillSubscribed(ss *mcp.ServerSession, server, uri string) bool {
 	var sessions []*mcp.ServerSession
 	m.listed.mu.Lock()
 	for _, s := range m.listed.subs {
@@ -118,7 +118,7 @@ func (m *mcpMember) stillSubscribed(ss *mcp.ServerSession, server, uri string) b
 }
 
 // hasSession reports whether ss is one of the member's open sessions.
-func (m *mcpMember) hasSession(ss *mcp.ServerSession) bool {
+func (m *member) hasSession(ss *mcp.ServerSession) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, ok := m.sessions[ss]
@@ -129,7 +129,7 @@ func (m *mcpMember) hasSession(ss *mcp.ServerSession) bool {
 // to uri of server that it changed: notifications/resources/updated with
 // the URI each subscribed with (the SDK sends it to the sessions
 // subscribed to it).
-func (e *mcpEndpoint) resourceUpdated(p *pod.Pod, server, uri string) {
+func (e *Endpoint) resourceUpdated(p *pod.Pod, server, uri string) {
 	for _, m := range e.hosts(p.Name) {
 		var uris []string
 		m.listed.mu.Lock()
