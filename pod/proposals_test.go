@@ -265,6 +265,11 @@ func TestProposalAlwaysGrant(t *testing.T) {
 			t.Fatalf("files received %v, want the released call", got)
 		}
 
+		// The grant is in force on the proposer's node once it is told of
+		// it there (in a cluster, once its node applied it).
+		if got := agent.nextOfKind(wire.KindGrant); got["id"] != approved["grant_id"] {
+			t.Fatalf("agent was told of %v, want its grant", got)
+		}
 		agent.send(toolCall("c1", "files", 3, "echo"))
 		if got := files.nextOfKind(wire.KindMCPRequest); got["id"] != "c1" || got["from"] != "agent" {
 			t.Fatalf("files received %v, want agent's own call of echo, granted", got)
