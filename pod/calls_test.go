@@ -2,7 +2,9 @@ package pod
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpp/gateway/wire"
 )
@@ -117,8 +119,7 @@ func (m *member) refused(id string, want wire.Code) {
 }
 
 // nextOfKind is the next envelope of kind the member receives, failing on
-// any other but presence and the gateway's errors and events, which it
-// skips.
+// any other but the gateway's system/* messages, which it skips.
 func (m *member) nextOfKind(kind string) map[string]any {
 	m.t.Helper()
 	for {
@@ -126,7 +127,7 @@ func (m *member) nextOfKind(kind string) map[string]any {
 		if v["kind"] == kind {
 			return v
 		}
-		if k, _ := v["kind"].(string); k == wire.KindError || len(k) > 7 && k[:7] == "system/" {
+		if k, _ := v["kind"].(string); strings.HasPrefix(k, "system/") {
 			continue
 		}
 		m.t.Fatalf("%s: received %v, want a %s", m.id, v, kind)
@@ -250,6 +251,33 @@ func TestCallRecipientLeft(t *testing.T) {
 			t.Fatalf("the node that accepted the call answered for its recipient %v times, want once", n)
 		}
 		bob.send(chat("end", 0))
+		alice.onlyUntil("end")
+	})
+}
+
+// TestCallTimeout: a recipient that does not answer within
+// --mcp-request-timeout is answered for by the gateway (-32001, timeout,
+// data.timeout_ms), and its answer afterwards is refused
+// no_pending_request and reaches nobody.
+func TestCallTimeout(t *testing.T) {
+	short := func(c *Config) { c.Calls.Timeout = 100 * time.Millisecond }
+	eachLayout(t, short, func(t *testing.T, l callLayout) {
+		files := l.join(l.b, "files", joinOpts{serves: []string{wire.ServesMCP}})
+		alice := l.join(l.a, "alice", joinOpts{})
+		l.present(t, "files", "alice")
+
+		alice.send(toolCall("c1", "files", 7, "slow"))
+		files.nextOfKind(wire.KindMCPRequest)
+		data := gatewayAnswer(t, alice.nextOfKind(wire.KindMCPResponse), "alice", "c1", float64(7), wire.RPCRequestTimeout, wire.MCPReasonTimeout)
+		if data["timeout_ms"] != float64(100) || data["recipient"] != "files" {
+			t.Fatalf("the gateway's timeout answer: data %v", data)
+		}
+		// files learns of the answer as every member of routing all: after
+		// it, its own answer is late.
+		files.nextOfKind(wire.KindMCPResponse)
+		files.send(answer("a1", "c1", 7))
+		files.refused("a1", wire.CodeNoPendingRequest)
+		files.send(chat("end", 0))
 		alice.onlyUntil("end")
 	})
 }

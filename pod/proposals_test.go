@@ -226,6 +226,46 @@ func TestProposalRejectedAndWithdrawn(t *testing.T) {
 	})
 }
 
+// TestProposalFulfilled: MEW's way, an mcp/request correlated to a
+// pending proposal, from one who may make the call, fulfils it when it
+// makes the same call (the same method and params as JSON values, any
+// JSON-RPC id); another call leaves it pending. The fulfiller's call is
+// its own: files' answer goes to it.
+func TestProposalFulfilled(t *testing.T) {
+	eachLayout(t, nil, func(t *testing.T, l callLayout) {
+		files := l.join(l.b, "files", joinOpts{serves: []string{wire.ServesMCP}})
+		boss := l.join(l.a, "boss", joinOpts{})
+		agent := l.join(l.a, "agent", joinOpts{caps: wire.Kinds("mcp/proposal")})
+		l.present(t, "files", "boss", "agent")
+
+		agent.sendRaw(proposing("p1", "files", writeCall))
+		agent.event("p1", wire.ProposalPending)
+		other := toolCall("f1", "files", 50, "write_file")
+		other["correlation_id"] = "p1"
+		boss.send(other) // the same tool, other arguments: a call of its own
+		files.nextOfKind(wire.KindMCPProposal)
+		if got := files.nextOfKind(wire.KindMCPRequest); got["id"] != "f1" {
+			t.Fatalf("files received %v, want boss's f1", got)
+		}
+		if info := boss.listed("p1"); info["state"] != wire.ProposalPending {
+			t.Fatalf("after another call, p1 is %v", info["state"])
+		}
+
+		same := `{"params":{"arguments":{"content":"<b>café</b> & more","path":"/tmp/x"},"name":"write_file"},"method":"tools/call","jsonrpc":"2.0","id":"mine"}`
+		boss.sendRaw(`{"id":"f2","kind":"mcp/request","to":["files"],"correlation_id":"p1","payload":` + same + `}`)
+		if ev := agent.event("p1", wire.ProposalFulfilled); ev["by"] != "boss" || ev["request"] != "f2" {
+			t.Fatalf("the fulfilment: %v", ev)
+		}
+		if got := files.nextOfKind(wire.KindMCPRequest); got["id"] != "f2" {
+			t.Fatalf("files received %v, want boss's f2", got)
+		}
+		files.send(answer("a2", "f2", "mine"))
+		if got := boss.nextOfKind(wire.KindMCPResponse); got["correlation_id"] != "f2" {
+			t.Fatalf("boss received %v, want files' answer to its fulfilment", got)
+		}
+	})
+}
+
 // TestProposalAlwaysGrant: an approval with scope always grants the
 // proposer that call from then on, its method and exact tool name on the
 // proposal's recipient alone: the proposer calls that tool there
