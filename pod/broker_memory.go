@@ -66,6 +66,10 @@ type memorySub struct {
 	subject string
 	fn      func(Msg)
 	lane    *memoryLane
+	// answer, for a Request's inbox, takes the first answer itself, on
+	// no lane (as nats.go's requests take theirs), so that a request
+	// made on a lane is answered even while that lane waits for it.
+	answer  chan []byte
 	stopped atomic.Bool
 }
 
@@ -153,14 +157,29 @@ func (bus *MemoryBus) publish(m Msg) {
 		}
 		c := m
 		c.Data = append([]byte(nil), m.Data...) // each subscriber's own, as NATS's
+		if s.answer != nil {
+			select {
+			case s.answer <- c.Data:
+			default: // the first answer only
+			}
+			continue
+		}
 		s.lane.put(memoryDelivery{s: s, m: c})
 	}
 }
 
 // Subscribe implements Broker.
 func (b *MemoryBroker) Subscribe(subject string, fn func(Msg)) (Subscription, error) {
-	s := &memorySub{b: b, subject: subject, fn: fn, lane: b.laneOf(subject)}
-	bus := b.bus
+	s, err := b.add(&memorySub{b: b, subject: subject, fn: fn, lane: b.laneOf(subject)})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// add puts s on the bus.
+func (b *MemoryBroker) add(s *memorySub) (*memorySub, error) {
+	subject, bus := s.subject, b.bus
 	bus.mu.Lock()
 	defer bus.mu.Unlock()
 	if b.closed {
@@ -209,12 +228,7 @@ func (b *MemoryBroker) Request(ctx context.Context, subject string, data []byte)
 	}
 	answer := make(chan []byte, 1)
 	inbox := "_INBOX.memory." + strconv.FormatUint(b.bus.inbox.Add(1), 10)
-	sub, err := b.Subscribe(inbox, func(m Msg) {
-		select {
-		case answer <- m.Data:
-		default: // the first answer only
-		}
-	})
+	sub, err := b.add(&memorySub{b: b, subject: inbox, answer: answer})
 	if err != nil {
 		return nil, err
 	}
