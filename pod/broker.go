@@ -32,8 +32,10 @@ type Broker interface {
 	// moment Subscribe returns, until Unsubscribe: one at a time, in the
 	// order each publisher published them, on a goroutine of the
 	// broker's that many subscriptions share (never one per
-	// subscription, so that an idle pod costs none). fn must not block.
-	// A message's Data is fn's to keep.
+	// subscription, so that an idle pod costs none), never the
+	// publisher's: fn runs with no lock of the publisher's held, on
+	// either broker (docs/locks.md). fn must not block. A message's Data
+	// is fn's to keep.
 	Subscribe(subject string, fn func(Msg)) (Subscription, error)
 	// Request publishes data on subject with a reply subject of its own
 	// and returns the first answer (a subscriber answers by publishing
@@ -56,7 +58,9 @@ type Msg struct {
 
 // Subscription is one Subscribe.
 type Subscription interface {
-	// Unsubscribe ends it: fn is not called again once it returns.
+	// Unsubscribe ends it: once it returns, fn is handed no message but
+	// the one, if any, whose call the broker's goroutine had begun (fn
+	// may still be running it).
 	Unsubscribe()
 }
 

@@ -2,6 +2,8 @@ package pod
 
 import (
 	"context"
+	"hash/fnv"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,11 +14,19 @@ import (
 // nodes on one bus (and one history.Memory as their stream) with no NATS
 // server, as Centrifuge's memory broker lets its hub be tested.
 //
-// It delivers at once, on the publisher's goroutine, and never loses a
-// message by itself; Drop makes it lose the ones a test chooses (a node
-// that subscribed too late, a slow consumer, a node that died with what
-// it sent).
+// It keeps the Broker's contract as NATSBroker does: Publish queues the
+// message for each subscriber and returns; each node's broker calls its
+// subscriptions' functions on goroutines of its own (lanes, one per CPU,
+// a subject's subscriptions on one lane), one at a time, in the order
+// published. So a publisher never runs a subscriber's function, and the
+// locks it holds (Pod.mu) are never held where one runs, on either
+// broker (docs/locks.md). Unlike NATS it never loses a message by itself:
+// a lane's queue has no bound. Drop makes it lose the ones a test
+// chooses (a node that subscribed too late, a slow consumer, a node that
+// died with what it sent).
 type MemoryBus struct {
+	// mu guards subs, each broker's subscriptions and closed, and drop.
+	// Publish takes it to read, and lets it go before it queues.
 	mu    sync.RWMutex
 	subs  map[string][]*memorySub // by subject
 	drop  func(subject string, to *MemoryBroker) bool
@@ -27,10 +37,13 @@ type MemoryBus struct {
 func NewMemoryBus() *MemoryBus { return &MemoryBus{subs: map[string][]*memorySub{}} }
 
 // Broker is a new node's broker on the bus.
-func (bus *MemoryBus) Broker() *MemoryBroker { return &MemoryBroker{bus: bus} }
+func (bus *MemoryBus) Broker() *MemoryBroker {
+	return &MemoryBroker{bus: bus, done: make(chan struct{}), subs: map[*memorySub]struct{}{}}
+}
 
 // Drop makes the bus lose every message on subject for to's
-// subscriptions while lose says so (nil: lose nothing).
+// subscriptions while lose says so (nil: lose nothing). It is asked when
+// the message is published, on the publisher's goroutine.
 func (bus *MemoryBus) Drop(lose func(subject string, to *MemoryBroker) bool) {
 	bus.mu.Lock()
 	bus.drop = lose
@@ -39,8 +52,11 @@ func (bus *MemoryBus) Drop(lose func(subject string, to *MemoryBroker) bool) {
 
 // MemoryBroker is one node's Broker on a MemoryBus.
 type MemoryBroker struct {
-	bus    *MemoryBus
-	mu     sync.Mutex
+	bus   *MemoryBus
+	lanes []*memoryLane
+	start sync.Once
+	done  chan struct{} // closed by Close: the lanes stop
+	// subs and closed are guarded by MemoryBus.mu.
 	subs   map[*memorySub]struct{}
 	closed bool
 }
@@ -49,13 +65,82 @@ type memorySub struct {
 	b       *MemoryBroker
 	subject string
 	fn      func(Msg)
-	// mu makes the calls of fn one at a time, as a broker's lane does.
-	mu      sync.Mutex
-	stopped bool
+	lane    *memoryLane
+	// answer, for a Request's inbox, takes the first answer itself, on
+	// no lane (as nats.go's requests take theirs), so that a request
+	// made on a lane is answered even while that lane waits for it.
+	answer  chan []byte
+	stopped atomic.Bool
 }
 
-// Publish implements Broker: every subscriber's function is called before
-// it returns.
+// memoryLane is one goroutine of a broker's and what waits for it: the
+// messages of the subscriptions it calls, in the order published.
+type memoryLane struct {
+	mu    sync.Mutex // guards queue; a leaf
+	queue []memoryDelivery
+	wake  chan struct{} // holds one wake while the queue is not empty
+}
+
+type memoryDelivery struct {
+	s *memorySub
+	m Msg
+}
+
+func (b *MemoryBroker) startLanes() {
+	for range max(2, runtime.GOMAXPROCS(0)) {
+		l := &memoryLane{wake: make(chan struct{}, 1)}
+		b.lanes = append(b.lanes, l)
+		go l.run(b.done)
+	}
+}
+
+// laneOf is the lane of subject's subscriptions: one, so that they are
+// called in the order published.
+func (b *MemoryBroker) laneOf(subject string) *memoryLane {
+	b.start.Do(b.startLanes)
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(subject))
+	return b.lanes[h.Sum32()%uint32(len(b.lanes))]
+}
+
+// put queues d and wakes the lane; it never waits for the lane.
+func (l *memoryLane) put(d memoryDelivery) {
+	l.mu.Lock()
+	l.queue = append(l.queue, d)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default: // woken already
+	}
+}
+
+func (l *memoryLane) run(done chan struct{}) {
+	var batch []memoryDelivery
+	for {
+		select {
+		case <-l.wake:
+		case <-done:
+			return
+		}
+		l.mu.Lock()
+		batch, l.queue = l.queue, batch[:0]
+		l.mu.Unlock()
+		for i, d := range batch {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if !d.s.stopped.Load() {
+				d.s.fn(d.m)
+			}
+			batch[i] = memoryDelivery{} // the message is fn's now
+		}
+	}
+}
+
+// Publish implements Broker: the message is queued for every subscriber,
+// each its own copy, as NATS's; none is called before it returns.
 func (b *MemoryBroker) Publish(subject string, data []byte) error {
 	b.bus.publish(Msg{Subject: subject, Data: data})
 	return nil
@@ -72,47 +157,53 @@ func (bus *MemoryBus) publish(m Msg) {
 		}
 		c := m
 		c.Data = append([]byte(nil), m.Data...) // each subscriber's own, as NATS's
-		s.deliver(c)
-	}
-}
-
-func (s *memorySub) deliver(m Msg) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.stopped {
-		s.fn(m)
+		if s.answer != nil {
+			select {
+			case s.answer <- c.Data:
+			default: // the first answer only
+			}
+			continue
+		}
+		s.lane.put(memoryDelivery{s: s, m: c})
 	}
 }
 
 // Subscribe implements Broker.
 func (b *MemoryBroker) Subscribe(subject string, fn func(Msg)) (Subscription, error) {
-	s := &memorySub{b: b, subject: subject, fn: fn}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, errMemoryClosed
+	s, err := b.add(&memorySub{b: b, subject: subject, fn: fn, lane: b.laneOf(subject)})
+	if err != nil {
+		return nil, err
 	}
-	if b.subs == nil {
-		b.subs = map[*memorySub]struct{}{}
-	}
-	b.subs[s] = struct{}{}
-	b.bus.mu.Lock()
-	b.bus.subs[subject] = append(b.bus.subs[subject], s)
-	b.bus.mu.Unlock()
 	return s, nil
 }
 
-// Unsubscribe implements Subscription.
+// add puts s on the bus.
+func (b *MemoryBroker) add(s *memorySub) (*memorySub, error) {
+	subject, bus := s.subject, b.bus
+	bus.mu.Lock()
+	defer bus.mu.Unlock()
+	if b.closed {
+		return nil, errMemoryClosed
+	}
+	b.subs[s] = struct{}{}
+	bus.subs[subject] = append(bus.subs[subject], s)
+	return s, nil
+}
+
+// Unsubscribe implements Subscription: what was queued for it and not
+// yet handed to fn is dropped.
 func (s *memorySub) Unsubscribe() {
-	s.b.mu.Lock()
+	bus := s.b.bus
+	bus.mu.Lock()
+	defer bus.mu.Unlock()
 	delete(s.b.subs, s)
-	s.b.mu.Unlock()
 	s.remove()
 }
 
+// remove takes s off the bus. Call it with MemoryBus.mu held.
 func (s *memorySub) remove() {
+	s.stopped.Store(true)
 	bus := s.b.bus
-	bus.mu.Lock()
 	list := bus.subs[s.subject]
 	for i, x := range list {
 		if x == s {
@@ -125,10 +216,6 @@ func (s *memorySub) remove() {
 	} else {
 		bus.subs[s.subject] = list
 	}
-	bus.mu.Unlock()
-	s.mu.Lock()
-	s.stopped = true
-	s.mu.Unlock()
 }
 
 // Request implements Broker.
@@ -141,12 +228,7 @@ func (b *MemoryBroker) Request(ctx context.Context, subject string, data []byte)
 	}
 	answer := make(chan []byte, 1)
 	inbox := "_INBOX.memory." + strconv.FormatUint(b.bus.inbox.Add(1), 10)
-	sub, err := b.Subscribe(inbox, func(m Msg) {
-		select {
-		case answer <- m.Data:
-		default: // the first answer only
-		}
-	})
+	sub, err := b.add(&memorySub{b: b, subject: inbox, answer: answer})
 	if err != nil {
 		return nil, err
 	}
@@ -160,17 +242,23 @@ func (b *MemoryBroker) Request(ctx context.Context, subject string, data []byte)
 	}
 }
 
-// Close implements Broker: the node's subscriptions end, as when its
-// NATS connection closes.
+// Close implements Broker: the node's subscriptions end, and its lanes
+// stop with what they had not delivered, as when its NATS connection
+// closes.
 func (b *MemoryBroker) Close() {
-	b.mu.Lock()
+	bus := b.bus
+	bus.mu.Lock()
+	if b.closed {
+		bus.mu.Unlock()
+		return
+	}
 	b.closed = true
-	subs := b.subs
-	b.subs = nil
-	b.mu.Unlock()
-	for s := range subs {
+	for s := range b.subs {
 		s.remove()
 	}
+	b.subs = nil
+	bus.mu.Unlock()
+	close(b.done)
 }
 
 type memoryError string

@@ -15,7 +15,8 @@ import (
 
 // TestBrokers holds both brokers to one contract, the NATS one on an
 // embedded NATS server: what one node publishes reaches every subscriber,
-// this node's too, in the order published; an unsubscribed function is
+// this node's too, in the order published, on a goroutine of the
+// broker's (Publish does not wait for it); an unsubscribed function is
 // not called again; a request is answered by the subscriber of its
 // subject, or fails at once when there is none; a closed broker's
 // subscriptions hear nothing more.
@@ -87,6 +88,33 @@ func brokerContract(t *testing.T, a, b Broker) {
 		if _, inOrder := count(who); !inOrder {
 			t.Fatalf("%s got the messages out of order", who)
 		}
+	}
+
+	// Publish does not wait for the subscribers: their functions run on
+	// the broker's goroutines, never the publisher's, so one that waits
+	// for the publisher to go on does not hold it up.
+	goOn, waited := make(chan struct{}), make(chan bool, 1)
+	if _, err := b.Subscribe("mcpp.live.wait", func(Msg) {
+		select {
+		case <-goOn:
+			waited <- false
+		case <-time.After(5 * time.Second):
+			waited <- true
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish("mcpp.live.wait", nil); err != nil {
+		t.Fatal(err)
+	}
+	close(goOn)
+	select {
+	case blocked := <-waited:
+		if blocked {
+			t.Fatal("Publish waited for the subscriber's function: it ran on the publisher's goroutine")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscriber never got the message")
 	}
 
 	subA.Unsubscribe()

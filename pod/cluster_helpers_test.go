@@ -249,8 +249,9 @@ func (c *testCluster) holdLate(late func(NodeMembers)) func(NodeMembers) {
 }
 
 // newTestCluster starts n nodes ("node-a", "node-b", …) where the stream
-// orders the pods (OrderStream).
-func newTestCluster(t testing.TB, n int) *testCluster {
+// orders the pods (OrderStream); tune, when given and not nil, tunes each
+// node's configuration.
+func newTestCluster(t testing.TB, n int, tune ...func(*Config)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, stream: newTestStream(1000 + history.Slack), bus: NewMemoryBus(), pods: map[*Node][]*Pod{}}
 	for i := range n {
@@ -265,6 +266,11 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 				limits.Rate{Per: 1e6, Burst: 1e6}),
 			Broker:  c.bus.Broker(),
 			History: c.stream.view(id),
+		}
+		for _, f := range tune {
+			if f != nil {
+				f(&node.Config)
+			}
 		}
 		node.Cluster = clusterView{c, node}
 		node.Writer = history.NewWriter(node.History, history.WriterOptions{Node: id, Logger: node.Log, IDs: true})

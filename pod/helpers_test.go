@@ -87,10 +87,11 @@ type joinOpts struct {
 	query     string // the filter's query, e.g. "contexts=none"
 	want      HistoryWant
 	sendQueue int
-	noRead    bool         // the test's end does not read
-	discard   bool         // the test's end reads and drops what it reads (benchmarks)
-	onCut     func(string) // told when the gateway cuts it
-	serves    []string     // what it serves (wire.ServesMCP)
+	noRead    bool              // the test's end does not read
+	discard   bool              // the test's end reads and drops what it reads (benchmarks)
+	onCut     func(string)      // told when the gateway cuts it
+	serves    []string          // what it serves (wire.ServesMCP)
+	caps      []wire.Capability // its token's capabilities (nil: everything, "*")
 }
 
 // join connects id to p over a real WebSocket and makes it a member.
@@ -107,6 +108,10 @@ func join(t testing.TB, p *Pod, id string, o joinOpts) *member {
 	if o.sendQueue == 0 {
 		o.sendQueue = 1 << 14
 	}
+	caps := o.caps
+	if caps == nil {
+		caps = wire.Kinds("*")
+	}
 	joined := make(chan *participant.Participant, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hw := participant.SmallBuffers(w)
@@ -115,7 +120,7 @@ func join(t testing.TB, p *Pod, id string, o joinOpts) *member {
 			t.Error(err)
 			return
 		}
-		joined <- participant.New(c, hw.Conn(), id, p.Name, capability.MustCompile(wire.Kinds("*")), nil, wire.ProtocolMCPP, f,
+		joined <- participant.New(c, hw.Conn(), id, p.Name, capability.MustCompile(caps), nil, wire.ProtocolMCPP, f,
 			participant.Options{SendQueue: o.sendQueue, SendQueueBytes: 64 << 20, WriteTimeout: 10 * time.Second, OnCut: o.onCut, Serves: o.serves})
 	}))
 	t.Cleanup(srv.Close)
@@ -171,6 +176,10 @@ func (m *member) send(env map[string]any) {
 	b, _ := json.Marshal(env)
 	m.p.Handle(m.from, b, false)
 }
+
+// sendRaw hands the pod an envelope of the member's as written, byte
+// for byte.
+func (m *member) sendRaw(env string) { m.p.Handle(m.from, []byte(env), false) }
 
 // next is the next message the member received, or a failure after 5s.
 func (m *member) next() map[string]any {
