@@ -164,29 +164,20 @@ func (m *mcpMember) start(ctx context.Context, name string) *envelope.Error {
 		m.out.Store(true)
 		go m.end(why)
 	})
-	for {
-		p, refusal := g.readyPod(ctx, name)
-		if refusal != nil {
-			g.connCount.Add(-1)
-			return refusal
-		}
+	p, refusal := g.node.Enter(ctx, name, func(p *pod.Pod) (bool, *envelope.Error) {
 		p.SyncMembers()
 		p.Settle()
 		// The first read returns what comes after the participant joined.
 		dead, refusal, cursor := p.JoinGuest(m.guest)
 		m.cursor = cursor
-		if dead {
-			continue // removed as we looked it up; a new one will be made
-		}
-		if refusal != nil {
-			// The pod is full, or the participant is banned (gateway/kick).
-			g.connCount.Add(-1)
-			g.maybeRemovePod(p)
-			return refusal
-		}
-		m.pod = p
-		break
+		return dead, refusal
+	})
+	if refusal != nil {
+		// The pod is full, or the participant is banned (gateway/kick).
+		g.connCount.Add(-1)
+		return refusal
 	}
+	m.pod = p
 	m.buckets = g.node.Buckets.Acquire(m.key)
 	g.auditJoined(ctx, audit.TransportMCP, name)
 	g.log.Debug("MCP participant joined", "pod", name, "participant", m.id)
@@ -314,7 +305,7 @@ func (m *mcpMember) end(why string) {
 		m.pod.LeaveGuest(m.guest, reason)
 	}
 	if why != endShutdown {
-		g.maybeRemovePod(m.pod) // at shutdown the gateway closes every pod itself
+		g.node.RemoveIdle(m.pod) // at shutdown the gateway closes every pod itself
 	}
 	g.node.Buckets.Release(m.key, time.Now())
 	g.connCount.Add(-1)
