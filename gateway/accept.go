@@ -185,26 +185,15 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		g.refuseJoin(w, req, a.transport(), a.pod, a.who, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections))
 		return
 	}
-	var p *pod.Pod
-	for {
-		found, e := g.readyPod(req.Context(), a.pod)
-		if e != nil {
-			g.connCount.Add(-1)
-			g.refuseJoin(w, req, a.transport(), a.pod, a.who, e)
-			return
-		}
-		dead, refusal := found.Reserve(a.who.ID, a.observe)
-		if dead {
-			continue // removed as we looked it up; a new one will be made
-		}
-		if refusal != nil {
-			// The pod is full, or the participant is banned (gateway/kick).
-			g.connCount.Add(-1)
-			g.refuseJoin(w, req, a.transport(), a.pod, a.who, refusal)
-			return
-		}
-		p = found
-		break
+	p, e := g.node.Enter(req.Context(), a.pod, func(p *pod.Pod) (bool, *envelope.Error) {
+		return p.Reserve(a.who.ID, a.observe)
+	})
+	if e != nil {
+		// No quorum, no room for the pod, the pod full, or the
+		// participant banned (gateway/kick).
+		g.connCount.Add(-1)
+		g.refuseJoin(w, req, a.transport(), a.pod, a.who, e)
+		return
 	}
 	p.SyncMembers()
 	// The waits above may have been long (the other nodes' member lists,
@@ -213,7 +202,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 	// stored late, after the joins the client made elsewhere since).
 	if req.Context().Err() != nil || g.node.NoQuorum() {
 		p.Unreserve()
-		g.maybeRemovePod(p)
+		g.node.RemoveIdle(p)
 		g.connCount.Add(-1)
 		if req.Context().Err() == nil {
 			g.refuse(w, envelope.Errorf(wire.CodeNoQuorum, "this gateway node cannot reach a quorum of the cluster's history stream: connect to another node, or try again later"))
@@ -227,7 +216,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 	})
 	if err != nil {
 		p.Unreserve()
-		g.maybeRemovePod(p)
+		g.node.RemoveIdle(p)
 		g.connCount.Add(-1)
 		return // Accept has answered the request
 	}
@@ -263,7 +252,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 			<-r.Done()
 			_ = conn.CloseNow()
 		}()
-		g.maybeRemovePod(p)
+		g.node.RemoveIdle(p)
 		g.connCount.Add(-1)
 		return
 	}
@@ -291,7 +280,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		r.Finish()
 		g.node.Buckets.Release(limits.BucketKey(a.pod, id), time.Now())
 		p.Leave(r)
-		g.maybeRemovePod(p)
+		g.node.RemoveIdle(p)
 		g.metrics.connections.Dec()
 	}()
 }

@@ -279,23 +279,16 @@ func (g *Gateway) adminKickIn(ctx context.Context, name string, k wire.Kick) wir
 // it open until release, as a publish request does.
 func (g *Gateway) adminAcquire(ctx context.Context, name string) (*pod.Pod, func(), *envelope.Error) {
 	from := &pod.Sender{ID: wire.AdminID, Protocol: wire.ProtocolMCPP}
-	for {
-		p, e := g.readyPod(ctx, name)
-		if e != nil {
-			return nil, nil, e
-		}
-		dead, refusal := p.Acquire(from)
-		if refusal != nil {
-			return nil, nil, refusal // never: nobody bans system:admin
-		}
-		if !dead {
-			return p, func() {
-				p.Release(from)
-				g.maybeRemovePod(p)
-			}, nil
-		}
-		// Removed as we looked it up; a new one will be made.
+	p, e := g.node.Enter(ctx, name, func(p *pod.Pod) (bool, *envelope.Error) {
+		return p.Acquire(from) // never refused: nobody bans system:admin
+	})
+	if e != nil {
+		return nil, nil, e
 	}
+	return p, func() {
+		p.Release(from)
+		g.node.RemoveIdle(p)
+	}, nil
 }
 
 // adminRevoke is POST /admin/revoke.
@@ -463,13 +456,13 @@ func (g *Gateway) adminLocal(q *adminQuery, remote bool, maxBytes int) adminRepl
 	case adminOpPods:
 		reply.Pods, reply.More = g.adminPage(op, q.After, q.Limit, remote, maxBytes)
 	case adminOpPod:
-		if p := g.lookupPod(q.Pod); p != nil && op.reaches(q.Pod) {
+		if p := g.node.Lookup(q.Pod); p != nil && op.reaches(q.Pod) {
 			v := p.AdminView(remote, pod.AdminListMax, true)
 			v.Nodes = []string{g.nodeID}
 			reply.Pod = &v
 		}
 	case adminOpWhere:
-		for _, p := range g.allPods() {
+		for _, p := range g.node.Pods() {
 			if op.reaches(p.Name) && p.LocalMember(q.Participant) {
 				reply.Where = append(reply.Where, p.Name)
 			}
@@ -486,7 +479,7 @@ func (g *Gateway) adminLocal(q *adminQuery, remote bool, maxBytes int) adminRepl
 func (g *Gateway) adminPage(op *operator, after string, limit int, remote bool, maxBytes int) ([]wire.AdminPod, bool) {
 	byName := map[string]*pod.Pod{}
 	var names []string
-	for _, p := range g.allPods() {
+	for _, p := range g.node.Pods() {
 		if p.Name > after && op.reaches(p.Name) {
 			byName[p.Name] = p
 			names = append(names, p.Name)

@@ -140,7 +140,7 @@ func (g *Gateway) Reload(ctx context.Context) error {
 // and reports whom.
 func (g *Gateway) sweepRevoked() []audit.Member {
 	var gone []audit.Member
-	for _, p := range g.allPods() {
+	for _, p := range g.node.Pods() {
 		for _, r := range p.Members() {
 			if c := r.Credential(); c.Revoked != nil && c.Revoked() {
 				p.Remove(r, "revoked", participant.StatusRevoked)

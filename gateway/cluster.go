@@ -192,7 +192,7 @@ func (c *cluster) expire(now time.Time, after time.Duration) {
 	c.mu.Unlock()
 	for _, node := range gone {
 		c.g.log.Warn("gateway node gone: no heartbeat", "node", node, "after", after.String())
-		for _, p := range c.g.allPods() {
+		for _, p := range c.g.node.Pods() {
 			p.RemoveNode(node)
 		}
 	}
@@ -206,7 +206,7 @@ func (c *cluster) peers() int {
 
 // roster is this node's members of pod name, for another node.
 func (c *cluster) roster(name string) pod.NodeMembers {
-	if p := c.g.lookupPod(name); p != nil {
+	if p := c.g.node.Lookup(name); p != nil {
 		// Its connections and its guests (MCP participants) alike.
 		return p.Roster()
 	}
@@ -334,7 +334,7 @@ func (c *cluster) Ask(node string, pods []string) ([]pod.NodeMembers, error) {
 // list came stale asks again (pod.Pod.ApplyMembers).
 func (c *cluster) resync(node string) {
 	var pods []*pod.Pod
-	for _, p := range c.g.allPods() {
+	for _, p := range c.g.node.Pods() {
 		if p.Ready() {
 			pods = append(pods, p)
 		}

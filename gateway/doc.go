@@ -2,9 +2,12 @@
 // (/ws, POST /pods/NAME/envelopes, /mcp, the operator's API under
 // /admin/, /healthz, /livez, /metrics and the pod viewer at /), who a
 // request is (auth.go: the token file, JWTs and OAuth access tokens,
-// package tokens), the table of the pods this node serves, and the NATS
-// node the pods' history and the other gateway nodes are reached through.
-// What happens to an envelope once a participant sent it is package pod's.
+// package tokens), and the NATS node the pods' history and the other
+// gateway nodes are reached through. The pods this node serves are its
+// pod.Node's, which opens them, finds them and removes them: every way
+// in (a WebSocket upgrade, a POST, an MCP session, the operator's kick
+// and revoke) asks Node.Enter. What happens to an envelope once a
+// participant sent it is package pod's.
 //
 // One node alone (the default) runs NATS inside the process with no port
 // open and JetStream for the history: the pods' order is the node's own,
@@ -17,7 +20,7 @@
 //
 // The parts, one concern per file:
 //
-//	gateway.go   New, Serve, Shutdown; the pod table (sharded), the janitor
+//	gateway.go   New, Serve, Shutdown, the janitor; the pod.Node it fills
 //	drain.go     a node's drain: on SIGTERM (Shutdown) or an operator's
 //	config.go    every setting, as a flag and an MCPP_ environment variable
 //	accept.go    the upgrade: its checks, answered in JSON, then the reader

@@ -68,7 +68,7 @@ func (g *Gateway) drain(ctx context.Context) (res drainResult, first bool) {
 			g.log.Warn("the history stream did not store everything before the drain's deadline", "err", err)
 		}
 	}
-	for _, p := range g.allPods() {
+	for _, p := range g.node.Pods() {
 		// A pod removed meanwhile (its last participant left) no longer
 		// reads its log: what it did not see, nobody is waiting for.
 		for !p.Drained() && !p.Dead() && ctx.Err() == nil {
@@ -76,7 +76,7 @@ func (g *Gateway) drain(ctx context.Context) (res drainResult, first bool) {
 		}
 	}
 	var all []*participant.Participant
-	for _, p := range g.allPods() {
+	for _, p := range g.node.Pods() {
 		all = append(all, p.Members()...)
 	}
 	for _, r := range all {

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
-	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/gateway/mcpendpoint"
 	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/limits"
@@ -31,15 +29,6 @@ import (
 	"github.com/mcpp/gateway/tokens"
 	"github.com/mcpp/gateway/wire"
 )
-
-// podShards spreads the pod table over several locks, so that joins in
-// different pods do not wait on each other.
-const podShards = 32
-
-type podShard struct {
-	mu   sync.Mutex
-	pods map[string]*pod.Pod
-}
 
 // Gateway is one gateway node: its HTTP server, its NATS connection and
 // the pods it serves.
@@ -68,17 +57,16 @@ type Gateway struct {
 	trustedMu sync.Mutex
 	trusted   tokens.Trusted
 
-	// node is what the pods share (package pod). Its History and Writer
-	// are set once the history stream is open (histReady): in a cluster
-	// the stream can be made only once enough nodes are up, so it opens
-	// in the background, and no pod is made before.
+	// node is what the pods share, and their table (package pod: every
+	// way into a pod is node.Enter). Its History and Writer are set once
+	// the history stream is open (histReady, the node's HistoryOpen): in a
+	// cluster the stream can be made only once enough nodes are up, so it
+	// opens in the background, and no pod is made before.
 	node      *pod.Node
 	hist      *history.Stream
 	histReady chan struct{}
 	histStop  context.CancelFunc
 
-	shards      [podShards]podShard
-	podCount    atomic.Int64
 	connCount   atomic.Int64
 	accepting   atomic.Bool
 	shutting    atomic.Bool    // Shutdown has begun
@@ -108,9 +96,6 @@ func New(cfg Config) (*Gateway, error) {
 		janitorDone:    make(chan struct{}),
 		drainDone:      make(chan struct{}),
 		janitorStop:    make(chan struct{}),
-	}
-	for i := range g.shards {
-		g.shards[i].pods = make(map[string]*pod.Pod)
 	}
 	if cfg.MaxMemory > 0 {
 		// The process's soft limit: the garbage collector works harder as
@@ -204,11 +189,6 @@ func New(cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// historyOpenTimeout bounds how long a gateway waits, at start, for the
-// history stream of a NATS it does not run (--nats-url), or, in an
-// embedded cluster, how long a join waits for the cluster's JetStream.
-const historyOpenTimeout = 30 * time.Second
-
 // openHistory opens the history stream (history on). Alone or with an
 // external NATS it is made before the gateway serves, so that a NATS
 // without JetStream stops it at start; in an embedded cluster it can only
@@ -221,6 +201,7 @@ func (g *Gateway) openHistory() error {
 	if !g.cfg.historyOn() {
 		return nil
 	}
+	g.node.HistoryOpen = g.histReady // no pod opens before
 	cfg := history.Config{
 		Subjects: []string{pod.StreamSubjects}, Entries: g.cfg.History, MaxAge: g.cfg.HistoryAge,
 		MaxBytes: int64(g.cfg.HistoryBytes), MaxMsgSize: int32(maxFrameBytes(&g.cfg)),
@@ -288,20 +269,6 @@ func (g *Gateway) store() *history.Stream {
 		return g.hist // written before histReady was closed
 	default:
 		return nil
-	}
-}
-
-// awaitHistory waits until the history stream is open (at once when
-// history is off or already open).
-func (g *Gateway) awaitHistory(ctx context.Context) error {
-	if !g.cfg.historyOn() {
-		return nil
-	}
-	select {
-	case <-g.histReady:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("the history stream is not available yet (the cluster's JetStream is forming): %w", ctx.Err())
 	}
 }
 
@@ -410,116 +377,13 @@ func serveLive(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-func (g *Gateway) shard(name string) *podShard {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	return &g.shards[h.Sum32()%podShards]
-}
-
-// pod returns the pod, opening it unless --max-pods are there already. A
-// pod just opened reads its past first: wait with WaitReady before
-// using it (and look it up again when that says it died).
-func (g *Gateway) pod(name string) (*pod.Pod, *envelope.Error) {
-	if g.store() == nil && g.cfg.historyOn() {
-		ctx, cancel := context.WithTimeout(context.Background(), historyOpenTimeout)
-		err := g.awaitHistory(ctx)
-		cancel()
-		if err != nil {
-			return nil, envelope.Errorf(wire.CodeOverCapacity, "%v", err)
-		}
-	}
-	s := g.shard(name)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p := s.pods[name]; p != nil {
-		return p, nil
-	}
-	if limit := g.cfg.MaxPods; g.podCount.Load() >= int64(limit) {
-		return nil, envelope.Errorf(wire.CodeOverCapacity, "the gateway serves %d pods, the limit", limit)
-	}
-	p := pod.New(g.node, name)
-	s.pods[name] = p
-	g.metrics.pods.Set(float64(g.podCount.Add(1)))
-	return p, nil
-}
-
-// readyPod returns the pod, open and ready (what pod, then WaitReady,
-// do). A pod that could not read its past, or not in time, is forgotten,
-// so that the next call opens it anew, and the refusal says why. A pod
-// removed after readyPod returned it says so when it is joined (dead:
-// Reserve, JoinGuest, Acquire), and the caller looks it up again.
-func (g *Gateway) readyPod(ctx context.Context, name string) (*pod.Pod, *envelope.Error) {
-	if g.node.NoQuorum() {
-		// A member here would be told nothing (docs/protocol.md section
-		// 7): it is sent to another node.
-		return nil, envelope.Errorf(wire.CodeNoQuorum, "this gateway node cannot reach a quorum of the cluster's history stream: connect to another node, or try again later")
-	}
-	p, e := g.pod(name)
-	if e != nil {
-		return nil, e
-	}
-	wctx, cancel := context.WithTimeout(ctx, historyOpenTimeout)
-	err := p.WaitReady(wctx)
-	cancel()
-	if err == nil {
-		return p, nil
-	}
-	g.forgetPod(p)
-	if wctx.Err() != nil || ctx.Err() != nil {
-		return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q is still reading its history; try again", name)
-	}
-	return nil, envelope.Errorf(wire.CodeOverCapacity, "pod %q cannot be opened: %v", name, err)
-}
-
-// lookupPod returns an existing pod or nil.
-func (g *Gateway) lookupPod(name string) *pod.Pod {
-	s := g.shard(name)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pods[name]
-}
-
-// maybeRemovePod forgets a pod with no member, no pending join and no
-// context, so that memory follows the pods in use.
-func (g *Gateway) maybeRemovePod(p *pod.Pod) { g.removePod(p, true) }
-
-// forgetPod removes a pod that died by itself (it lost its order, or
-// could not read its past), so that the next join opens it anew.
-func (g *Gateway) forgetPod(p *pod.Pod) { g.removePod(p, false) }
-
-// removePod removes p from the pod table if it is still the pod of its
-// name there (and, with idleOnly, if it is idle: Pod.RemoveIfIdle, asked
-// under the table shard's lock), and closes it.
-func (g *Gateway) removePod(p *pod.Pod, idleOnly bool) {
-	s := g.shard(p.Name)
-	s.mu.Lock()
-	remove := s.pods[p.Name] == p && (!idleOnly || p.RemoveIfIdle())
-	if remove {
-		delete(s.pods, p.Name)
-		g.metrics.pods.Set(float64(g.podCount.Add(-1)))
-	}
-	s.mu.Unlock()
-	if remove {
-		p.Close()
-	}
-}
-
-func (g *Gateway) allPods() []*pod.Pod {
-	var out []*pod.Pod
-	for i := range g.shards {
-		s := &g.shards[i]
-		s.mu.Lock()
-		for _, p := range s.pods {
-			out = append(out, p)
-		}
-		s.mu.Unlock()
-	}
-	return out
-}
+// bucketKey names a participant's buckets: pod names and participant ids
+// hold no "/".
+func bucketKey(pod, id string) string { return pod + "/" + id }
 
 func (g *Gateway) activeContexts() float64 {
 	n := 0
-	for _, p := range g.allPods() {
+	for _, p := range g.node.Pods() {
 		a, _ := p.Registry.Counts()
 		n += a
 	}
@@ -528,10 +392,10 @@ func (g *Gateway) activeContexts() float64 {
 
 // janitor runs the gateway's periodic work from one goroutine: every
 // second it watches each connection's writer (write timeouts, idle
-// writers) and each pod's history, every --ping-interval it pings every
-// connection, and every ten seconds it forgets refilled buckets of
-// departed participants and idle pods (a pod goes as soon as it is idle;
-// this catches one whose contexts were forgotten meanwhile).
+// writers) and ticks the node's pods (pod.Node.Tick: their history, and
+// every ten seconds what waits in vain and the idle pods), every
+// --ping-interval it pings every connection, and every ten seconds it
+// forgets refilled buckets of departed participants.
 func (g *Gateway) janitor() {
 	defer close(g.janitorDone)
 	t := time.NewTicker(time.Second)
@@ -552,8 +416,7 @@ func (g *Gateway) janitor() {
 				g.node.Buckets.Sweep(now)
 			}
 			g.mcp.EndExpired(now)
-			pods := g.allPods()
-			first := g.historyFirstSeq(pods)
+			pods := g.node.Pods()
 			for _, p := range pods {
 				for _, r := range p.Members() {
 					expire(p, r, now)
@@ -562,11 +425,8 @@ func (g *Gateway) janitor() {
 						r.Ping()
 					}
 				}
-				p.Tick(now, first, sweep)
-				if sweep {
-					g.maybeRemovePod(p)
-				}
 			}
+			g.node.Tick(now, g.historyFirstSeq(len(pods)), sweep)
 		}
 	}
 }
@@ -588,10 +448,11 @@ func (g *Gateway) historyState() (entries, bytes float64) {
 
 // historyFirstSeq is the oldest sequence the history stream holds, which
 // the pods' indexes follow (--history-bytes discards the stream's oldest
-// messages, of any pod), or 0 when there is nothing to ask.
-func (g *Gateway) historyFirstSeq(pods []*pod.Pod) uint64 {
+// messages, of any pod), or 0 when there is nothing to ask (no stream, or
+// no pod open).
+func (g *Gateway) historyFirstSeq(pods int) uint64 {
 	store := g.store()
-	if store == nil || len(pods) == 0 {
+	if store == nil || pods == 0 {
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -629,7 +490,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	hcancel()
 	close(g.janitorStop)
 	<-g.janitorDone
-	for _, p := range g.allPods() {
+	for _, p := range g.node.Pods() {
 		p.Close()
 	}
 	if g.cluster != nil {
@@ -698,6 +559,7 @@ func (g *Gateway) newNode() *pod.Node {
 				Timeout: c.MCPRequestTimeout, MaxPerParticipant: c.MaxMCPRequestsPerParticipant, MaxPerPod: c.MaxMCPRequestsPerPod,
 				ProposalTimeout: c.ProposalTimeout, MaxProposalsPerParticipant: c.MaxProposalsPerParticipant, MaxProposalsPerPod: c.MaxProposalsPerPod,
 			},
+			MaxPods: c.MaxPods,
 		},
 		Limits:  g.limitsPayload(),
 		Log:     g.log,
@@ -706,7 +568,6 @@ func (g *Gateway) newNode() *pod.Node {
 		Buckets: limits.NewBucketSet(
 			limits.Rate{Per: c.Rate, Burst: c.Burst},
 			limits.Rate{Per: c.ContextCreateRate, Burst: c.ContextCreateBurst}),
-		OnDead: g.forgetPod,
 		Traces: pod.NewTraces(g.tracer()),
 	}
 	n.Metrics.Pods.SetMaxPods(c.MetricsMaxPods)

@@ -73,41 +73,35 @@ func (g *Gateway) admitMCP(w http.ResponseWriter, r *http.Request) (mcpendpoint.
 }
 
 // joinMCP is the endpoint's Join: a connection of --max-connections, the
-// pod (looked up again when it was removed as we looked it up), the
-// guest joined to it, the join in the audit trail.
+// guest joined to the pod (Node.Enter, the one way in), the join in the
+// audit trail.
 func (g *Gateway) joinMCP(ctx context.Context, r *http.Request, a mcpendpoint.Admission, guest pod.Guest) (*pod.Pod, uint64, *envelope.Error) {
 	if n := g.connCount.Add(1); n > int64(g.cfg.MaxConnections) {
 		g.connCount.Add(-1)
 		return nil, 0, envelope.Errorf(wire.CodeOverCapacity, "the gateway has %d connections, the limit", g.cfg.MaxConnections)
 	}
-	for {
-		p, refusal := g.readyPod(ctx, a.Pod)
-		if refusal != nil {
-			g.connCount.Add(-1)
-			return nil, 0, refusal
-		}
+	var cursor uint64
+	p, refusal := g.node.Enter(ctx, a.Pod, func(p *pod.Pod) (bool, *envelope.Error) {
 		p.SyncMembers()
 		p.Settle()
-		dead, refusal, cursor := p.JoinGuest(guest)
-		if dead {
-			continue // removed as we looked it up; a new one will be made
-		}
-		if refusal != nil {
-			// The pod is full, or the participant is banned (gateway/kick).
-			g.connCount.Add(-1)
-			g.maybeRemovePod(p)
-			return nil, 0, refusal
-		}
-		g.auditJoin(r, audit.TransportMCP, a.Pod, a.Who, nil)
-		return p, cursor, nil
+		dead, refusal, c := p.JoinGuest(guest)
+		cursor = c
+		return dead, refusal
+	})
+	if refusal != nil {
+		// The pod is full, or the participant is banned (gateway/kick).
+		g.connCount.Add(-1)
+		return nil, 0, refusal
 	}
+	g.auditJoin(r, audit.TransportMCP, a.Pod, a.Who, nil)
+	return p, cursor, nil
 }
 
 // leftMCP is the endpoint's Left: the member's connection back, and its
 // pod removed when idle (at shutdown the gateway closes every pod itself).
 func (g *Gateway) leftMCP(p *pod.Pod, shutdown bool) {
 	if !shutdown {
-		g.maybeRemovePod(p)
+		g.node.RemoveIdle(p)
 	}
 	g.connCount.Add(-1)
 }

@@ -38,7 +38,6 @@ func auditCollectors(trail *audit.Log) []prometheus.Collector {
 type metrics struct {
 	registry     *prometheus.Registry
 	connections  prometheus.Gauge
-	pods         prometheus.Gauge
 	writes       prometheus.Counter
 	refusals     *prometheus.CounterVec
 	cuts         *prometheus.CounterVec
@@ -51,8 +50,6 @@ func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyS
 		registry: prometheus.NewRegistry(),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mcpp_connections", Help: "Open participant connections."}),
-		pods: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "mcpp_pods", Help: "Pods that exist (with participants or contexts)."}),
 		writes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpp_websocket_messages_out_total", Help: "WebSocket messages written (a batch counts once)."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -65,7 +62,7 @@ func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyS
 			Name: "mcpp_history_late_total", Help: "Messages of this node sent again to the history stream after it did not acknowledge them (stored late, or once after all, never lost)."}),
 	}
 	m.registry.MustRegister(podMetrics.Collectors()...)
-	m.registry.MustRegister(m.connections, m.pods, m.writes, m.refusals, m.cuts, m.historyHolds, m.historyLate,
+	m.registry.MustRegister(m.connections, m.writes, m.refusals, m.cuts, m.historyHolds, m.historyLate,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpp_contexts_active", Help: "Active contexts in all pods."}, activeContexts),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -87,23 +87,19 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 
 	id := who.ID
 	from := &pod.Sender{ID: id, Caps: who.Caps, Protocol: wire.ProtocolMCPP, Hold: true}
-	var p *pod.Pod
-	for {
-		found, perr := g.readyPod(r.Context(), name)
-		if perr != nil {
-			g.refuse(w, perr)
-			return
-		}
-		dead, refusal := found.Acquire(from)
-		if refusal != nil {
-			g.refuseJoin(w, r, audit.TransportPublish, name, who, refusal) // banned (gateway/kick)
-			return
-		}
-		if !dead {
-			p = found
-			break
-		}
-		// Removed as we looked it up; a new one will be made.
+	banned := false
+	p, perr := g.node.Enter(r.Context(), name, func(p *pod.Pod) (bool, *envelope.Error) {
+		dead, refusal := p.Acquire(from)
+		banned = refusal != nil
+		return dead, refusal
+	})
+	if banned {
+		g.refuseJoin(w, r, audit.TransportPublish, name, who, perr) // banned (gateway/kick)
+		return
+	}
+	if perr != nil {
+		g.refuse(w, perr)
+		return
 	}
 	g.auditJoin(r, audit.TransportPublish, name, who, nil)
 	from.Buckets = g.node.Buckets.Acquire(limits.BucketKey(name, id))
@@ -120,7 +116,7 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	g.awaitStored(r.Context(), p, from.Results)
 	g.node.Buckets.Release(limits.BucketKey(name, id), time.Now())
 	p.Release(from)
-	g.maybeRemovePod(p)
+	g.node.RemoveIdle(p)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: from.Results})
 }

@@ -240,9 +240,7 @@ func (p *Pod) orderLost(err error) {
 	for _, r := range members {
 		r.Close(participant.StatusOrderLost, why)
 	}
-	if p.node.OnDead != nil {
-		p.node.OnDead(p)
-	}
+	p.node.forget(p)
 }
 
 // expireContexts concludes the contexts that are due (the registry's

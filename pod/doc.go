@@ -39,6 +39,21 @@
 // on where it was has lost the pods' order: their connections there are
 // closed with 4503, to resume (orderLost).
 //
+// # The pods of a node
+//
+// A Node owns its pods, as Centrifuge's Node owns its Hub (table.go): a
+// table of the open pods by name, in shards of their own lock, so that
+// joins in different pods do not wait on each other. Every way into a pod
+// (a WebSocket upgrade, a POST, an MCP session, the operator's kick) is
+// Node.Enter: find the pod or open it (Node.Pod, under Config.MaxPods),
+// wait until it has read its past, and join it with what differs (Reserve,
+// JoinGuest, Acquire), looking again when the pod was removed as it was
+// looked up (the join says dead). A pod goes as soon as it is idle (no
+// member, pending join, publisher, ban or context: Node.RemoveIdle, after
+// a leave), or at the janitor's sweep (Node.Tick); one that lost its order
+// or could not read its past is forgotten, so that the next Enter opens it
+// anew.
+//
 // # What a pod holds
 //
 // Pod: its members (connections, and guests: MCP sessions with no
@@ -58,7 +73,7 @@
 // history's, the gateway's and those taken under them, is in
 // docs/locks.md; its spine:
 //
-//	gateway.podShard.mu (the pod table), or Tail.order → streamLog.deliver
+//	tableShard.mu (the node's pod table), or Tail.order → streamLog.deliver
 //	  → Pod.mu, the order lock
 //	    → contexts.Registry.mu (committing a frame under it takes what follows)
 //	    → liveBodies.mu → history.Writer.mu → history.Index.mu (or one alone)

@@ -74,7 +74,8 @@ func (p *Pod) joinObserver(r *participant.Participant, want HistoryWant) {
 }
 
 // Leave removes r unless a newer connection has replaced it; the caller
-// then lets the node forget the pod if it is idle.
+// then lets the node forget the pod if it is idle
+// (Node.RemoveIdle).
 func (p *Pod) Leave(r *participant.Participant) {
 	p.lock()
 	defer p.unlock()
@@ -198,7 +199,7 @@ func (p *Pod) JoinGuest(g Guest) (dead bool, refusal *envelope.Error, cursor uin
 // LeaveGuest removes g unless something newer has replaced it; everyone
 // is told it left, with reason when it did not leave of its own accord
 // (its token expired, or was revoked). The caller then lets the node
-// forget the pod if it is idle.
+// forget the pod if it is idle (Node.RemoveIdle).
 func (p *Pod) LeaveGuest(g Guest, reason string) {
 	p.lock()
 	defer p.unlock()

@@ -65,10 +65,15 @@ type Config struct {
 	// Calls bounds the MCP requests in flight and the proposals
 	// (calls.go, proposals.go).
 	Calls CallsConfig
+	// MaxPods bounds the pods open on the node at once (--max-pods; 0: no
+	// bound): Node.Pod refuses to open more.
+	MaxPods int
 }
 
 // Metrics are the counters the pods move; the gateway registers them.
 type Metrics struct {
+	// PodsOpen is the number of pods open on the node (table.go).
+	PodsOpen    prometheus.Gauge
 	EnvelopesIn prometheus.Counter
 	Deliveries  prometheus.Counter
 	Errors      *prometheus.CounterVec // by code
@@ -95,6 +100,8 @@ type Metrics struct {
 // NewMetrics makes the metrics, unregistered.
 func NewMetrics() *Metrics {
 	return &Metrics{
+		PodsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcpp_pods", Help: "Pods that exist (with participants or contexts)."}),
 		EnvelopesIn: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpp_envelopes_in_total", Help: "Envelopes accepted and published to their pod."}),
 		Deliveries: prometheus.NewCounter(prometheus.CounterOpts{
@@ -116,7 +123,7 @@ func NewMetrics() *Metrics {
 
 // Collectors lists the metrics, for a registry.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{m.EnvelopesIn, m.Deliveries, m.Errors, m.Conclusions, m.OrderLost, m.FollowErrors, m.LiveLost},
+	return append([]prometheus.Collector{m.PodsOpen, m.EnvelopesIn, m.Deliveries, m.Errors, m.Conclusions, m.OrderLost, m.FollowErrors, m.LiveLost},
 		append(m.Calls.collectors(), m.Pods.collectors()...)...)
 }
 
@@ -178,9 +185,10 @@ type Node struct {
 	Cluster Cluster
 	// Buckets are the participants' rate buckets, by pod and id.
 	Buckets *limits.BucketSet
-	// OnDead is told of a pod that died by itself (its order was lost),
-	// so that the node forgets it.
-	OnDead func(*Pod)
+	// HistoryOpen, when not nil, is closed once History and Writer are
+	// set (a cluster's stream opens in the background, once enough nodes
+	// are up): Enter opens no pod before. Nil: they are set before Start.
+	HistoryOpen <-chan struct{}
 	// Verify checks a token a connection sends to refresh its own
 	// (gateway/refresh) for a pod; nil when the node runs open (no token).
 	Verify func(ctx context.Context, token, pod string) (Admitted, *envelope.Error)
@@ -194,6 +202,11 @@ type Node struct {
 	// Traces are the node's tracing (tracing.go); Start makes them, off,
 	// when nil.
 	Traces *Traces
+
+	// table is the pods open on this node, by name (table.go), podCount
+	// their number (Config.MaxPods).
+	table    [tableShards]tableShard
+	podCount atomic.Int64
 
 	dispatch *dispatch
 	// bodies are the bodies of this node's live frames, kept for the

@@ -71,7 +71,7 @@ type Pod struct {
 	// publishers are the senders with no connection at work in the pod
 	// (Acquire: POSTs), so that a kick reaches what they send next.
 	publishers map[*Sender]struct{}
-	dead       bool // removed from the gateway (or closed): joiners must look again
+	dead       bool // removed from the node's table (or closed): joiners must look again
 	// flushes are the members queued something since the order lock was
 	// taken, flushed once when it is let go (unlock), or handed to a
 	// sender that holds its flushes (unlockFor).
@@ -277,10 +277,10 @@ func (p *Pod) rebuildSnapshot() {
 	p.countMembers()
 }
 
-// Idle reports whether the pod holds nothing worth keeping: a pod exists
+// idle reports whether the pod holds nothing worth keeping: a pod exists
 // while it has participants or contexts (its history outlives it, and its
 // participants' rate buckets are the node's). Call it with Pod.mu held
-// (RemoveIfIdle).
+// (removeIfIdle).
 func (p *Pod) idle() bool {
 	if len(p.bans) > 0 {
 		now := timeNow()
@@ -291,10 +291,10 @@ func (p *Pod) idle() bool {
 	return len(p.members) == 0 && len(p.guests) == 0 && len(p.observers) == 0 && p.pending == 0 && len(p.publishers) == 0 && len(p.bans) == 0 && p.Registry.Empty()
 }
 
-// RemoveIfIdle marks the pod dead when it is idle, and reports whether
-// it did: the caller (the gateway's pod table, whose lock it holds) then
+// removeIfIdle marks the pod dead when it is idle, and reports whether
+// it did: the caller (Node.remove, with the table shard's lock held) then
 // forgets it and closes it.
-func (p *Pod) RemoveIfIdle() bool {
+func (p *Pod) removeIfIdle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead || !p.idle() {
@@ -339,7 +339,7 @@ func (p *Pod) admits(id string) *envelope.Error {
 }
 
 // Unreserve gives back a Reserve that did not join; the caller then lets
-// the node forget the pod if it is idle.
+// the node forget the pod if it is idle (Node.RemoveIdle).
 func (p *Pod) Unreserve() {
 	p.mu.Lock()
 	p.pending--
@@ -427,7 +427,7 @@ func (p *Pod) Acquire(s *Sender) (dead bool, refusal *envelope.Error) {
 }
 
 // Release ends an Acquire; the caller then lets the node forget the pod
-// if it is idle.
+// if it is idle (Node.RemoveIdle).
 func (p *Pod) Release(s *Sender) {
 	p.mu.Lock()
 	delete(p.publishers, s)
