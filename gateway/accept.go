@@ -293,16 +293,18 @@ var hookBeforeJoin atomic.Pointer[func(pod, participant string)]
 // readLoop reads the participant's messages until its connection ends,
 // each into the pod (pod.Handle), the sender pausing while the pod's
 // flow control says so (Throttle). The writers of the members its
-// envelopes go to are woken once the messages it has sent are handled,
-// not after each.
+// envelopes go to are woken once the messages it has read are handled,
+// not after each: they are one burst (pod.Burst), which ends when no
+// more is read.
 func (g *Gateway) readLoop(p *pod.Pod, r *participant.Participant, buckets *limits.Buckets) {
-	from := &pod.Sender{ID: r.ID, Protocol: r.Protocol, Conn: r, Buckets: buckets, Hold: true}
-	defer from.Flush()
+	from := &pod.Sender{ID: r.ID, Protocol: r.Protocol, Conn: r, Buckets: buckets, Reply: pod.ReplyTo(r)}
+	burst := new(pod.Burst)
+	defer burst.Flush()
 	r.ReadLoop(context.Background(), func(msg []byte, binary, more bool) {
-		p.Handle(from, msg, binary)
+		p.Handle(from, burst, msg, binary)
 		if !more {
-			from.Flush()
+			burst.Flush()
 		}
-		p.Throttle(from)
+		p.Throttle(burst)
 	})
 }

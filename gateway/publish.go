@@ -86,7 +86,8 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 
 	id := who.ID
-	from := &pod.Sender{ID: id, Caps: who.Caps, Protocol: wire.ProtocolMCPP, Hold: true}
+	var results pod.Results
+	from := &pod.Sender{ID: id, Caps: who.Caps, Protocol: wire.ProtocolMCPP, Reply: &results}
 	banned := false
 	p, perr := g.node.Enter(r.Context(), name, func(p *pod.Pod) (bool, *envelope.Error) {
 		dead, refusal := p.Acquire(from)
@@ -103,22 +104,25 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 	}
 	g.auditJoin(r, audit.TransportPublish, name, who, nil)
 	from.Buckets = g.node.Buckets.Acquire(limits.BucketKey(name, id))
+	burst := new(pod.Burst)
 	for i, line := range envs {
 		if hook := hookPublishLine.Load(); hook != nil && i > 0 {
 			(*hook)(name, id, i)
 		}
 		// A kick of the participant while the body is handled refuses
 		// the rest of it (forbidden): it is checked in the pod's order.
-		p.Handle(from, line, false)
-		p.Throttle(from)
+		// The body is one burst: the members' writers are woken at its
+		// end.
+		p.Handle(from, burst, line, false)
+		p.Throttle(burst)
 	}
-	from.Flush()
-	g.awaitStored(r.Context(), p, from.Results)
+	burst.Flush()
+	g.awaitStored(r.Context(), p, results)
 	g.node.Buckets.Release(limits.BucketKey(name, id), time.Now())
 	p.Release(from)
 	g.node.RemoveIdle(p)
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: from.Results})
+	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: results})
 }
 
 // publishStoredWait bounds how long a publish's answer waits for its

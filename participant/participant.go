@@ -67,9 +67,10 @@ type Participant struct {
 	// JoinSeq is the node's frame sequence when it joined (set by the
 	// pod before the participant is in its fan-out).
 	JoinSeq uint64
-	// FlushMark is the pod fan-out's: the burst in which it last queued
-	// something for the participant (so that it flushes it once).
-	FlushMark uint64
+	// BurstSeq is the pod fan-out's: the number of the burst (pod.Burst)
+	// that last queued something for the participant, so that the burst
+	// wakes its writer once.
+	BurstSeq uint64
 	// flushDue is set while a burst of the pod's fan-out has queued
 	// something for the participant that it will Flush at its end.
 	flushDue atomic.Bool

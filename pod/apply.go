@@ -72,7 +72,7 @@ func (p *Pod) commitEvent(m *envelope.Meta, body, frame []byte, id string, at ti
 //
 // burst is the dispatcher's, which wakes the writers at the end of its
 // burst; nil (off the dispatcher) wakes them when the lock goes.
-func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Sender) {
+func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Burst) {
 	p.lockFor(burst)
 	defer p.unlockFor(burst)
 	if !p.delivering.Load() {

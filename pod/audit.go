@@ -13,7 +13,7 @@ import (
 // The pod's trust decisions in the node's audit trail (Node.Audit,
 // package audit): each is recorded once, by the node that made it, where
 // it was made: a refusal by a rule of trust (ingress.refuse), a grant or
-// a revoke once committed (answerCapabilityChange, commitGrant), a kick
+// a revoke once committed (ingress.accepted, commitGrant), a kick
 // and its ban (kick), a refresh (refresh), and a proposal and its end
 // (commitProposalEventFull: every node expires a proposal on its own
 // clock, so every node that holds it records its expiry).

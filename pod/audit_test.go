@@ -158,13 +158,14 @@ func BenchmarkRefusalAudit(b *testing.B) {
 				n.Audit = audit.New(blockedWriter(block), nil, audit.Options{Node: n.ID})
 			}
 			p := openPod(b, n, "bench")
+			var results Results
 			s := &Sender{ID: "bob", Caps: capability.MustCompile(wire.Kinds("chat")), Protocol: wire.ProtocolMCPP,
-				Buckets: n.Buckets.Acquire("bench/bob")}
+				Buckets: n.Buckets.Acquire("bench/bob"), Reply: &results}
 			body := []byte(`{"id":"e1","kind":"tool/run","payload":{"text":"not allowed"}}`)
 			b.ReportAllocs()
 			for b.Loop() {
-				p.Handle(s, body, false)
-				s.Results = s.Results[:0]
+				p.Handle(s, nil, body, false)
+				results = results[:0]
 			}
 		})
 	}

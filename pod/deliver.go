@@ -11,9 +11,9 @@ import (
 // rewritten), and returns how many took it. body is the frame's (or, on a
 // node that needs no frame, a copy of its own: ingress.commit), which
 // nobody changes: the writers write it as it is. Their writers are woken
-// once, when the order lock is let go (unlock), or when a sender that
-// holds its flushes flushes (Sender.Hold), so that what a burst queued
-// goes out in one write per connection. Call it with Pod.mu held.
+// once, when the order lock is let go (unlock), or at the end of the
+// burst the lock was taken in (Burst, lockFor), so that what a burst
+// queued goes out in one write per connection. Call it with Pod.mu held.
 func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
 	var mcpx []byte
 	pick := func(r *participant.Participant) []byte {
@@ -29,7 +29,7 @@ func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
 		if !r.Enqueue(pick(r)) {
 			return false
 		}
-		p.flushes.add(r)
+		p.burst.add(r)
 		return true
 	}
 	n := 0

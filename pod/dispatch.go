@@ -22,11 +22,11 @@ const dispatchQueue = 1 << 16
 // Everything of one pod goes to the same goroutine, so a pod handles its
 // messages one at a time, in the order they came.
 //
-// Each goroutine holds the wakes of the writers it queued envelopes for
-// (a Sender that holds its flushes) until its queues are empty, or
+// Each goroutine has a Burst of its own, which holds the wakes of the
+// writers it queued envelopes for until its queues are empty, or
 // burstFlush messages were handled: what a burst brings goes out in one
-// write per connection, as a reader's burst does (Sender.Hold), instead
-// of one write per envelope and recipient.
+// write per connection, as a reader's burst does, instead of one write
+// per envelope and recipient.
 type dispatch struct {
 	broker Broker
 	queues []chan delivery // what the broker brings, by goroutine
@@ -46,7 +46,7 @@ type delivery struct {
 type dispatchSub struct {
 	sub     Subscription
 	queue   chan delivery
-	fn      func(Msg, *Sender)
+	fn      func(Msg, *Burst)
 	stopped atomic.Bool
 }
 
@@ -61,9 +61,8 @@ func newDispatch(b Broker) *dispatch {
 }
 
 // task is work handed to a pod's dispatcher goroutine (run), with the
-// goroutine's burst: the Sender whose flush wakes the writers it queued
-// for.
-type task interface{ run(burst *Sender) }
+// goroutine's burst, whose flush wakes the writers it queued for.
+type task interface{ run(burst *Burst) }
 
 // burstFlush is the most messages a dispatcher handles before it wakes
 // the writers they were queued for, when more keep coming: a pod that
@@ -71,7 +70,7 @@ type task interface{ run(burst *Sender) }
 const burstFlush = 256
 
 func (d *dispatch) loop(q chan delivery, tasks chan task) {
-	burst := &Sender{Hold: true}
+	burst := new(Burst)
 	handled := 0
 	for {
 		select {
@@ -113,7 +112,7 @@ func (d *dispatch) run(key string, t task) {
 // key (the pod's name), with that goroutine's burst. The broker's own
 // goroutine only queues it there, and drops it when the queue is full
 // rather than wait: a broker's delivery must not block.
-func (d *dispatch) subscribe(key, subject string, fn func(Msg, *Sender)) (*dispatchSub, error) {
+func (d *dispatch) subscribe(key, subject string, fn func(Msg, *Burst)) (*dispatchSub, error) {
 	s := &dispatchSub{queue: d.queues[d.shard(key)], fn: fn}
 	sub, err := d.broker.Subscribe(subject, func(m Msg) {
 		select {

@@ -5,7 +5,7 @@
 // # The path of an envelope
 //
 //	reader goroutine of the sender (WebSocket; a POST and an MCP tool call take the same path: Sender, Handle)
-//	  parse once (envelope.Parse) → from, kind, capability, size      refusal: system/error, to the sender alone
+//	  parse once (envelope.Parse) → from, kind, capability, size      refusal: system/error, by its reply route
 //	  ── the pod's order lock ─────────────────────────────────────────────────────────────────────────────
 //	  duplicate_id, the context registry (depth, conflicts, caps, rates)
 //	  → frame = header + envelope bytes (envelope.AppendFrame)
@@ -19,8 +19,8 @@
 //	     several nodes each node queues its own at once and the others' as the pod's core NATS
 //	     no history    subject brings them
 //	  ── the lock is let go: each member's writer is woken once for all it was queued (unlock), or at ─
-//	     the end of the burst: a reader with more messages read (Sender.Hold), the dispatcher that
-//	     brings the stream's frames (dispatch.go)
+//	     the end of the burst (Burst): a reader's while it has more messages read, a POST's body, the
+//	     dispatcher's that brings the stream's frames (dispatch.go)
 //	writer of each member (participant): everything queued in one system call
 //
 // So on one node an envelope is in its members' queues before its sender
@@ -38,6 +38,21 @@
 // JetStream's consumer limit. A node whose follower stops and cannot go
 // on where it was has lost the pods' order: their connections there are
 // closed with 4503, to resume (orderLost).
+//
+// # A sender, its replies, its burst
+//
+// Handle takes apart three things a message comes with. The Sender is the
+// participant it comes from, as its way in sees it: its id, what it may
+// send (its connection's capabilities, or Caps), its connection or MCP
+// session (Conn, Guest: a kicked or replaced one is refused), its rate
+// buckets. Its reply route (Sender.Reply, a Replier) is where the pod's
+// answers go: envelopes in a connection's own queue (ReplyTo), or the
+// Results that a POST and an MCP tool call answer with; ingress tells it
+// of each message once, accepted, refused or answered. The Burst is whose
+// writers wait for the end of what is being sent: a reader with more
+// messages read, a POST's body and each dispatcher goroutine keep one
+// across many holds of the order lock, of one pod or several, and end it
+// with Flush; without one (nil) the writers are woken as the lock goes.
 //
 // # The pods of a node
 //
@@ -82,7 +97,8 @@
 //	      broker's, gateway.cluster.mu
 //
 // streamLog.mu is taken under streamLog.deliver, never under Pod.mu.
-// A participant's writer is woken after the order lock is let go
-// (flushSet). A function that must be called with a lock held says so
-// last in its doc comment: "Call it with Pod.mu held."
+// A participant's writer is woken after the order lock is let go, at the
+// end of the burst it was queued in (Burst). A function that must be
+// called with a lock held says so last in its doc comment: "Call it with
+// Pod.mu held."
 package pod

@@ -42,20 +42,19 @@ func benchFanoutOf(b *testing.B, n *Node, count, size int) {
 	for i := range count {
 		members = append(members, join(b, p, fmt.Sprintf("m%d", i), joinOpts{discard: true, sendQueue: 1 << 16}))
 	}
-	from := members[0].from
-	from.Hold = true
+	from, burst := members[0].from, new(Burst) // as a reader with more messages read
 	text := strings.Repeat("the agent reads a file and plans the next step; ", size/48+1)[:size-64]
 	body, _ := json.Marshal(map[string]any{"kind": "chat", "payload": map[string]any{"text": text}})
 	b.SetBytes(int64(len(body)))
 	b.ResetTimer()
 	for i := range b.N {
-		p.Handle(from, body, false)
+		p.Handle(from, burst, body, false)
 		if i%64 == 63 {
-			from.Flush()
-			p.Throttle(from)
+			burst.Flush()
+			p.Throttle(burst)
 		}
 	}
-	from.Flush()
+	burst.Flush()
 	b.StopTimer()
 	// Let the writers drain before the members are closed.
 	deadline := time.Now().Add(10 * time.Second)

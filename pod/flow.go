@@ -107,13 +107,13 @@ func (f *flow) over() bool {
 }
 
 // Throttle waits while the sender is ahead of its bounds, or until the
-// pod is closed; what s holds is flushed first.
-func (p *Pod) Throttle(s *Sender) {
+// pod is closed; the burst it sends in, b (nil: none), is flushed first.
+func (p *Pod) Throttle(b *Burst) {
 	f := &p.flow
 	if !f.over() {
 		return
 	}
-	s.Flush()
+	b.Flush()
 	f.wait(func() bool { return !f.over() }, nil)
 }
 

@@ -79,7 +79,10 @@ type member struct {
 	in   chan map[string]any
 	conn *websocket.Conn // the test's end
 	from *Sender
-	p    *Pod
+	// burst is the burst its envelopes are sent in, as its reader's
+	// (nil: each one's own, woken as the order lock goes).
+	burst *Burst
+	p     *Pod
 }
 
 // joinOpts tune a join.
@@ -138,7 +141,7 @@ func join(t testing.TB, p *Pod, id string, o joinOpts) *member {
 	}
 	p.Join(r, o.want)
 	m := &member{t: t, id: id, r: r, in: make(chan map[string]any, 1<<16), conn: conn, p: p,
-		from: &Sender{ID: id, Protocol: wire.ProtocolMCPP, Conn: r,
+		from: &Sender{ID: id, Protocol: wire.ProtocolMCPP, Conn: r, Reply: ReplyTo(r),
 			Buckets: p.node.Buckets.Acquire(p.Name + "/" + id)}}
 	switch {
 	case o.discard:
@@ -174,12 +177,12 @@ func (m *member) read() {
 // send hands the pod an envelope of the member's, as its reader would.
 func (m *member) send(env map[string]any) {
 	b, _ := json.Marshal(env)
-	m.p.Handle(m.from, b, false)
+	m.p.Handle(m.from, m.burst, b, false)
 }
 
 // sendRaw hands the pod an envelope of the member's as written, byte
 // for byte.
-func (m *member) sendRaw(env string) { m.p.Handle(m.from, []byte(env), false) }
+func (m *member) sendRaw(env string) { m.p.Handle(m.from, m.burst, []byte(env), false) }
 
 // next is the next message the member received, or a failure after 5s.
 func (m *member) next() map[string]any {

@@ -3,14 +3,12 @@ package pod
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/audit"
@@ -23,10 +21,12 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// Sender is who envelopes come from, the one way into a pod for every
-// sender: a participant's WebSocket connection, or one with no
-// connection (a tool publishing over HTTP, an MCP participant), whose
-// answers are collected in Results instead of being sent.
+// Sender is who envelopes come from, a participant of the pod as the
+// one way into it sees it: a participant's WebSocket connection, or one
+// with no connection (a tool publishing over HTTP, an MCP participant).
+// What it sends is answered through its reply route (Reply); the writers
+// of the members it was queued for are woken at the end of a burst
+// (Burst), which is its caller's, not the sender's.
 type Sender struct {
 	ID string
 	// Caps are what a sender with no connection may send; a connection's
@@ -39,17 +39,10 @@ type Sender struct {
 	// the pod's member of its id (kicked, or replaced).
 	Guest   Guest
 	Buckets *limits.Buckets
-	// Results are the answers to a sender with no connection, one per
-	// message handled.
-	Results []wire.PublishResult
-	// Hold keeps the writers of the members that its envelopes were
-	// queued for waiting until Flush, so that what it sends in a burst
-	// goes out in one write per member (a reader that has more messages
-	// buffered sets it, and flushes before it waits for more).
-	Hold bool
-	// flushes are the members its envelopes were queued for since its
-	// last Flush.
-	flushes flushSet
+	// Reply is where the answers to what it sends go: ReplyTo(Conn) for a
+	// connection, a *Results over HTTP and MCP (nil for a sender that
+	// only keeps the pod, Acquire, and sends nothing).
+	Reply Replier
 	// grants are the grants the sender holds in the pod (capability/grant),
 	// looked up once.
 	grants *capability.Grants
@@ -66,10 +59,6 @@ func (s *Sender) caps() *capability.Set {
 	}
 	return s.Caps
 }
-
-// Flush wakes the writer of every member the sender's envelopes were
-// queued for since its last Flush (Hold).
-func (s *Sender) Flush() { s.flushes.flush() }
 
 // filter is the sender's filter: its connection's, or the default one.
 func (s *Sender) filter() *filter.Filter {
@@ -98,11 +87,14 @@ func (n *Node) SetDraining(on bool) { n.draining.Store(on) }
 type ingress struct {
 	pod  *Pod
 	from *Sender
-	env  envelope.Envelope
-	meta envelope.Meta
-	req  contexts.Request
-	acc  contexts.Accepted
-	now  time.Time
+	// burst is the caller's burst the envelope is queued in (nil: the
+	// order lock's own, which ends as the lock goes).
+	burst *Burst
+	env   envelope.Envelope
+	meta  envelope.Meta
+	req   contexts.Request
+	acc   contexts.Accepted
+	now   time.Time
 	// tokens is the accepted envelope's token estimate.
 	tokens int
 	// call is what an MCP envelope says of the call it is part of, prop
@@ -124,7 +116,7 @@ var ingresses = sync.Pool{New: func() any { return &ingress{delivered: -1} }}
 
 // release returns in to the pool, dropping what it points to.
 func (in *ingress) release() {
-	in.pod, in.from = nil, nil
+	in.pod, in.from, in.burst = nil, nil, nil
 	in.env.Reset()
 	in.meta.Reset()
 	in.req = contexts.Request{}
@@ -138,13 +130,16 @@ func (in *ingress) release() {
 }
 
 // Handle checks one message of s and, when it passes, takes it into the
-// pod's order; otherwise it answers system/error (over HTTP and MCP, in
-// Results). binary is a WebSocket binary message, which is never an
-// envelope. data is not kept: the caller may reuse it. docs/protocol.md
-// section 5: the first rule broken in the table's order is reported.
-func (p *Pod) Handle(s *Sender, data []byte, binary bool) Outcome {
+// pod's order; otherwise it answers system/error. Either way s.Reply is
+// told. The writers of the members it is queued for are woken when b
+// ends (Burst.Flush: a reader with more messages read, a POST's body
+// keep one burst for them all), or, with b nil, as the order lock is let
+// go. binary is a WebSocket binary message, which is never an envelope.
+// data is not kept: the caller may reuse it. docs/protocol.md section 5:
+// the first rule broken in the table's order is reported.
+func (p *Pod) Handle(s *Sender, b *Burst, data []byte, binary bool) Outcome {
 	in := ingresses.Get().(*ingress)
-	in.pod, in.from = p, s
+	in.pod, in.from, in.burst = p, s, b
 	in.handle(data, binary)
 	var out Outcome
 	if in.acc.Context != nil {
@@ -300,8 +295,8 @@ func (in *ingress) accept(rateErr *envelope.Error) {
 	// section 8).
 	in.tokens = estimateTokens(out)
 
-	p.lockFor(s)
-	defer p.unlockFor(s)
+	p.lockFor(in.burst)
+	defer p.unlockFor(in.burst)
 	dupErr, e := in.checkState(sentID)
 	if e != nil {
 		in.refuse(e, sentID)
@@ -442,7 +437,7 @@ func (in *ingress) commitMain(out []byte, sentID string, change *capabilityChang
 		in.meta.Via = append(in.meta.Via, change.via...)
 	}
 	in.commit(out)
-	in.answerCapabilityChange(change)
+	in.accepted(change)
 }
 
 // commitInContext commits an envelope of a sub-context through the pod's
@@ -478,7 +473,7 @@ func (in *ingress) commitInContext(out []byte, sentID string, c envelope.Context
 		in.refuse(e, sentID)
 		return
 	}
-	in.answerCapabilityChange(change)
+	in.accepted(change)
 }
 
 // allowed reports whether the sender may send the envelope: its own
@@ -580,39 +575,18 @@ func (in *ingress) commit(body []byte) {
 	p.node.Metrics.EnvelopesIn.Inc()
 	p.m.envIn.Inc()
 	p.m.bytesIn.Add(float64(len(body)))
-	if in.from.Conn == nil {
-		in.from.Results = append(in.from.Results, wire.PublishResult{ID: in.env.ID})
-	}
 }
 
-// refuse answers the sender with system/error, through its send queue
-// (over HTTP and MCP, in its Results).
+// refuse answers the sender with system/error, through its reply route.
 func (in *ingress) refuse(e *envelope.Error, correlationID string) {
 	in.refused = e.Code
 	in.pod.node.Metrics.Errors.WithLabelValues(string(e.Code)).Inc()
 	in.pod.m.refused(string(e.Code))
 	in.auditRefusal(e, correlationID)
-	pl := e.Payload()
-	if c := in.from.Conn; c != nil {
-		c.Answer(direct(c.ID, c.Protocol, wire.KindError, correlationID, pl))
-		return
-	}
-	in.from.Results = append(in.from.Results, wire.PublishResult{ID: correlationID, Error: &pl})
+	in.from.Reply.Refused(correlationID, e.Payload())
 }
 
 // reply answers a gateway request.
 func (in *ingress) reply(kind string, payload any) {
-	if c := in.from.Conn; c != nil {
-		c.Answer(direct(c.ID, c.Protocol, kind, in.env.ID, payload))
-		return
-	}
-	id := in.env.ID
-	if id == "" {
-		id = uuid.NewString() // as for any envelope without one (docs/protocol.md section 2)
-	}
-	answer, err := json.Marshal(payload)
-	if err != nil {
-		panic("pod: an answer does not marshal: " + err.Error()) // a bug, never input
-	}
-	in.from.Results = append(in.from.Results, wire.PublishResult{ID: id, Answer: answer})
+	in.from.Reply.Answered(in.env.ID, kind, payload)
 }

@@ -15,7 +15,7 @@ import (
 
 // liveLost does the marker of a lost live frame, frame, had its body
 // been lost for why. burst is the dispatcher's, or nil.
-func (p *Pod) liveLost(frame []byte, why error, burst *Sender) {
+func (p *Pod) liveLost(frame []byte, why error, burst *Burst) {
 	p.lockFor(burst)
 	defer p.unlockFor(burst)
 	var m envelope.Meta

@@ -132,7 +132,7 @@ func (l *coreLog) here() bool { return true }
 
 func (l *coreLog) open(context.Context) error {
 	p := l.p
-	sub, err := p.node.dispatch.subscribe(p.Name, p.subject, func(m Msg, burst *Sender) {
+	sub, err := p.node.dispatch.subscribe(p.Name, p.subject, func(m Msg, burst *Burst) {
 		p.fromLog(m.Data, history.Loc{}, 0, burst)
 	})
 	if err != nil {

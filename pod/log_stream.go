@@ -151,7 +151,7 @@ func (l *streamLog) close() {
 
 // onMsg takes a message of the stream (the past, then what the follower
 // brings), in the stream's order.
-func (l *streamLog) onMsg(_ string, m history.Msg, burst *Sender) {
+func (l *streamLog) onMsg(_ string, m history.Msg, burst *Burst) {
 	err := history.Frames(m.Data, func(off int, frame []byte) error {
 		l.take(parkedFrame{frame: frame, loc: history.Loc{Seq: m.Seq, Off: off}, at: m.Time}, burst)
 		return nil
@@ -163,7 +163,7 @@ func (l *streamLog) onMsg(_ string, m history.Msg, burst *Sender) {
 
 // take hands the pod one frame of the stream: a marker is replaced by its
 // body; one whose body has not come parks it and what follows.
-func (l *streamLog) take(f parkedFrame, burst *Sender) {
+func (l *streamLog) take(f parkedFrame, burst *Burst) {
 	l.deliver.Lock()
 	defer l.deliver.Unlock()
 	l.mu.Lock()
@@ -186,7 +186,7 @@ func (l *streamLog) take(f parkedFrame, burst *Sender) {
 
 // release hands the pod the parked frames whose bodies have come (or were
 // found lost). burst is the dispatcher's, or nil off the dispatcher.
-func (l *streamLog) release(burst *Sender) {
+func (l *streamLog) release(burst *Burst) {
 	l.deliver.Lock()
 	defer l.deliver.Unlock()
 	l.flush(burst)
@@ -196,7 +196,7 @@ func (l *streamLog) release(burst *Sender) {
 // bodies have come: a body lost (gone) hands its marker as it is, and the
 // members that may have missed it are told. Call it with
 // streamLog.deliver held.
-func (l *streamLog) flush(burst *Sender) {
+func (l *streamLog) flush(burst *Burst) {
 	for {
 		l.mu.Lock()
 		if len(l.parked) == 0 || l.closed {
@@ -363,7 +363,7 @@ func (l *streamLog) ask(wait uint64) {
 
 // onBody keeps another node's live frame until its marker comes, and
 // lets parked frames go when it is the one they wait for.
-func (l *streamLog) onBody(msg Msg, burst *Sender) {
+func (l *streamLog) onBody(msg Msg, burst *Burst) {
 	var meta envelope.Meta
 	if _, err := envelope.DecodeFrame(msg.Data, &meta); err != nil || meta.Origin == l.p.node.ID {
 		return // this node's own are kept when published

@@ -218,8 +218,9 @@ type Node struct {
 	follow   *Follower
 	// frameSeq numbers the frames this node accepts (envelope.Meta.Seq).
 	frameSeq atomic.Uint64
-	// scopes numbers the pods' flush scopes (participant.FlushMark).
-	scopes   atomic.Uint64
+	// burstSeq numbers the bursts of the node's pods (Burst,
+	// participant.BurstSeq).
+	burstSeq atomic.Uint64
 	draining atomic.Bool
 	// cutSince is when the node was found cut off from a quorum of the
 	// history stream (unix ns; 0: it is not), quorum.go.

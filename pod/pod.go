@@ -72,10 +72,11 @@ type Pod struct {
 	// (Acquire: POSTs), so that a kick reaches what they send next.
 	publishers map[*Sender]struct{}
 	dead       bool // removed from the node's table (or closed): joiners must look again
-	// flushes are the members queued something since the order lock was
-	// taken, flushed once when it is let go (unlock), or handed to a
-	// sender that holds its flushes (unlockFor).
-	flushes flushSet
+	// burst is the burst of the order lock's hold: the members queued
+	// something since the lock was taken, whose writers are woken once as
+	// it is let go (unlock), or moved into the burst of the lock's caller
+	// (unlockFor).
+	burst Burst
 	// sending are the ids of envelopes this node sent into the stream and
 	// has not seen back (OrderStream): duplicates already.
 	sending map[string]struct{}
@@ -220,38 +221,39 @@ func (p *Pod) Dead() bool {
 	return p.dead
 }
 
-// lock takes the order lock and starts a flush scope of its own.
+// lock takes the order lock and starts a burst of its own.
 func (p *Pod) lock() {
 	p.mu.Lock()
-	p.flushes.open(&p.node.scopes)
+	p.burst.open(&p.node.burstSeq)
 }
 
-// lockFor takes the order lock for a sender's envelope: a sender that
-// holds its flushes goes on with its scope (nil: none, as lock).
-func (p *Pod) lockFor(s *Sender) {
-	if s == nil || !s.Hold {
+// lockFor takes the order lock within b, a burst that spans several holds
+// of the lock (a reader's, a POST's, a dispatcher's); nil: a burst of its
+// own, as lock.
+func (p *Pod) lockFor(b *Burst) {
+	if b == nil {
 		p.lock()
 		return
 	}
 	p.mu.Lock()
-	p.flushes.share(&s.flushes, &p.node.scopes)
+	p.burst.within(b, &p.node.burstSeq)
 }
 
-// unlockFor lets the order lock go, handing a sender that holds its
-// flushes the members to wake when it flushes.
-func (p *Pod) unlockFor(s *Sender) {
-	if s == nil || !s.Hold {
+// unlockFor lets the order lock go, moving the members it queued for into
+// b, whose owner wakes them when it flushes (nil: woken now, as unlock).
+func (p *Pod) unlockFor(b *Burst) {
+	if b == nil {
 		p.unlock()
 		return
 	}
-	p.flushes.handTo(&s.flushes)
+	p.burst.handTo(b)
 	p.mu.Unlock()
 }
 
 // unlock lets the order lock go and wakes, once, the writer of every
 // member something was queued for while it was held: a burst goes out
 // in one write per connection.
-func (p *Pod) unlock() { p.flushes.flushUnlocking(&p.mu) }
+func (p *Pod) unlock() { p.burst.flushUnlocking(&p.mu) }
 
 // nextPos gives the next frame its position. Call it with Pod.mu held.
 func (p *Pod) nextPos() uint64 {

@@ -128,7 +128,7 @@ func TestThrottle(t *testing.T) {
 	}
 	waited := make(chan struct{})
 	go func() {
-		p.Throttle(alice.from)
+		p.Throttle(alice.burst)
 		close(waited)
 	}()
 	select {

@@ -21,7 +21,7 @@ import (
 // publisher is a sender with no connection, as a POST's.
 func publisher(n *Node, id string) *Sender {
 	return &Sender{ID: id, Caps: capability.MustCompile(wire.Kinds("*")), Protocol: wire.ProtocolMCPP,
-		Buckets: n.Buckets.Acquire("table/" + id)}
+		Buckets: n.Buckets.Acquire("table/" + id), Reply: new(Results)}
 }
 
 // enter enters pod name as s (Acquire), failing the test on a refusal.
@@ -174,10 +174,9 @@ func TestTableIdlePodOpensAgain(t *testing.T) {
 	alice := publisher(n, "alice")
 	first := enter(t, n, "lab", alice)
 	b, _ := json.Marshal(chat("m0", 7))
-	first.Handle(alice, b, false)
-	alice.Flush()
-	if len(alice.Results) != 1 || alice.Results[0].Error != nil {
-		t.Fatalf("the envelope was not accepted: %+v", alice.Results)
+	first.Handle(alice, nil, b, false)
+	if rs := resultsOf(alice); len(rs) != 1 || rs[0].Error != nil {
+		t.Fatalf("the envelope was not accepted: %+v", rs)
 	}
 	leave(n, first, alice)
 	if n.Lookup("lab") != nil || !first.Dead() {

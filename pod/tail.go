@@ -118,7 +118,7 @@ type Tail struct {
 	f        *Follower
 	key      string
 	subjects []string
-	fn       func(subject string, m history.Msg, burst *Sender)
+	fn       func(subject string, m history.Msg, burst *Burst)
 
 	// order makes the calls of fn one at a time, in the stream's order,
 	// whoever hands them (the dispatcher, Follow).
@@ -137,14 +137,14 @@ type tailMsg struct {
 	m       history.Msg
 }
 
-func (tm tailMsg) run(burst *Sender) { tm.t.handle(tm, burst) }
+func (tm tailMsg) run(burst *Burst) { tm.t.handle(tm, burst) }
 
 // Follow hands fn every message stored on the pod's subjects, from the
 // oldest the stream holds, in the stream's order, one at a time; the
 // messages stored before Follow returns (the pod's past) are handed
 // before it returns. key names the pod for the dispatcher. fn's burst is
 // the dispatcher's (nil for the past, handed on the caller's goroutine).
-func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.Msg, burst *Sender)) (*Tail, error) {
+func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.Msg, burst *Burst)) (*Tail, error) {
 	tl := &Tail{f: f, key: key, subjects: subjects, fn: fn, last: map[string]uint64{}}
 	// Listen first: what is stored while the past is read arrives here
 	// and is handed after it.
@@ -194,7 +194,7 @@ func (tl *Tail) Stop() {
 }
 
 // handle takes one message from the follower, on the pod's dispatcher.
-func (tl *Tail) handle(tm tailMsg, burst *Sender) {
+func (tl *Tail) handle(tm tailMsg, burst *Burst) {
 	tl.mu.Lock()
 	if tl.stopped {
 		tl.mu.Unlock()
@@ -213,7 +213,7 @@ func (tl *Tail) handle(tm tailMsg, burst *Sender) {
 
 // deliver hands m unless it was handed already. Call it with Tail.order
 // held.
-func (tl *Tail) deliver(subject string, m history.Msg, burst *Sender) {
+func (tl *Tail) deliver(subject string, m history.Msg, burst *Burst) {
 	tl.mu.Lock()
 	if m.Seq <= tl.last[subject] || tl.stopped {
 		tl.mu.Unlock()

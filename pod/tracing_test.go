@@ -218,16 +218,16 @@ func TestTraceFanoutAllocations(t *testing.T) {
 	for i := range 10 {
 		join(t, p, "r"+string(rune('0'+i)), joinOpts{noRead: true})
 	}
-	// The members' writers are not woken while the sender holds its
-	// flushes: what is counted is the fan-out's alone.
-	alice.from.Hold = true
+	// The members' writers are not woken while the burst alice sends in
+	// goes on: what is counted is the fan-out's alone.
+	alice.burst = new(Burst)
 	// The same size, the same fields but for the trace's name: an
 	// unknown field, relayed as it is.
 	msg := []byte(`{"kind":"chat","id":"x","trnce":{"traceparent":"` + sendersTrace + `"},"payload":{"text":"hello"}}`)
 	msgTraced := []byte(`{"kind":"chat","id":"x","trace":{"traceparent":"` + sendersTrace + `"},"payload":{"text":"hello"}}`)
 	buf := make([]byte, len(msg))
-	plain := testing.AllocsPerRun(200, func() { p.Handle(alice.from, append(buf[:0], msg...), false) })
-	withTrace := testing.AllocsPerRun(200, func() { p.Handle(alice.from, append(buf[:0], msgTraced...), false) })
+	plain := testing.AllocsPerRun(200, func() { p.Handle(alice.from, alice.burst, append(buf[:0], msg...), false) })
+	withTrace := testing.AllocsPerRun(200, func() { p.Handle(alice.from, alice.burst, append(buf[:0], msgTraced...), false) })
 	if withTrace > plain {
 		t.Fatalf("tracing off: %v allocations an envelope with a trace, %v without", withTrace, plain)
 	}

@@ -190,10 +190,14 @@ func (p *Pod) checkRevoke(c *capabilityChange, sender string) *envelope.Error {
 	return nil
 }
 
-// answerCapabilityChange answers the grantor (correlated by the grant's
-// or the revoke's id): what is in force from its next envelope on.
-func (in *ingress) answerCapabilityChange(c *capabilityChange) {
+// accepted tells the sender's reply route that the envelope was taken
+// into the pod's order, with the answer to its capability change, if it
+// made one: the grantor is answered (correlated by the grant's or the
+// revoke's id) what is in force from its next envelope on. Over HTTP and
+// MCP that answer is the envelope's one result's.
+func (in *ingress) accepted(c *capabilityChange) {
 	if c == nil || c.answer == nil {
+		in.from.Reply.Accepted(in.env.ID, "", nil)
 		return
 	}
 	if c.grant {
@@ -206,19 +210,7 @@ func (in *ingress) answerCapabilityChange(c *capabilityChange) {
 	}
 	in.pod.traceEvent(op, in.meta.Trace, "", tracing.Grantor.String(c.answer.Grantor), tracing.Grantee.String(c.answer.Recipient),
 		attribute.String("mcpp.grant.id", strings.Clone(c.answer.GrantID)), attribute.Int("mcpp.grant.capabilities", len(c.answer.Capabilities)))
-	if in.from.Conn == nil {
-		// Over HTTP and MCP the envelope's result, which commit added,
-		// carries the answer: one result per envelope.
-		if n := len(in.from.Results); n > 0 && in.from.Results[n-1].ID == in.env.ID {
-			answer, err := json.Marshal(c.answer)
-			if err != nil {
-				panic("pod: a capability answer does not marshal: " + err.Error()) // a bug, never input
-			}
-			in.from.Results[n-1].Answer = answer
-		}
-		return
-	}
-	in.reply(wire.KindCapability, c.answer)
+	in.from.Reply.Accepted(in.env.ID, wire.KindCapability, c.answer)
 }
 
 // applyCapability changes the grants as a capability/grant or

@@ -17,8 +17,11 @@ import (
 // sender is a sender with no connection (a POST) holding caps.
 func sender(p *Pod, id string, caps ...wire.Capability) *Sender {
 	return &Sender{ID: id, Caps: capability.MustCompile(caps), Protocol: wire.ProtocolMCPP,
-		Buckets: p.node.Buckets.Acquire(p.Name + "/" + id)}
+		Buckets: p.node.Buckets.Acquire(p.Name + "/" + id), Reply: new(Results)}
 }
+
+// resultsOf are the results of a sender with no connection.
+func resultsOf(s *Sender) Results { return *s.Reply.(*Results) }
 
 // handle hands p one envelope of s's and returns its result: "" when it
 // was relayed, else the refusal's code.
@@ -33,12 +36,28 @@ func handle(t *testing.T, p *Pod, s *Sender, env map[string]any) wire.Code {
 
 func handleRaw(t *testing.T, p *Pod, s *Sender, raw string) wire.Code {
 	t.Helper()
-	n := len(s.Results)
-	p.Handle(s, []byte(raw), false)
-	if len(s.Results) != n+1 {
-		t.Fatalf("%d results for one envelope", len(s.Results)-n)
+	return handleRawIn(t, p, s, nil, raw)
+}
+
+// handleIn is handle in burst b.
+func handleIn(t *testing.T, p *Pod, s *Sender, b *Burst, env map[string]any) wire.Code {
+	t.Helper()
+	raw, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if e := s.Results[n].Error; e != nil {
+	return handleRawIn(t, p, s, b, string(raw))
+}
+
+func handleRawIn(t *testing.T, p *Pod, s *Sender, b *Burst, raw string) wire.Code {
+	t.Helper()
+	n := len(resultsOf(s))
+	p.Handle(s, b, []byte(raw), false)
+	rs := resultsOf(s)
+	if len(rs) != n+1 {
+		t.Fatalf("%d results for one envelope", len(rs)-n)
+	}
+	if e := rs[n].Error; e != nil {
 		return e.Code
 	}
 	return ""

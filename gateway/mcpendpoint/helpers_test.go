@@ -291,7 +291,7 @@ func (tp *testPod) toolServer(id string, s *mcp.Server) *toolServer {
 	ts := &toolServer{id: id, calls: make(chan map[string]any, 64)}
 	send := func(env map[string]any) {
 		b, _ := json.Marshal(env)
-		p.Handle(&pod.Sender{ID: id, Protocol: wire.ProtocolMCPP, Conn: r, Buckets: tp.node.Buckets.Acquire(limits.BucketKey(p.Name, id))}, b, false)
+		p.Handle(&pod.Sender{ID: id, Protocol: wire.ProtocolMCPP, Conn: r, Reply: pod.ReplyTo(r), Buckets: tp.node.Buckets.Acquire(limits.BucketKey(p.Name, id))}, nil, b, false)
 	}
 	// requesters are the envelopes of the requests the server is
 	// answering, by JSON-RPC id.

@@ -56,16 +56,18 @@ func (m *member) relay(env outgoing) (relayed, error) {
 	if err != nil {
 		return relayed{}, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the envelope does not marshal: %v", err))
 	}
-	from := &pod.Sender{ID: m.id, Caps: m.caps.Load(), Protocol: wire.ProtocolMCPP, Buckets: m.buckets, Guest: m.guest}
-	outcome := m.pod.Handle(from, data, false)
-	m.pod.Throttle(from)
-	if len(from.Results) != 1 {
-		return relayed{}, fmt.Errorf("ingress answered %d results for one envelope", len(from.Results))
+	var results pod.Results
+	from := &pod.Sender{ID: m.id, Caps: m.caps.Load(), Protocol: wire.ProtocolMCPP, Buckets: m.buckets, Guest: m.guest, Reply: &results}
+	outcome := m.pod.Handle(from, nil, data, false) // one envelope: its own burst
+	m.pod.Throttle(nil)
+	if len(results) != 1 {
+		return relayed{}, fmt.Errorf("ingress answered %d results for one envelope", len(results))
 	}
-	if r := from.Results[0]; r.Error != nil {
+	r := results[0]
+	if r.Error != nil {
 		return relayed{}, refused{*r.Error}
 	}
-	return relayed{id: from.Results[0].ID, answer: from.Results[0].Answer, depth: outcome.Depth, concluded: outcome.Concluded}, nil
+	return relayed{id: r.ID, answer: r.Answer, depth: outcome.Depth, concluded: outcome.Concluded}, nil
 }
 
 func (e *Endpoint) podSend(ctx context.Context, m *member, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
