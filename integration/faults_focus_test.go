@@ -243,7 +243,10 @@ func clusterCallsAndProposalsThroughADeath(t *testing.T, w *faultWorld) {
 	killed := time.Now()
 	w.setDown(2, true)
 	w.nodes[2].Kill()
-	resp := answerTo(t, req, "call-1")
+	// Three heartbeats, or a new leader's election when the node led the
+	// stream (seconds on a loaded machine): well before the 60 s of
+	// --mcp-request-timeout, which is what the gateway did before.
+	resp := answerWithin(t, req, "call-1", 30*time.Second)
 	took := time.Since(killed)
 	if resp.Str("from") != "system:gateway" || !strings.Contains(string(harness.MustJSON(t, resp["payload"])), "recipient_left") {
 		t.Fatalf("the answer to a call whose server's node died: %v", resp)

@@ -448,6 +448,12 @@ func (w *faultWorld) histories(i int) map[string][]received {
 		q := "pod=" + pod + "&participant=reader&history=all&observe=1"
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		conn, err := mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
+		// A node whose routes just came back may still refuse (no_quorum,
+		// a pod reading its past): tried again, as a client does.
+		for err != nil && strings.Contains(err.Error(), "503") && ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			conn, err = mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
+		}
 		if err != nil {
 			cancel()
 			w.t.Fatalf("reading %s's history on node %d: %v", pod, i+1, err)

@@ -69,7 +69,13 @@ func proposalEvent(t *testing.T, c *harness.Client, id, state string) harness.Ms
 // answerTo reads c until the mcp/response correlated to request.
 func answerTo(t *testing.T, c *harness.Client, request string) harness.Msg {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	return answerWithin(t, c, request, 10*time.Second)
+}
+
+// answerWithin is answerTo, waiting up to within.
+func answerWithin(t *testing.T, c *harness.Client, request string, within time.Duration) harness.Msg {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		m := c.Next(time.Until(deadline))
 		if m == nil {
@@ -79,7 +85,7 @@ func answerTo(t *testing.T, c *harness.Client, request string) harness.Msg {
 			return m
 		}
 	}
-	t.Fatalf("%s: no answer to %s within 10s", c.ID, request)
+	t.Fatalf("%s: no answer to %s within %v", c.ID, request, within)
 	return nil
 }
 
