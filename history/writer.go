@@ -25,6 +25,16 @@ import (
 // WriterOptions.IDs), so that one sent again after its acknowledgement
 // was lost is stored once.
 //
+// On a node's own stream (Config.Own, round.go) the writer sends rounds:
+// every roundEvery at most, one at a time, all it has packed since, with
+// one acknowledgement for the round; and where the history does not
+// outlive the process, a pod's batch stays open for podLinger, taking the
+// pod's frames of that second. Both spare the stream (NATS's connection,
+// JetStream's store, the collector) the cost of a message and an answer
+// per envelope (issue 39); neither delays delivery, which a node alone
+// makes at once. Sync and WaitFor send what they wait for in the next
+// round.
+//
 // When the stream stops acknowledging (its leader died; an election takes
 // seconds), the writer holds: it sends nothing new, waits until the stream
 // answers, then sends again, in order, every message not acknowledged.
@@ -36,6 +46,15 @@ type Writer struct {
 	log    *slog.Logger
 	opts   WriterOptions
 	prefix string // of the messages' ids
+	// rounds is set when b takes a round of messages at once (round.go):
+	// the writer then keeps one round on its way, sends one at most every
+	// roundEvery, and lets each pod's batch take frames for linger.
+	rounds roundBackend
+	linger time.Duration
+	// lastRound is when the last round was sent, and tick the writer's
+	// wake for the next (the writer's goroutine's).
+	lastRound time.Time
+	tick      *time.Timer
 
 	mu        sync.Mutex
 	queue     []item            // appended, not sent yet
@@ -45,9 +64,13 @@ type Writer struct {
 	bytes     int64             // of the frames queued and sent, not settled
 	appended  uint64            // items appended, numbered from 1
 	batches   uint64            // batches made: their ordinals, and their ids
-	open      map[string]*batch // pack's, by the pod's subject (item.order), reused
-	storedMax uint64            // the ordinal of the last batch stored
-	storedSeq uint64            // the highest stream sequence stored
+	open      map[string]*batch // each pod's batch that takes its next frames, by item.order
+	ready     []*batch          // no longer open, not sent: they go in the next round
+	lingering []lingerRef       // the open batches, in the order made, from lhead on (due)
+	lhead     int
+	urgent    uint64 // the items up to it are waited for (WaitFor): sent at once
+	storedMax uint64 // the ordinal of the last batch stored
+	storedSeq uint64 // the highest stream sequence stored
 	holding   bool
 	closed    bool
 	wake      chan struct{}
@@ -80,6 +103,20 @@ type WriterOptions struct {
 // reading one frame of it back.
 const maxBatchFrames = 1024
 
+// roundEvery is how long a writer whose backend takes rounds (round.go)
+// waits after a round before it sends the next: what the node accepts
+// meanwhile goes in one round, so that the stream's costs of a round (the
+// flushes, reads and wakes of NATS's connection and of the stream, and
+// the acknowledgement) are shared by the frames of many pods. Delivery
+// never waits for it (a node alone delivers at once, and writes behind):
+// only what waits for the history to be stored does (Sync, a pod opened
+// again after its earlier life on the node), and that at most a round.
+const roundEvery = 20 * time.Millisecond
+
+// maxLingerBytes bounds the frames a writer keeps in its pods' open
+// batches (linger): past it, every batch goes in the next round.
+const maxLingerBytes = 8 << 20
+
 // The writer reuses the batches the stream has settled, their arrays
 // included, so that appending a frame allocates nothing (issue 32): at
 // most maxFreeBatches of them (one for each pod a busy moment of a
@@ -90,6 +127,7 @@ const maxBatchFrames = 1024
 const (
 	maxFreeBatches = 4096
 	maxFreeBuffer  = 64 << 10
+	minBatchBuffer = 1 << 10
 )
 
 type item struct {
@@ -109,6 +147,10 @@ type item struct {
 // batch is one message of the stream: frames of one subject.
 type batch struct {
 	subject string
+	order   string    // its items' order (item.order): its pod's
+	open    bool      // it is its pod's open batch (Writer.open)
+	gen     uint32    // counts its uses (newBatch): a lingerRef of an earlier one is stale
+	since   time.Time // when it was made
 	items   []item
 	data    []byte
 	buf     []byte // data's array when the batch is several frames, kept for reuse
@@ -140,6 +182,11 @@ func NewWriter(b Backend, opts WriterOptions) *Writer {
 	w := &Writer{
 		b: b, log: opts.Logger, opts: opts, prefix: opts.Node + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	if r, ok := b.(roundBackend); ok && r.rounds() {
+		w.rounds, w.linger = r, r.linger()
+		w.tick = time.NewTimer(time.Hour)
+		w.tick.Stop()
 	}
 	go w.run()
 	return w
@@ -183,6 +230,11 @@ func (w *Writer) add(it item) {
 	w.queue = append(w.queue, it)
 	w.bytes += int64(len(it.frame))
 	w.mu.Unlock()
+	w.wakeUp()
+}
+
+// wakeUp tells the writer's goroutine there is something to do.
+func (w *Writer) wakeUp() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -245,9 +297,16 @@ func (w *Writer) WaitFor(ctx context.Context, target uint64) error {
 	for {
 		w.mu.Lock()
 		low, ch, closed := w.lowestUnsettled(), w.progressLocked(), w.closed
+		hurry := low <= target && target > w.urgent
+		if hurry {
+			w.urgent = target // sent in the next round, lingering or not
+		}
 		w.mu.Unlock()
 		if low > target || closed {
 			return nil
+		}
+		if hurry {
+			w.wakeUp()
 		}
 		select {
 		case <-ch:
@@ -264,6 +323,15 @@ func (w *Writer) lowestUnsettled() uint64 {
 	for _, b := range w.sent {
 		if b.state != batchSettled && b.items[0].n < low {
 			low = b.items[0].n
+		}
+	}
+	for _, b := range w.ready {
+		low = min(low, b.items[0].n)
+	}
+	for _, r := range w.lingering[w.lhead:] {
+		if r.live() {
+			low = min(low, r.b.items[0].n) // made in order: the first live one is the oldest
+			break
 		}
 	}
 	if len(w.queue) > 0 && w.queue[0].n < low {
@@ -293,12 +361,18 @@ func (w *Writer) notifyLocked() {
 }
 
 // run sends what is appended, batch by batch, and holds while the stream
-// does not answer.
+// does not answer. A backend that takes rounds gets one at a time, at most
+// one every roundEvery.
 func (w *Writer) run() {
-	var batches []*batch
+	var out []*batch
+	var tick <-chan time.Time
+	if w.tick != nil {
+		tick = w.tick.C
+	}
 	for {
 		select {
 		case <-w.wake:
+		case <-tick:
 		case <-w.done:
 			return
 		}
@@ -308,13 +382,41 @@ func (w *Writer) run() {
 			w.recover()
 			continue
 		}
+		if w.rounds != nil {
+			if len(w.sent) > 0 {
+				// The round on its way wakes the writer when it is settled.
+				w.mu.Unlock()
+				continue
+			}
+			if wait := roundEvery - time.Since(w.lastRound); wait > 0 {
+				// What comes meanwhile goes in this round.
+				w.tick.Reset(wait)
+				w.mu.Unlock()
+				continue
+			}
+		}
+		now := time.Now()
 		items := w.queue
 		w.queue, w.spare = w.spare[:0], nil
-		batches = w.pack(items, batches[:0])
-		w.sent = append(w.sent, batches...)
+		w.pack(items, now)
+		out = w.due(out[:0], now)
+		w.sent = append(w.sent, out...)
+		if w.rounds != nil {
+			if len(out) > 0 {
+				w.lastRound = now
+			} else if w.lhead < len(w.lingering) {
+				w.tick.Reset(roundEvery) // the open batches come due
+			}
+		}
 		w.mu.Unlock()
-		for _, b := range batches {
-			w.b.Append(b.subject, b.data, b.id, b.done)
+		if w.rounds != nil {
+			if len(out) > 0 {
+				w.rounds.appendRound(out)
+			}
+		} else {
+			for _, b := range out {
+				w.b.Append(b.subject, b.data, b.id, b.done)
+			}
 		}
 		clear(items)
 		w.mu.Lock()
@@ -322,44 +424,94 @@ func (w *Writer) run() {
 			w.spare = items[:0]
 		}
 		w.mu.Unlock()
-		clear(batches)
+		clear(out)
 	}
 }
 
-// pack makes batches of items: the frames appended in a row to one
-// subject of a pod, in their order, up to maxBatchFrames and MaxBytes; an
-// item with an id alone. A pod has one batch open at a time, so that an
-// item for its other subject (an entry after a marker, a marker after an
-// entry) starts a batch made after the one before it, and the stream
-// stores them in the order they were appended. A batch of one frame is
-// the frame itself, not a copy. Call it with mu held.
-func (w *Writer) pack(items []item, out []*batch) []*batch {
-	open := w.open
-	if open == nil {
-		open = map[string]*batch{}
-		w.open = open
+// pack puts items in batches: the frames appended in a row to one subject
+// of a pod, in their order, up to maxBatchFrames and MaxBytes; an item
+// with an id alone. A pod has one batch open at a time (w.open), which
+// takes its frames until one does not fit it: an item for the pod's other
+// subject (an entry after a marker, a marker after an entry) starts a
+// batch made after the one before it, which is then ready, so that the
+// stream stores them in the order they were appended. Call it with mu
+// held.
+func (w *Writer) pack(items []item, now time.Time) {
+	if w.open == nil {
+		w.open = map[string]*batch{}
 	}
-	defer clear(open)
 	for _, it := range items {
-		b := open[it.order]
+		b := w.open[it.order]
 		if it.msgID != "" || b == nil || b.subject != it.subject || len(b.items) == maxBatchFrames || int(b.size)+len(it.frame)+16 > w.opts.MaxBytes {
+			if b != nil {
+				b.open = false
+				delete(w.open, it.order)
+				w.ready = append(w.ready, b)
+			}
 			b = w.newBatch(it.subject)
-			out = append(out, b)
+			b.order, b.since = it.order, now
 			if it.msgID == "" {
-				open[it.order] = b
+				b.open = true
+				w.open[it.order] = b
+				w.lingering = append(w.lingering, lingerRef{b, b.gen})
 			} else {
-				delete(open, it.order)
+				w.ready = append(w.ready, b)
 			}
 		}
 		b.items = append(b.items, it)
 		b.size += int64(len(it.frame))
+	}
+}
+
+// lingerRef is an open batch in the order made (Writer.lingering): stale
+// once the batch is no longer open, or is in use again.
+type lingerRef struct {
+	b   *batch
+	gen uint32
+}
+
+func (r lingerRef) live() bool { return r.b.gen == r.gen && r.b.open }
+
+// due appends to out the batches to send now: every ready one, then, in
+// the order made, each open one made w.linger ago, or holding an item
+// someone waits for (WaitFor), or every one when they hold more than
+// maxLingerBytes. A pod's ready batches were made before its open one,
+// and go before it. A batch of one frame is the frame itself, not a copy.
+// Call it with mu held.
+func (w *Writer) due(out []*batch, now time.Time) []*batch {
+	out = append(out, w.ready...)
+	clear(w.ready)
+	w.ready = w.ready[:0]
+	all := w.linger == 0 || w.bytes > maxLingerBytes
+	for w.lhead < len(w.lingering) {
+		r := w.lingering[w.lhead]
+		if r.live() {
+			if !all && now.Sub(r.b.since) < w.linger && r.b.items[0].n > w.urgent {
+				break // and so are the ones made after it
+			}
+			r.b.open = false
+			delete(w.open, r.b.order)
+			out = append(out, r.b)
+		}
+		w.lingering[w.lhead] = lingerRef{}
+		w.lhead++
+	}
+	switch {
+	case w.lhead == len(w.lingering):
+		w.lingering, w.lhead = w.lingering[:0], 0
+	case w.lhead > 1024 && 2*w.lhead > len(w.lingering):
+		n := copy(w.lingering, w.lingering[w.lhead:])
+		clear(w.lingering[n:])
+		w.lingering, w.lhead = w.lingering[:n], 0
 	}
 	for _, b := range out {
 		if len(b.items) == 1 {
 			b.data = b.items[0].frame
 		} else {
 			if size := batchSize(b.items); cap(b.buf) < size {
-				b.buf = make([]byte, 0, size)
+				// Room for a little more: the next use of b, for any pod,
+				// is most often about as large.
+				b.buf = make([]byte, 0, max(minBatchBuffer, size+size/2))
 			}
 			b.data = appendBatch(b.buf[:0], b.items)
 			b.buf = b.data[:0]
@@ -388,6 +540,7 @@ func (w *Writer) newBatch(subject string) *batch {
 		b.done = b.complete
 	}
 	b.subject = subject
+	b.gen++
 	return b
 }
 
@@ -402,7 +555,8 @@ func (w *Writer) recycle(b *batch) {
 	if cap(b.buf) > maxFreeBuffer {
 		b.buf = nil
 	}
-	b.subject, b.data, b.id, b.size, b.ord, b.resent, b.state = "", nil, "", 0, 0, false, batchSending
+	b.subject, b.order, b.open, b.since = "", "", false, time.Time{}
+	b.data, b.id, b.size, b.ord, b.resent, b.state = nil, "", 0, 0, false, batchSending
 	w.free = append(w.free, b)
 }
 
@@ -465,6 +619,9 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		w.sent = nil // a hold's worth
 	default:
 		w.sent = w.sent[:0] // its array, reused: most batches settle alone
+	}
+	if w.rounds != nil && len(w.sent) == 0 && (len(w.queue) > 0 || w.lhead < len(w.lingering)) {
+		w.wakeUp() // the next round
 	}
 	w.notifyLocked()
 	w.mu.Unlock()
