@@ -53,6 +53,7 @@ const (
 	TransportObserve = "observe"      // a WebSocket that watches without presence (/ws?observe=1)
 	TransportMCP     = "mcp"          // an MCP host (/mcp)
 	TransportPublish = "http_publish" // POST /pods/NAME/envelopes, for its one request
+	TransportAdmin   = "admin"        // the operator's API (/admin/): its kicks and revokes
 )
 
 // The ways a participant is authenticated (Credential.Auth).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpp/gateway/client"
 )
@@ -110,6 +111,11 @@ type Config struct {
 	// server offers it, else the one it answers initialize with), or an
 	// older one to ask for at initialize (handshake.go).
 	ProtocolVersion string
+
+	// TracerProvider makes the bridge's spans of its calls (tracing.go);
+	// nil: the process's (OpenTelemetry's global, which records nothing
+	// unless set: mcpp bridge sets it from the OTEL_* variables).
+	TracerProvider trace.TracerProvider
 
 	// Logf, when set, is told what a person running the bridge wants to
 	// know: the server started, exited, is restarted; the gateway refused

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // call is one request of a requester that the bridge sent to its server
@@ -36,6 +38,8 @@ type call struct {
 	// also the reading of the answer's stream: it lasts as long as the
 	// call is in flight.
 	stop context.CancelFunc
+	// span is the bridge's span of the call (tracing.go).
+	span trace.Span
 }
 
 // inflight is the table of the calls waiting for their answer. Each call

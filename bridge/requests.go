@@ -85,6 +85,7 @@ func (b *Bridge) forward(s *session, env *wire.Envelope, req request) {
 	}
 	params := req.Params
 	params, c.token = swapProgressToken(params, numberToken(n))
+	params = b.startCall(c, env, params) // the server continues the call's span
 	c.params = s.withTriple(params)
 	c.augmented = member(params, "task") != nil
 	if isTaskRequest(c.method) {
@@ -96,6 +97,7 @@ func (b *Bridge) forward(s *session, env *wire.Envelope, req request) {
 	if err := b.calls.add(c); err != nil {
 		c.timer.Stop()
 		stop()
+		endCall(c, nil, "refused")
 		switch {
 		case errors.Is(err, errFull):
 			b.reply(env, errorAnswer(req.ID, RPCTooManyInFlight,
@@ -153,6 +155,7 @@ func (b *Bridge) notification(env *wire.Envelope, req request) {
 		if c == nil {
 			return // answered already, or never made
 		}
+		endCall(c, nil, "cancelled")
 		b.endQuestions(c)
 		go func() {
 			select {
@@ -242,19 +245,21 @@ func (b *Bridge) failCalls(s *session) {
 	}
 }
 
-// answer sends a call's answer to its requester.
+// answer sends a call's answer to its requester, in the call's trace.
 func (b *Bridge) answer(c *call, payload json.RawMessage) {
+	endCall(c, payload, "")
 	b.out.send(&wire.Envelope{
 		Kind: responseKind(c.kind), To: []string{c.requester},
-		CorrelationID: wire.CorrelationID{c.envID}, Context: c.context, Payload: payload,
+		CorrelationID: wire.CorrelationID{c.envID}, Context: c.context, Payload: payload, Trace: traceOf(c.span),
 	})
 }
 
-// reply answers a request envelope at once, with payload.
+// reply answers a request envelope at once, with payload, in the
+// request's trace.
 func (b *Bridge) reply(env *wire.Envelope, payload json.RawMessage) {
 	b.out.send(&wire.Envelope{
 		Kind: responseKind(env.Kind), To: []string{env.From},
-		CorrelationID: wire.CorrelationID{env.ID}, Context: env.Context, Payload: payload,
+		CorrelationID: wire.CorrelationID{env.ID}, Context: env.Context, Payload: payload, Trace: env.Trace,
 	})
 }
 

@@ -356,6 +356,22 @@ func (p *PodGrants) For(participant string) *Grants {
 	return g
 }
 
+// All lists the grants in force, by recipient (in id order), then in the
+// order they were made: what an operator reads (the gateway's operator's
+// API).
+func (p *PodGrants) All() []Ended {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Ended
+	for id, g := range p.by {
+		for _, gr := range g.List() {
+			out = append(out, Ended{Recipient: id, Grant: gr})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Ended) int { return strings.Compare(a.Recipient, b.Recipient) })
+	return out
+}
+
 // Ended is a grant that ended with its context, and its recipient.
 type Ended struct {
 	Recipient string

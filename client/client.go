@@ -233,14 +233,8 @@ func baseURL(raw string, o *Options) (*url.URL, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("client: the gateway's URL: %w", err)
 	}
-	switch u.Scheme {
-	case "ws", "wss":
-	case "http":
-		u.Scheme = "ws"
-	case "https":
-		u.Scheme = "wss"
-	default:
-		return nil, "", fmt.Errorf("client: the gateway's URL %q: the scheme must be ws, wss, http or https", raw)
+	if err := wire.AsWebSocket(u); err != nil {
+		return nil, "", fmt.Errorf("client: %w", err)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = wire.PathWS

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpp/gateway/gateway"
 	"github.com/mcpp/gateway/gateway/gatewaytest"
+	"github.com/mcpp/gateway/internal/wait"
 )
 
 // startGateway serves a real gateway on a loopback port, with the
@@ -73,13 +74,7 @@ func expect[T Event](t *testing.T, c *Client) T {
 // eventually polls cond until it holds, failing the test after d.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, d, what, cond)
 }
 
 // connected reports whether c has a live connection.

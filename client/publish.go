@@ -78,6 +78,7 @@ func Publish(ctx context.Context, gatewayURL string, opts PublishOptions, envs .
 		if env.ID == "" {
 			env.ID = uuid.NewString()
 		}
+		withTrace(ctx, env) // the caller's span, when ctx carries one (trace.go)
 		b, err := json.Marshal(env)
 		if err != nil {
 			return nil, fmt.Errorf("client: publish to pod %s: envelope %s: %w", opts.Pod, env.ID, err)
@@ -196,14 +197,8 @@ func publishURL(gatewayURL string, opts PublishOptions) (*url.URL, string, error
 	if err != nil {
 		return nil, "", fmt.Errorf("the gateway's URL: %w", err)
 	}
-	switch u.Scheme {
-	case "http", "https":
-	case "ws":
-		u.Scheme = "http"
-	case "wss":
-		u.Scheme = "https"
-	default:
-		return nil, "", fmt.Errorf("the gateway's URL %q: the scheme must be http, https, ws or wss", gatewayURL)
+	if err := wire.AsHTTP(u); err != nil {
+		return nil, "", err
 	}
 	prefix := strings.TrimSuffix(u.EscapedPath(), "/")
 	prefix = strings.TrimSuffix(prefix, wire.PathWS)

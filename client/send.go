@@ -21,7 +21,8 @@ import (
 //
 // Send returns once the envelope is written. The gateway answers only a
 // refusal, later, as a *GatewayError event whose RefusedID is this id; use
-// Sync to wait until every refusal of what you sent has come. While the
+// Sync to wait until every refusal of what you sent has come. An
+// envelope without a Trace carries the span ctx carries (trace.go). While the
 // client reconnects, Send waits for the new connection, as long as ctx
 // allows. When the connection breaks under the write, Send writes the
 // envelope again on the next one, and a duplicate_id answer to that
@@ -47,6 +48,7 @@ func (c *Client) send(ctx context.Context, env *wire.Envelope) (string, error) {
 	if env.ID == "" {
 		env.ID = uuid.NewString()
 	}
+	withTrace(ctx, env) // the caller's span, when ctx carries one (trace.go)
 	b, err := json.Marshal(env)
 	if err != nil {
 		return env.ID, err

@@ -9,8 +9,9 @@
 // the gateway fills when they are absent (Fill), which are spliced in front of
 // the sender's own bytes.
 //
-// What travels between the gateway's ingress and its fan-out (through NATS,
-// later through a JetStream stream) is a Frame: a short binary header with
+// What travels between the gateway's ingress and its fan-out (through the
+// pod's JetStream stream, or NATS subjects without history, and between
+// the nodes of a cluster) is a Frame: a short binary header with
 // the decisions made at ingress (sender, recipients, the context's registered
 // type and ancestry, whether the kind concludes a context) followed by the
 // envelope bytes. A recipient's filter decides on the header alone, so no

@@ -40,12 +40,26 @@ type Envelope struct {
 	// section 8); Consumes point into the message.
 	Mode     Mode
 	Consumes []string
+
+	// TraceParent and TraceState are the envelope's W3C trace context
+	// (trace.go): as sent when valid, or what SetTrace gave; "" when
+	// none. TraceMalformed says a trace field was cut out, or written
+	// anew, because something in it was not valid.
+	TraceParent    string
+	TraceState     string
+	TraceMalformed bool
+	traceCtx       TraceContext
+	// traceCut are the trace members Fill cuts out; traceKeep says the
+	// one sent is relayed as it is, traceFill that Fill writes one.
+	traceCut             []Span
+	traceSeen, traceKeep bool
+	traceFill            bool
 }
 
 // Reset clears e for reuse, keeping the capacity of its slices.
 func (e *Envelope) Reset() {
-	to, consumes := e.To[:0], e.Consumes[:0]
-	*e = Envelope{To: to, Consumes: consumes}
+	to, consumes, cut := e.To[:0], e.Consumes[:0], e.traceCut[:0]
+	*e = Envelope{To: to, Consumes: consumes, traceCut: cut}
 }
 
 // IsGatewayRequest reports whether the kind is a request to the gateway.

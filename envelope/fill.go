@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -11,16 +12,18 @@ import (
 
 // Fill returns the envelope as it is relayed: the sender's bytes with
 // protocol, id, ts and from spliced in after the opening brace when they were
-// absent, and the span of the protocol string token in the result. When
-// nothing is missing it returns Raw itself, without copying. It also sets
-// e.ID when the gateway generated it.
+// absent (and trace, when SetTrace gave one or a malformed one's valid
+// traceparent is kept), what was wrong in its trace cut out (trace.go),
+// and the span of the protocol string token in the result. When nothing
+// changes it returns Raw itself, without copying. It also sets e.ID when
+// the gateway generated it.
 func (e *Envelope) Fill(sender string, now time.Time) ([]byte, Span) {
 	needProtocol, needID, needTS, needFrom := e.Protocol == "", e.ID == "", !e.HasTS, !e.HasFrom
-	if !needProtocol && !needID && !needTS && !needFrom {
+	if !needProtocol && !needID && !needTS && !needFrom && !e.traceFill && !e.cutsTrace() {
 		return e.Raw, e.ProtocolSpan
 	}
 	open := firstNonSpace(e.Raw) // Parse made sure it is '{'
-	out := make([]byte, 0, len(e.Raw)+160+len(sender))
+	out := make([]byte, 0, len(e.Raw)+160+len(sender)+len(e.TraceParent)+len(e.TraceState))
 	out = append(out, e.Raw[:open+1]...)
 	var proto Span
 	if needProtocol {
@@ -46,12 +49,49 @@ func (e *Envelope) Fill(sender string, now time.Time) ([]byte, Span) {
 		out = append(out, sender...) // participant ids need no escaping
 		out = append(out, `",`...)
 	}
+	if e.traceFill {
+		out = appendTrace(out, e.TraceParent, e.TraceState)
+	}
 	shift := len(out) - (open + 1)
-	out = append(out, e.Raw[open+1:]...)
+	// The sender's bytes follow, less the trace members cut out (which
+	// may overlap: two trace members in a row share a comma).
+	at, cutBefore := open+1, 0
+	var cuts []Span
+	if e.cutsTrace() {
+		cuts = mergeSpans(e.traceCut)
+	}
+	for _, c := range cuts {
+		if c.Start > at {
+			out = append(out, e.Raw[at:c.Start]...)
+		}
+		if c.End <= e.ProtocolSpan.Start {
+			cutBefore += c.End - max(c.Start, at)
+		}
+		at = max(at, c.End)
+	}
+	out = append(out, e.Raw[at:]...)
 	if !needProtocol {
-		proto = Span{e.ProtocolSpan.Start + shift, e.ProtocolSpan.End + shift}
+		proto = Span{e.ProtocolSpan.Start + shift - cutBefore, e.ProtocolSpan.End + shift - cutBefore}
 	}
 	return out, proto
+}
+
+// mergeSpans sorts spans in place by their start and joins those that
+// overlap (a handful at most: the trace members of one envelope).
+func mergeSpans(spans []Span) []Span {
+	if len(spans) < 2 {
+		return spans
+	}
+	slices.SortFunc(spans, func(a, b Span) int { return a.Start - b.Start })
+	out := spans[:1]
+	for _, s := range spans[1:] {
+		if last := &out[len(out)-1]; s.Start <= last.End {
+			last.End = max(last.End, s.End)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // stamp is the last time a ts was written for, to the millisecond, and
@@ -91,6 +131,10 @@ func (e *Envelope) AddTo(id string) {
 	if e.Protocol != "" {
 		e.ProtocolSpan.Start += len(ins)
 		e.ProtocolSpan.End += len(ins)
+	}
+	for i := range e.traceCut {
+		e.traceCut[i].Start += len(ins)
+		e.traceCut[i].End += len(ins)
 	}
 	e.Raw = out
 	e.To = append(e.To[:0], id)

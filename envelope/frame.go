@@ -57,16 +57,25 @@ const (
 )
 
 // The versions of the frame's header. A frame of version 4 carries Via
-// after the protocol's span; one without Via is written as version 2, as
-// before, so that its header costs the history index nothing more. (3 is
-// the history's batch of frames, history.batchVersion, which a stream
-// message's first byte tells from a frame.)
+// after the protocol's span; one of version 5 carries Via (its count 0
+// when there is none) and then Trace, 25 bytes; one with neither is
+// written as version 2, as before, so that its header costs the history
+// index nothing more. (3 is the history's batch of frames,
+// history.batchVersion, which a stream message's first byte tells from a
+// frame.) A node of a version before 5 drops a frame of version 5 as
+// malformed: turn tracing on once every node of a cluster reads it.
 const (
-	frameVersion    = 2
-	frameVersionVia = 4
+	frameVersion      = 2
+	frameVersionVia   = 4
+	frameVersionTrace = 5
 )
 
-func knownVersion(v byte) bool { return v == frameVersion || v == frameVersionVia }
+// traceSize is the size of a frame's Trace: trace id, span id, flags.
+const traceSize = 16 + 8 + 1
+
+func knownVersion(v byte) bool {
+	return v == frameVersion || v == frameVersionVia || v == frameVersionTrace
+}
 
 // Meta is the header of a frame: what ingress decided about an envelope, so
 // that the fan-out decides per recipient without parsing the envelope again.
@@ -115,6 +124,11 @@ type Meta struct {
 	// (capability.Grant.Via): the grantor's node alone knows its token's
 	// capabilities, so it decides them and every node reads them here.
 	Via []string
+
+	// Trace is the span of the node that accepted the envelope, when it
+	// traces (docs/protocol.md section 7): the nodes that deliver it
+	// continue it, so that one trace shows them all.
+	Trace TraceContext
 }
 
 // Reset clears m, keeping the capacity of its slices.
@@ -159,11 +173,14 @@ func frameSize(m *Meta, body []byte) int {
 		n += strSize(c)
 	}
 	n += uvarintSize(uint64(m.Protocol.Start)) + uvarintSize(uint64(m.Protocol.End))
-	if len(m.Via) > 0 {
+	if len(m.Via) > 0 || m.Trace.Valid() {
 		n += uvarintSize(uint64(len(m.Via)))
 		for _, v := range m.Via {
 			n += strSize(v)
 		}
+	}
+	if m.Trace.Valid() {
+		n += traceSize
 	}
 	return n + len(body)
 }
@@ -182,7 +199,10 @@ func uvarintSize(v uint64) int {
 // AppendFrame appends the frame of meta and body to dst.
 func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
 	version := byte(frameVersion)
-	if len(m.Via) > 0 {
+	switch {
+	case m.Trace.Valid():
+		version = frameVersionTrace
+	case len(m.Via) > 0:
 		version = frameVersionVia
 	}
 	dst = append(dst, version, byte(m.Kind), m.Flags)
@@ -208,11 +228,16 @@ func AppendFrame(dst []byte, m *Meta, body []byte) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.Start))
 	dst = binary.AppendUvarint(dst, uint64(m.Protocol.End))
-	if len(m.Via) > 0 {
+	if version != frameVersion {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Via)))
 		for _, v := range m.Via {
 			dst = appendString(dst, v)
 		}
+	}
+	if version == frameVersionTrace {
+		dst = append(dst, m.Trace.TraceID[:]...)
+		dst = append(dst, m.Trace.SpanID[:]...)
+		dst = append(dst, m.Trace.Flags)
 	}
 	return append(dst, body...)
 }
@@ -291,10 +316,19 @@ func decodeHeader(data []byte, m *Meta) ([]byte, error) {
 	}
 	m.Protocol.Start = int(d.uvarint())
 	m.Protocol.End = int(d.uvarint())
-	if data[0] == frameVersionVia {
+	if data[0] == frameVersionVia || data[0] == frameVersionTrace {
 		for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 			m.Via = append(m.Via, d.string())
 		}
+	}
+	if data[0] == frameVersionTrace {
+		if d.err != nil || len(d.b) < traceSize {
+			return nil, ErrBadFrame
+		}
+		copy(m.Trace.TraceID[:], d.b)
+		copy(m.Trace.SpanID[:], d.b[16:])
+		m.Trace.Flags = d.b[24]
+		d.b = d.b[traceSize:]
 	}
 	if d.err != nil || m.Protocol.Start > m.Protocol.End {
 		return nil, ErrBadFrame

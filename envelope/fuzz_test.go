@@ -42,6 +42,10 @@ func FuzzParse(f *testing.F) {
 		`{"kind":"sys\u0074em/x","from":"x","from":"y"}`,
 		"{\n\"kind\":\"a\"\r\n}",
 		`[1,2]`, `{"kind":`, "\xff", `{"kind":"a","to":null}`,
+		`{"kind":"a","trace":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"a=1"}}`,
+		`{"trace":{"traceparent":"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"},"protocol":"mcpx/v0.1","kind":"a"}`,
+		`{"kind":"a","trace":7,"trace":{"traceparent":"x"}}`,
+		`{"kind":"a" , "trace" : {"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"a=1,a=2"} }`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -60,6 +64,10 @@ func FuzzParse(f *testing.F) {
 		if e.Context != nil {
 			_, _ = ParseContext(e.Context, 4096)
 		}
+		var protoTok string
+		if e.Protocol != "" {
+			protoTok = string(in[e.ProtocolSpan.Start:e.ProtocolSpan.End])
+		}
 		out, span := e.Fill("p1", time.Unix(0, 0))
 		if !json.Valid(out) {
 			t.Fatalf("filled envelope is not JSON: %q", out)
@@ -72,6 +80,18 @@ func FuzzParse(f *testing.F) {
 			if p != `"mcpp/v0.1"` && p != `"mcpx/v0.1"` && p[0] != '"' {
 				t.Fatalf("protocol span covers %q", p)
 			}
+		}
+		if protoTok != "" && string(out[span.Start:span.End]) != protoTok {
+			t.Fatalf("protocol span covers %q, not %q", out[span.Start:span.End], protoTok)
+		}
+		if e.TraceMalformed {
+			// What was wrong in the trace is cut out: what is left reads
+			// with a valid trace or none, and nothing to cut.
+			var again Envelope
+			if err := again.Parse(append([]byte(nil), out...)); err != nil || again.TraceMalformed || again.Kind != e.Kind {
+				t.Fatalf("%q filled as %q: %v, malformed %v", in, out, err, again.TraceMalformed)
+			}
+			return
 		}
 		if !bytes.Contains(out, bytes.TrimLeft(in, " \t")[1:]) {
 			t.Fatalf("the sender's bytes are not kept: %q -> %q", in, out)

@@ -65,6 +65,7 @@ func (e *Envelope) Parse(data []byte) *Error {
 		badProtocol bool
 		seen        uint16
 		hasKind     bool
+		keptBefore  bool // a member other than trace came before
 	)
 	fail := func(format string, args ...any) {
 		if bad == nil {
@@ -72,6 +73,12 @@ func (e *Envelope) Parse(data []byte) *Error {
 		}
 	}
 	gjson.Parse(bytesString(data)).ForEach(func(k, v gjson.Result) bool {
+		if k.Str == "trace" {
+			// Never a refusal: what is wrong in it is cut out (trace.go).
+			e.parseTrace(data, k.Index, v, keptBefore)
+			return true
+		}
+		keptBefore = true
 		bit, known := fieldBits[k.Str]
 		if !known {
 			// Unknown top-level fields are relayed untouched, but for
@@ -175,9 +182,9 @@ func (e *Envelope) Parse(data []byte) *Error {
 }
 
 // ReservedFields are the top-level fields the envelope's own rules give a
-// meaning: those Parse reads, and those the gateway writes (approval, on a
-// call it released for an approved proposal).
-var ReservedFields = []string{"protocol", "id", "ts", "from", "to", "kind", "correlation_id", "context", "payload", "lifecycle", "approval"}
+// meaning: those Parse reads (trace among them), and those the gateway
+// writes (approval, on a call it released for an approved proposal).
+var ReservedFields = []string{"protocol", "id", "ts", "from", "to", "kind", "correlation_id", "context", "payload", "lifecycle", "trace", "approval"}
 
 // misleadingField says why an unknown top-level field may not be relayed,
 // or "": it names a reserved field in another case (Go's encoding/json,

@@ -1,15 +1,12 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -210,6 +207,19 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		break
 	}
 	p.SyncMembers()
+	// The waits above may have been long (the other nodes' member lists,
+	// a pod reading its past): a client that gave up meanwhile is not
+	// joined, nor is one while this node cannot store (its join would be
+	// stored late, after the joins the client made elsewhere since).
+	if req.Context().Err() != nil || g.node.NoQuorum() {
+		p.Unreserve()
+		g.maybeRemovePod(p)
+		g.connCount.Add(-1)
+		if req.Context().Err() == nil {
+			g.refuse(w, envelope.Errorf(wire.CodeNoQuorum, "this gateway node cannot reach a quorum of the cluster's history stream: connect to another node, or try again later"))
+		}
+		return
+	}
 	hw := participant.SmallBuffers(w)
 	conn, err := websocket.Accept(hw, req, &websocket.AcceptOptions{
 		InsecureSkipVerify: true, // admit checked the origin, answering in JSON
@@ -291,45 +301,19 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 // upgrade there while the pod changes.
 var hookBeforeJoin atomic.Pointer[func(pod, participant string)]
 
-// readBuffers are reused across messages and connections: a pod keeps
-// nothing of the bytes it is handed, so a read buffer is free again as
-// soon as its envelope is handled, and an idle connection holds none.
-var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
 // readLoop reads the participant's messages until its connection ends,
 // each into the pod (pod.Handle), the sender pausing while the pod's
-// flow control says so (Throttle).
+// flow control says so (Throttle). The writers of the members its
+// envelopes go to are woken once the messages it has sent are handled,
+// not after each.
 func (g *Gateway) readLoop(p *pod.Pod, r *participant.Participant, buckets *limits.Buckets) {
-	ctx := context.Background()
-	conn := r.Conn()
-	// The writers of the members its envelopes go to are woken once the
-	// messages it has sent are handled, not after each.
 	from := &pod.Sender{ID: r.ID, Protocol: r.Protocol, Conn: r, Buckets: buckets, Hold: true}
 	defer from.Flush()
-	for {
-		typ, rd, err := conn.Reader(ctx)
-		if err != nil {
-			return
+	r.ReadLoop(context.Background(), func(msg []byte, binary, more bool) {
+		p.Handle(from, msg, binary)
+		if !more {
+			from.Flush()
 		}
-		buf := readBuffers.Get().(*bytes.Buffer)
-		buf.Reset()
-		_, err = buf.ReadFrom(rd)
-		if err == nil {
-			p.Handle(from, buf.Bytes(), typ != websocket.MessageText)
-			if !r.NetConn().MessageBuffered() {
-				from.Flush()
-			}
-			p.Throttle(from)
-		}
-		if buf.Cap() <= 64<<10 {
-			readBuffers.Put(buf)
-		}
-		if err != nil {
-			var ce websocket.CloseError
-			if !errors.As(err, &ce) {
-				r.Kill()
-			}
-			return
-		}
-	}
+		p.Throttle(from)
+	})
 }

@@ -41,6 +41,7 @@ func presented(token string) audit.Credential {
 // X-Forwarded-For header is written as received, never trusted (a client
 // may send any), for an operator whose proxy sets it.
 func (g *Gateway) auditJoin(r *http.Request, transport, podName string, who pod.Admitted, e *envelope.Error) {
+	g.traceJoin(r, transport, podName, who, e)
 	if !g.audit.On() {
 		return
 	}

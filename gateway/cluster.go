@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -21,10 +22,22 @@ import (
 //     them is gone, and every other node announces its participants as
 //     having left, to its own participants;
 //   - a node that opens a pod asks the others for their members of it on
-//     membersSubject, so that its first welcome lists the whole pod;
+//     membersSubject, so that its first welcome lists the whole pod; the
+//     lists that come after membersWait are applied as they come, up to
+//     membersLate;
+//   - a node heard from that was not known (new, or taken for gone and
+//     heard again) is asked for its members of every pod open here, on
+//     membersSubject.<node> (resync), and the members here are told who
+//     came and who left;
 //   - join and leave frames of other nodes keep that list current, and a
 //     join of an id that is connected here replaces the connection here
-//     (close 4000, no presence change).
+//     (close 4000, no presence change);
+//   - the operator's API asks every node for its part of an answer on
+//     adminSubject (admin_cluster.go).
+//
+// Each list carries the number of the last frame its node had put into a
+// pod's log when it answered, so that a list older than a presence frame
+// of its node already applied is not applied (pod.Pod.ApplyMembers).
 const (
 	heartbeatSubject = "mcpp.nodes.heartbeat"
 	membersSubject   = "mcpp.nodes.members"
@@ -35,6 +48,12 @@ const (
 	// join storm of 9,000 members on 2 cores, where a busy node answered
 	// later and the welcomes of the node that asked missed its members.
 	membersWait = 5 * time.Second
+	// membersLate is how long a node that opened a pod still takes the
+	// lists of the nodes that had not answered within membersWait.
+	membersLate = time.Minute
+	// resyncBatch bounds the pods one ask of a node's members names, so
+	// that its answer stays well under NATS's largest message.
+	resyncBatch = 256
 )
 
 // cluster is a node's view of the other nodes.
@@ -42,29 +61,54 @@ type cluster struct {
 	g     *Gateway
 	mu    sync.Mutex
 	nodes map[string]time.Time // other nodes, last heard from
-	subs  []*nats.Subscription
-	stop  chan struct{}
-	done  chan struct{}
+	// lastTick is when the heartbeat loop last ran: a node that did not
+	// run for a while (its process was paused) heard nobody meanwhile.
+	lastTick time.Time
+	subs     []*nats.Subscription
+	stop     chan struct{}
+	done     chan struct{}
 }
 
-// membersReply is a node's answer to a members request.
+// membersReply is a node's answer to a members request: its members of
+// one pod (Node, Seq, Members), or of several (Pods).
 type membersReply struct {
 	Node    string          `json:"node"`
+	Seq     uint64          `json:"seq"`
+	Members []wire.Identity `json:"members,omitempty"`
+	Since   []time.Time     `json:"since,omitempty"`
+	Pods    []podMembers    `json:"pods,omitempty"`
+}
+
+// podMembers are a node's members of one pod, as of its frame Seq.
+type podMembers struct {
+	Pod     string          `json:"pod"`
+	Seq     uint64          `json:"seq"`
 	Members []wire.Identity `json:"members"`
+	Since   []time.Time     `json:"since,omitempty"`
+}
+
+// membersAsk is a request of one node's members of several pods.
+type membersAsk struct {
+	Pods []string `json:"pods"`
 }
 
 func startCluster(g *Gateway) (*cluster, error) {
-	c := &cluster{g: g, nodes: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
-	hb, err := g.nc.Subscribe(heartbeatSubject, c.onHeartbeat)
-	if err != nil {
-		return nil, err
+	c := &cluster{g: g, nodes: map[string]time.Time{}, lastTick: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	for subject, handle := range map[string]nats.MsgHandler{
+		heartbeatSubject:                c.onHeartbeat,
+		membersSubject:                  c.onMembersRequest,
+		membersSubject + "." + g.nodeID: c.onMembersAsk,
+		adminSubject:                    c.onAdminRequest,
+	} {
+		sub, err := g.nc.Subscribe(subject, handle)
+		if err != nil {
+			for _, s := range c.subs {
+				_ = s.Unsubscribe()
+			}
+			return nil, err
+		}
+		c.subs = append(c.subs, sub)
 	}
-	mem, err := g.nc.Subscribe(membersSubject, c.onMembersRequest)
-	if err != nil {
-		_ = hb.Unsubscribe()
-		return nil, err
-	}
-	c.subs = []*nats.Subscription{hb, mem}
 	_ = g.nc.Flush()
 	go c.run()
 	return c, nil
@@ -103,21 +147,42 @@ func (c *cluster) onHeartbeat(m *nats.Msg) {
 	if !known {
 		c.g.log.Info("gateway node joined", "node", node)
 		c.beat() // so that a new node learns of this one at once
+		go c.resync(node)
 	}
 }
 
-// Seen records activity of a node that sent a frame (pod.Cluster).
+// Seen records activity of a node that sent a frame (pod.Cluster). It is
+// called with a pod's lock held: a node it did not know is asked for its
+// members on a goroutine of its own.
 func (c *cluster) Seen(node string) {
 	c.mu.Lock()
-	if _, ok := c.nodes[node]; !ok {
+	_, known := c.nodes[node]
+	if !known {
 		c.nodes[node] = time.Now()
 	}
 	c.mu.Unlock()
+	if !known {
+		go c.resync(node)
+	}
 }
 
+// expire takes the nodes not heard from for after for gone. A node whose
+// own loop did not run for longer than that (its process was paused, or
+// starved) heard nobody meanwhile, so it judges nobody: it gives every
+// node after again.
 func (c *cluster) expire(now time.Time, after time.Duration) {
 	var gone []string
 	c.mu.Lock()
+	stalled := now.Sub(c.lastTick)
+	c.lastTick = now
+	if stalled > after {
+		for node := range c.nodes {
+			c.nodes[node] = now
+		}
+		c.mu.Unlock()
+		c.g.log.Warn("this gateway node did not run for a while: the others are given their heartbeats again", "stalled", stalled.Round(time.Millisecond).String())
+		return
+	}
 	for node, at := range c.nodes {
 		if now.Sub(at) > after {
 			gone = append(gone, node)
@@ -139,22 +204,51 @@ func (c *cluster) peers() int {
 	return len(c.nodes)
 }
 
+// roster is this node's members of pod name, for another node.
+func (c *cluster) roster(name string) pod.NodeMembers {
+	if p := c.g.lookupPod(name); p != nil {
+		// Its connections and its guests (MCP participants) alike.
+		return p.Roster()
+	}
+	return c.g.node.Roster()
+}
+
 func (c *cluster) onMembersRequest(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	reply := membersReply{Node: c.g.nodeID, Members: []wire.Identity{}}
-	if p := c.g.lookupPod(string(m.Data)); p != nil {
-		// Its connections and its guests (MCP participants) alike.
-		reply.Members = p.LocalIdentities()
+	r := c.roster(string(m.Data))
+	b, _ := json.Marshal(membersReply{Node: c.g.nodeID, Seq: r.Seq, Members: nonNil(r.Members), Since: r.Since})
+	_ = m.Respond(b)
+}
+
+// onMembersAsk answers another node's ask of this node's members of
+// several pods (resync).
+func (c *cluster) onMembersAsk(m *nats.Msg) {
+	var ask membersAsk
+	if m.Reply == "" || json.Unmarshal(m.Data, &ask) != nil {
+		return
+	}
+	reply := membersReply{Node: c.g.nodeID, Pods: make([]podMembers, 0, len(ask.Pods))}
+	for _, name := range ask.Pods {
+		r := c.roster(name)
+		reply.Pods = append(reply.Pods, podMembers{Pod: name, Seq: r.Seq, Members: nonNil(r.Members), Since: r.Since})
 	}
 	b, _ := json.Marshal(reply)
 	_ = m.Respond(b)
 }
 
+func nonNil(ids []wire.Identity) []wire.Identity {
+	if ids == nil {
+		return []wire.Identity{}
+	}
+	return ids
+}
+
 // Members asks every other node for its members of pod, waiting until all
-// known nodes answered or membersWait passed (pod.Cluster).
-func (c *cluster) Members(name string) []pod.NodeMembers {
+// known nodes answered or membersWait passed; the answers that come later,
+// up to membersLate, are handed to late (pod.Cluster).
+func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMembers {
 	want := c.peers()
 	if want == 0 {
 		return nil
@@ -165,24 +259,133 @@ func (c *cluster) Members(name string) []pod.NodeMembers {
 	if err != nil {
 		return nil
 	}
-	defer func() { _ = sub.Unsubscribe() }()
 	if err := c.g.nc.PublishRequest(membersSubject, inbox, []byte(name)); err != nil {
+		_ = sub.Unsubscribe()
 		return nil
 	}
 	var out []pod.NodeMembers
-	deadline := time.After(membersWait)
-	for {
+	heard := map[string]bool{}
+	take := func(m *nats.Msg) (pod.NodeMembers, bool) {
+		var r membersReply
+		if json.Unmarshal(m.Data, &r) != nil || r.Node == c.g.nodeID || heard[r.Node] {
+			return pod.NodeMembers{}, false
+		}
+		heard[r.Node] = true
+		return pod.NodeMembers{Node: r.Node, Seq: r.Seq, Members: r.Members, Since: r.Since}, true
+	}
+	deadline := time.NewTimer(membersWait)
+	defer deadline.Stop()
+	for len(out) < want {
 		select {
 		case m := <-ch:
-			var r membersReply
-			if json.Unmarshal(m.Data, &r) == nil && r.Node != c.g.nodeID {
-				out = append(out, pod.NodeMembers{Node: r.Node, Members: r.Members})
-				if len(out) >= want {
-					return out
-				}
+			if r, ok := take(m); ok {
+				out = append(out, r)
 			}
-		case <-deadline:
+		case <-deadline.C:
+			c.g.log.Warn("opening a pod: some gateway nodes did not answer for their members in time; their lists are applied when they come",
+				"pod", name, "answered", len(out), "nodes", want, "waited", membersWait.String())
+			go func() {
+				defer func() { _ = sub.Unsubscribe() }()
+				until := time.NewTimer(membersLate)
+				defer until.Stop()
+				for {
+					select {
+					case m := <-ch:
+						if r, ok := take(m); ok {
+							c.g.log.Info("a gateway node answered for its members late", "pod", name, "node", r.Node)
+							late(r)
+						}
+					case <-until.C:
+						return
+					case <-c.stop:
+						return
+					}
+				}
+			}()
 			return out
+		}
+	}
+	_ = sub.Unsubscribe()
+	return out
+}
+
+// Ask asks node for its members of pods (pod.Cluster).
+func (c *cluster) Ask(node string, pods []string) ([]pod.NodeMembers, error) {
+	b, _ := json.Marshal(membersAsk{Pods: pods})
+	m, err := c.g.nc.Request(membersSubject+"."+node, b, membersWait)
+	if err != nil {
+		return nil, fmt.Errorf("asking node %s for its members: %w", node, err)
+	}
+	var r membersReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("node %s's members: %w", node, err)
+	}
+	out := make([]pod.NodeMembers, 0, len(r.Pods))
+	for _, pm := range r.Pods {
+		out = append(out, pod.NodeMembers{Node: r.Node, Seq: pm.Seq, Members: pm.Members, Since: pm.Since})
+	}
+	return out, nil
+}
+
+// resync asks node, heard from and not known until now (new, or taken for
+// gone and heard again), for its members of every pod open here, and
+// applies them: its members that this node took for gone come back, and
+// the members here are told, once, who came and who left. A pod whose
+// list came stale asks again (pod.Pod.ApplyMembers).
+func (c *cluster) resync(node string) {
+	var pods []*pod.Pod
+	for _, p := range c.g.allPods() {
+		if p.Ready() {
+			pods = append(pods, p)
+		}
+	}
+	for len(pods) > 0 {
+		batch := pods[:min(resyncBatch, len(pods))]
+		pods = pods[len(batch):]
+		names := make([]string, len(batch))
+		for i, p := range batch {
+			names[i] = p.Name
+		}
+		lists, err := c.askUntil(node, names)
+		if err != nil {
+			c.g.log.Warn("a gateway node heard again did not answer for its members; they are as its presence says", "node", node, "err", err)
+			return
+		}
+		for i, p := range batch {
+			if !p.ApplyMembers(lists[i]) {
+				go p.AskMembers(node)
+			}
+		}
+	}
+}
+
+// resyncFor bounds how long resync asks a node heard again that does not
+// answer yet: right after routes come back, NATS may not have carried the
+// node's subscriptions over them yet ("no responders").
+const resyncFor = 30 * time.Second
+
+// askUntil is Ask, asked again (every 100 ms at first, then less often)
+// while it fails, for up to resyncFor and while node is known.
+func (c *cluster) askUntil(node string, names []string) ([]pod.NodeMembers, error) {
+	deadline := time.Now().Add(resyncFor)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		lists, err := c.Ask(node, names)
+		if err == nil && len(lists) != len(names) {
+			err = fmt.Errorf("node %s answered for %d pods of %d", node, len(lists), len(names))
+		}
+		if err == nil {
+			return lists, nil
+		}
+		c.mu.Lock()
+		_, known := c.nodes[node]
+		c.mu.Unlock()
+		if !known || time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-c.stop:
+			return nil, err
+		case <-time.After(wait):
 		}
 	}
 }

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"path"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
@@ -99,6 +102,7 @@ type Config struct {
 
 	ClusterName      string
 	ClusterListen    string
+	ClusterAdvertise string
 	Routes           string
 	NATSURL          string
 	ClusterHeartbeat time.Duration
@@ -130,6 +134,10 @@ type Config struct {
 
 	// Logger receives the gateway's logs; nil means slog.Default().
 	Logger *slog.Logger `flag:"-"`
+	// TracerProvider makes the gateway's spans (docs/protocol.md section
+	// 7, "Traces"); nil: tracing off. mcpp-gateway sets it from the
+	// OTEL_* environment variables (package tracing).
+	TracerProvider trace.TracerProvider `flag:"-"`
 }
 
 // DefaultConfig returns the defaults of docs/protocol.md sections 5 and 7.
@@ -256,6 +264,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.NATSPort, "nats-port", c.NATSPort, "open the embedded NATS server's client port on 127.0.0.1 (0: no port)")
 	fs.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "join the embedded NATS server to a cluster of gateways of this name")
 	fs.StringVar(&c.ClusterListen, "cluster-listen", c.ClusterListen, "address the embedded NATS server takes cluster routes on (host:port)")
+	fs.StringVar(&c.ClusterAdvertise, "cluster-advertise", c.ClusterAdvertise, "host:port the other gateways dial to reach this one's routes, when it is not --cluster-listen (behind NAT, a container's port mapping, a proxy)")
 	fs.StringVar(&c.Routes, "routes", c.Routes, "other gateways' cluster addresses (comma-separated nats-route://host:port)")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "use this external NATS deployment instead of the embedded server (comma-separated nats:// URLs)")
 	fs.DurationVar(&c.ClusterHeartbeat, "cluster-heartbeat", c.ClusterHeartbeat, "with several gateways: how often each announces itself; one silent for 3 heartbeats is gone, and its participants with it")
@@ -326,10 +335,12 @@ func (c *Config) Validate() error {
 		// NaN and Inf parse as floats, but no bucket can use them and the
 		// welcome, which lists the limits in JSON, could not be written.
 		return fmt.Errorf("rates must be positive finite numbers and bursts at least 1")
-	case (c.ClusterName != "" || c.ClusterListen != "" || c.Routes != "") && c.NATSURL != "":
-		return fmt.Errorf("--nats-url uses an external NATS; --cluster-name, --cluster-listen and --routes are for the embedded one")
-	case (c.ClusterListen != "" || c.Routes != "") && c.ClusterName == "":
-		return fmt.Errorf("--cluster-listen and --routes need --cluster-name")
+	case (c.ClusterName != "" || c.ClusterListen != "" || c.ClusterAdvertise != "" || c.Routes != "") && c.NATSURL != "":
+		return fmt.Errorf("--nats-url uses an external NATS; --cluster-name, --cluster-listen, --cluster-advertise and --routes are for the embedded one")
+	case (c.ClusterListen != "" || c.ClusterAdvertise != "" || c.Routes != "") && c.ClusterName == "":
+		return fmt.Errorf("--cluster-listen, --cluster-advertise and --routes need --cluster-name")
+	case c.ClusterAdvertise != "" && !validHostPort(c.ClusterAdvertise):
+		return fmt.Errorf("--cluster-advertise must be host:port with a port from 1 to 65535, not %q", c.ClusterAdvertise)
 	case c.ClusterName != "" && c.ClusterListen == "":
 		return fmt.Errorf("--cluster-name needs --cluster-listen")
 	case c.defaultCapabilitiesError() != nil:
@@ -406,6 +417,11 @@ func (c *Config) defaultCapabilitiesError() error {
 	if err == nil {
 		_, err = capability.Compile(caps)
 	}
+	if err == nil && holdsAdmin(caps) {
+		// Every JWT without a caps claim would operate every pod of its
+		// own (docs/protocol.md section 7, the operator's API).
+		err = fmt.Errorf("%s is never a default: give it in the tokens of those who operate the gateway", wire.CapabilityAdmin)
+	}
 	return err
 }
 
@@ -433,6 +449,17 @@ func validPatterns(list string) bool {
 		}
 	}
 	return true
+}
+
+// validHostPort reports whether s is host:port with a host and a port
+// from 1 to 65535: an address another node can dial.
+func validHostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 // clustered reports whether other gateway nodes may share the pods.

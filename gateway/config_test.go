@@ -77,6 +77,14 @@ func TestConfigValidateRejectsUnusableLimits(t *testing.T) {
 		"negative retention":   func(c *Config) { c.ContextRetention = -time.Second },
 		"send queue 0":         func(c *Config) { c.SendQueue = 0 },
 		"participants per pod": func(c *Config) { c.MaxParticipantsPerPod = 0 },
+		"advertise alone":      func(c *Config) { c.ClusterAdvertise = "127.0.0.1:6222" },
+		"advertise no port": func(c *Config) {
+			c.ClusterName, c.ClusterListen, c.ClusterAdvertise = "x", "127.0.0.1:6222", "127.0.0.1"
+		},
+		"advertise port 0": func(c *Config) {
+			c.ClusterName, c.ClusterListen, c.ClusterAdvertise = "x", "127.0.0.1:6222", "proxy:0"
+		},
+		"advertise, external NATS": func(c *Config) { c.NATSURL, c.ClusterAdvertise = "nats://x:4222", "proxy:6222" },
 	} {
 		c := DefaultConfig()
 		edit(&c)
@@ -87,6 +95,7 @@ func TestConfigValidateRejectsUnusableLimits(t *testing.T) {
 	c := DefaultConfig()
 	c.ContextTimeout, c.ContextRetention = 24*365*time.Hour, 0
 	c.Rate = 1e-3
+	c.ClusterName, c.ClusterListen, c.ClusterAdvertise = "x", "127.0.0.1:6222", "proxy.example:16222"
 	if err := c.Validate(); err != nil {
 		t.Fatalf("a year's timeout, no retention and a slow rate are usable: %v", err)
 	}

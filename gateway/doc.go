@@ -1,9 +1,10 @@
 // Package gateway is the MCPP pod gateway's server: the HTTP endpoints
-// (/ws, POST /pods/NAME/envelopes, /mcp, /healthz, /metrics and the pod
-// viewer at /), who a request is (auth.go: the token file, JWTs and OAuth
-// access tokens, package tokens), the table of the pods this node serves, and the NATS node the
-// pods' history and the other gateway nodes are reached through. What
-// happens to an envelope once a participant sent it is package pod's.
+// (/ws, POST /pods/NAME/envelopes, /mcp, the operator's API under
+// /admin/, /healthz, /livez, /metrics and the pod viewer at /), who a
+// request is (auth.go: the token file, JWTs and OAuth access tokens,
+// package tokens), the table of the pods this node serves, and the NATS
+// node the pods' history and the other gateway nodes are reached through.
+// What happens to an envelope once a participant sent it is package pod's.
 //
 // One node alone (the default) runs NATS inside the process with no port
 // open and JetStream for the history: the pods' order is the node's own,
@@ -17,6 +18,7 @@
 // The parts, one concern per file:
 //
 //	gateway.go   New, Serve, Shutdown; the pod table (sharded), the janitor
+//	drain.go     a node's drain: on SIGTERM (Shutdown) or an operator's
 //	config.go    every setting, as a flag and an MCPP_ environment variable
 //	accept.go    the upgrade: its checks, answered in JSON, then the reader
 //	publish.go   POST /pods/NAME/envelopes
@@ -26,7 +28,10 @@
 //	mcp*.go      the MCP endpoint: tools, sessions, the inbox resource
 //	nats.go      the embedded NATS server (or the connection to an external one)
 //	cluster.go   the other nodes of an embedded cluster
+//	admin*.go    the operator's API: who may call it, its endpoints, its
+//	             questions to the other nodes
 //	metrics.go   /metrics
 //	audit.go     the audit trail's joins and reloads (--audit-log, package audit)
+//	tracing.go   the gateway's spans: joins, an MCP host's requests (package tracing)
 //	viewer.go    the pod viewer (viewer/)
 package gateway

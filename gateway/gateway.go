@@ -80,6 +80,9 @@ type Gateway struct {
 	podCount    atomic.Int64
 	connCount   atomic.Int64
 	accepting   atomic.Bool
+	shutting    atomic.Bool    // Shutdown has begun
+	drainDone   chan struct{}  // closed once the drain is over (drain.go)
+	drained     drainResult    // what it did, written before drainDone closes
 	handlers    sync.WaitGroup // WebSocket handlers and their readers (enter)
 	enterMu     sync.Mutex     // orders each handlers.Add before Shutdown's Wait
 	janitorDone chan struct{}
@@ -102,6 +105,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg: cfg, log: cfg.logger(), nodeID: uuid.NewString()[:8],
 		originPatterns: splitComma(cfg.AllowedOrigins),
 		janitorDone:    make(chan struct{}),
+		drainDone:      make(chan struct{}),
 		janitorStop:    make(chan struct{}),
 	}
 	for i := range g.shards {
@@ -146,6 +150,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.node.Verify = g.verify
 	}
 	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState, g.audit)
+	g.metrics.registry.MustRegister(g.node.Traces.Dropped)
 	ns, nc, tempDir, err := startNATS(&g.cfg, g.nodeID)
 	if err != nil {
 		g.endLife()
@@ -246,6 +251,7 @@ func (g *Gateway) openHistory() error {
 			OnHold: func() { g.metrics.historyHolds.Inc() },
 			OnLate: func(n int) { g.metrics.historyLate.Add(float64(n)) },
 		})
+		g.node.WatchQuorum(g.reach())
 		close(g.histReady)
 		return nil
 	}
@@ -302,8 +308,9 @@ func (g *Gateway) awaitHistory(ctx context.Context) error {
 }
 
 // Handler serves /ws, POST /pods/NAME/envelopes, the MCP endpoint at
-// /mcp, /healthz, /metrics, the pod viewer at /, and with --oauth-issuer
-// the protected resource metadata (oauth.go).
+// /mcp, the operator's API under /admin/ (admin.go), /healthz, /livez,
+// /metrics, the pod viewer at /, and with --oauth-issuer the protected
+// resource metadata (oauth.go).
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	if g.oauth != nil {
@@ -312,7 +319,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/ws", g.serveWS)
 	mux.HandleFunc("/pods/{pod}/envelopes", g.servePublish)
 	mux.Handle("/mcp", g.mcp)
+	mux.HandleFunc("/admin/", g.serveAdmin)
 	mux.HandleFunc("/healthz", g.serveHealth)
+	mux.HandleFunc("/livez", serveLive)
 	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
 	mux.Handle("/", viewerHandler())
 	return mux
@@ -385,6 +394,21 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "waiting for the history stream (the cluster's JetStream is forming)\n", http.StatusServiceUnavailable)
 		return
 	}
+	if g.node != nil && g.node.NoQuorum() {
+		// Its pods take no envelope and no member: a load balancer
+		// sends them to another node.
+		http.Error(w, "no quorum: this node cannot reach a quorum of the cluster's history stream\n", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// serveLive answers 200 for as long as the process serves HTTP, also while
+// it drains and while a cluster's JetStream forms, when /healthz says 503:
+// it is for a liveness check (Kubernetes restarts a container whose
+// liveness fails), which must not restart a node that waits for its peers
+// or finishes its drain. /healthz is for the load balancer's readiness.
+func serveLive(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
@@ -427,6 +451,11 @@ func (g *Gateway) pod(name string) (*pod.Pod, *envelope.Error) {
 // removed after readyPod returned it says so when it is joined (dead:
 // Reserve, JoinGuest, Acquire), and the caller looks it up again.
 func (g *Gateway) readyPod(ctx context.Context, name string) (*pod.Pod, *envelope.Error) {
+	if g.node.NoQuorum() {
+		// A member here would be told nothing (docs/protocol.md section
+		// 7): it is sent to another node.
+		return nil, envelope.Errorf(wire.CodeNoQuorum, "this gateway node cannot reach a quorum of the cluster's history stream: connect to another node, or try again later")
+	}
 	p, e := g.pod(name)
 	if e != nil {
 		return nil, e
@@ -580,58 +609,17 @@ func (g *Gateway) historyFirstSeq(pods []*pod.Pod) uint64 {
 	return first
 }
 
-// Shutdown stops accepting participants and envelopes, delivers what is
-// queued, and closes every connection with 1001; connections still busy
-// when ctx ends are dropped. Then the listener closes and NATS stops.
-//
-// While it drains, the listener still answers: /healthz, upgrades and
-// publishes get 503 (a load balancer sees the node leaving, a client gets
-// a reason), and an envelope a participant sends gets a retryable
-// shutting_down while its connection can carry it (docs/protocol.md
-// section 7). MCP participants leave as the drain begins, so that the
-// others hear of it before their own connections close.
+// Shutdown drains the node (drain: it stops accepting participants and
+// envelopes, delivers what is queued, and closes every connection with
+// 1001; connections still busy when ctx ends are dropped), unless an
+// operator drained it before (POST /admin/drain). Then the listener
+// closes and NATS stops.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.enterMu.Lock()
-	was := g.accepting.Swap(false)
-	g.enterMu.Unlock()
-	if !was {
+	if !g.shutting.CompareAndSwap(false, true) {
 		return nil
 	}
-	g.node.SetDraining(true)
+	g.drain(ctx)
 	g.endLife()
-	g.mcp.shutdown()
-	// Everything accepted so far is in the members' queues where the
-	// node orders its pods; where the stream orders them, it must come
-	// back first. The history receives what is still on its way.
-	if err := g.nc.FlushWithContext(ctx); err != nil {
-		g.log.Warn("flush before shutdown", "err", err)
-	}
-	if w := g.node.Writer; w != nil {
-		if err := w.Sync(ctx); err != nil {
-			g.log.Warn("the history stream did not store everything before the shutdown's deadline", "err", err)
-		}
-	}
-	for _, p := range g.allPods() {
-		// A pod removed meanwhile (its last participant left) no longer
-		// reads its log: what it did not see, nobody is waiting for.
-		for !p.Drained() && !p.Dead() && ctx.Err() == nil {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	var all []*participant.Participant
-	for _, p := range g.allPods() {
-		all = append(all, p.Members()...)
-	}
-	for _, r := range all {
-		goAway(r)
-	}
-	for _, r := range all {
-		select {
-		case <-r.Done():
-		case <-ctx.Done():
-			r.Kill()
-		}
-	}
 	done := make(chan struct{})
 	go func() { g.handlers.Wait(); close(done) }()
 	select {
@@ -725,6 +713,7 @@ func (g *Gateway) newNode() *pod.Node {
 			limits.Rate{Per: c.Rate, Burst: c.Burst},
 			limits.Rate{Per: c.ContextCreateRate, Burst: c.ContextCreateBurst}),
 		OnDead: g.forgetPod,
+		Traces: pod.NewTraces(g.tracer()),
 	}
 	n.Metrics.Pods.SetMaxPods(c.MetricsMaxPods)
 	switch {

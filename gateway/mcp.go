@@ -120,7 +120,7 @@ func (e *mcpEndpoint) newServer() *mcp.Server {
 			UnsubscribeHandler: e.unsubscribeAny,
 			CompletionHandler:  e.complete,
 		})
-	s.AddReceivingMiddleware(e.middleware)
+	s.AddReceivingMiddleware(e.traced, e.middleware)
 	e.addTools(s)
 	e.addProposalTools(s)
 	e.addInbox(s)

@@ -39,7 +39,7 @@ func (m *mcpMember) ask(ctx context.Context, server, method string, params any) 
 	if err != nil {
 		return nil, refusalError(refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the request does not marshal: %v", err)))
 	}
-	out := outgoing{ID: uuid.NewString(), Kind: wire.KindMCPRequest, To: []string{server}, Payload: payload}
+	out := outgoing{ID: uuid.NewString(), Kind: wire.KindMCPRequest, To: []string{server}, Payload: payload, Trace: traceField(ctx)}
 	if cx := m.branch(); cx != "" {
 		out.Context = wire.Context{ID: cx}.JSON()
 	}

@@ -115,7 +115,7 @@ func (e *mcpEndpoint) callServerTool(ctx context.Context, m *mcpMember, server, 
 	if err != nil {
 		return refusalResult(refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "the arguments do not marshal: %v", err))), nil
 	}
-	out := outgoing{ID: hc.id, Kind: wire.KindMCPRequest, To: []string{server}, Payload: payload}
+	out := outgoing{ID: hc.id, Kind: wire.KindMCPRequest, To: []string{server}, Payload: payload, Trace: traceField(ctx)}
 	cx := m.branch()
 	if cx != "" {
 		out.Context = wire.Context{ID: cx}.JSON()

@@ -103,9 +103,9 @@ func (e *mcpEndpoint) proposalWait(ctx context.Context, req *mcp.CallToolRequest
 	return e.follow(ctx, req, hc, wait)
 }
 
-func (e *mcpEndpoint) proposalApprove(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Approve) (any, error) {
+func (e *mcpEndpoint) proposalApprove(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Approve) (any, error) {
 	payload, _ := json.Marshal(args)
-	r, err := m.relay(outgoing{Kind: wire.RequestApprove, Payload: payload})
+	r, err := m.relay(outgoing{Kind: wire.RequestApprove, Payload: payload, Trace: traceField(ctx)})
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,9 @@ type outgoing struct {
 	Context       json.RawMessage `json:"context,omitempty"`
 	Payload       json.RawMessage `json:"payload,omitempty"`
 	Lifecycle     json.RawMessage `json:"lifecycle,omitempty"`
+	// Trace is the trace context of the host's request the envelope is
+	// part of (traceField): its _meta.traceparent, or the gateway's span.
+	Trace *wire.Trace `json:"trace,omitempty"`
 }
 
 // relayed is what ingress recorded of an accepted envelope.
@@ -65,13 +68,13 @@ func (m *mcpMember) relay(env outgoing) (relayed, error) {
 	return relayed{id: from.Results[0].ID, answer: from.Results[0].Answer, depth: outcome.Depth, concluded: outcome.Concluded}, nil
 }
 
-func (e *mcpEndpoint) podSend(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
+func (e *mcpEndpoint) podSend(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args sendArgs) (any, error) {
 	if strings.HasPrefix(args.Kind, "gateway/") {
 		return nil, refuse(envelope.Errorf(wire.CodeUnknownRequest,
 			"pod_send relays envelopes to the pod; ask the gateway with pod_history, pod_contexts, pod_filter and participant_kick"))
 	}
 	r, err := m.relay(outgoing{To: args.To, Kind: args.Kind, CorrelationID: args.CorrelationID, Context: args.Context,
-		Payload: args.Payload, Lifecycle: args.Lifecycle})
+		Payload: args.Payload, Lifecycle: args.Lifecycle, Trace: traceField(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -80,12 +83,12 @@ func (e *mcpEndpoint) podSend(_ context.Context, m *mcpMember, _ *mcp.CallToolRe
 
 // participantKick is gateway/kick (docs/protocol.md section 6), which the
 // member's capabilities must allow as they do over WebSocket.
-func (e *mcpEndpoint) participantKick(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Kick) (any, error) {
+func (e *mcpEndpoint) participantKick(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args wire.Kick) (any, error) {
 	payload, err := json.Marshal(args)
 	if err != nil {
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "%v", err))
 	}
-	r, err := m.relay(outgoing{Kind: wire.RequestKick, Payload: payload})
+	r, err := m.relay(outgoing{Kind: wire.RequestKick, Payload: payload, Trace: traceField(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +99,10 @@ func (e *mcpEndpoint) participantKick(_ context.Context, m *mcpMember, _ *mcp.Ca
 	return out, nil
 }
 
-func (e *mcpEndpoint) contextBranch(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args branchArgs) (any, error) {
+func (e *mcpEndpoint) contextBranch(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args branchArgs) (any, error) {
 	c := wire.Context{ID: uuid.NewString(), Type: args.Type, Parent: args.Parent}
 	payload, _ := json.Marshal(wire.Branch{Description: args.Description})
-	r, err := m.relay(outgoing{Kind: wire.KindContextBranch, Context: c.JSON(), Payload: payload})
+	r, err := m.relay(outgoing{Kind: wire.KindContextBranch, Context: c.JSON(), Payload: payload, Trace: traceField(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +110,7 @@ func (e *mcpEndpoint) contextBranch(_ context.Context, m *mcpMember, _ *mcp.Call
 	return branchResult{Context: branchContext{ID: c.ID, Type: c.Type, Parent: c.Parent, Depth: r.depth}}, nil
 }
 
-func (e *mcpEndpoint) contextReturn(_ context.Context, m *mcpMember, _ *mcp.CallToolRequest, args returnArgs) (any, error) {
+func (e *mcpEndpoint) contextReturn(ctx context.Context, m *mcpMember, _ *mcp.CallToolRequest, args returnArgs) (any, error) {
 	if !e.g.node.Config.ConclusionKinds[wire.KindConclusion] {
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope,
 			"this gateway's --conclusion-kinds leave out %q, so a sub-context cannot be returned from here: send one of its conclusion kinds with pod_send", wire.KindConclusion))
@@ -122,7 +125,7 @@ func (e *mcpEndpoint) contextReturn(_ context.Context, m *mcpMember, _ *mcp.Call
 			"sub-context %q was opened by %s: only the participant that opened it returns from it", args.Context, open[0].Creator))
 	}
 	payload, _ := json.Marshal(wire.Conclusion{Summary: args.Summary})
-	r, err := m.relay(outgoing{Kind: wire.KindConclusion, Context: wire.Context{ID: args.Context}.JSON(), Payload: payload})
+	r, err := m.relay(outgoing{Kind: wire.KindConclusion, Context: wire.Context{ID: args.Context}.JSON(), Payload: payload, Trace: traceField(ctx)})
 	if err != nil {
 		return nil, err
 	}

@@ -152,7 +152,7 @@ func (e *mcpEndpoint) relayTask(ctx context.Context, m *mcpMember, sid, server, 
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	}
-	out := outgoing{ID: uuid.NewString(), Kind: wire.KindMCPRequest, To: []string{server}, Payload: payload}
+	out := outgoing{ID: uuid.NewString(), Kind: wire.KindMCPRequest, To: []string{server}, Payload: payload, Trace: traceField(ctx)}
 	if cx := m.branch(); cx != "" {
 		out.Context = wire.Context{ID: cx}.JSON()
 	}

@@ -93,7 +93,7 @@ func clusterSize(cfg *Config) int {
 	n, self := 0, false
 	for _, r := range server.RoutesFromStr(cfg.Routes) {
 		n++
-		if r.Host == cfg.ClusterListen {
+		if r.Host == cfg.ClusterListen || r.Host == cfg.ClusterAdvertise {
 			self = true
 		}
 	}
@@ -179,7 +179,7 @@ func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, te
 		if err != nil {
 			return nil, nil, tempDir, fmt.Errorf("--cluster-listen: bad port %q", port)
 		}
-		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: p, ConnectRetries: 10}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: p, ConnectRetries: 10, Advertise: cfg.ClusterAdvertise}
 		if opts.DontListen {
 			// The server's routing waits on its client listener: give it
 			// one on a random loopback port, which nobody is told of.
@@ -206,4 +206,27 @@ func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, te
 		return nil, nil, tempDir, fmt.Errorf("embedded NATS: connect: %w", err)
 	}
 	return ns, nc, tempDir, nil
+}
+
+// reach is, in an embedded cluster, how many of the other nodes the
+// embedded server has routes to, and how many a quorum of the cluster
+// needs besides this node (a majority with it): the node's quorum watch
+// (pod.Node.WatchQuorum) takes a node short of them for cut off. nil
+// without an embedded cluster.
+func (g *Gateway) reach() func() (reached, needed int) {
+	if g.ns == nil || g.cfg.ClusterName == "" {
+		return nil
+	}
+	needed := clusterSize(&g.cfg) / 2
+	return func() (int, int) {
+		rz, err := g.ns.Routez(&server.RoutezOptions{})
+		if err != nil {
+			return 0, needed
+		}
+		peers := map[string]bool{}
+		for _, r := range rz.Routes {
+			peers[r.RemoteID] = true
+		}
+		return len(peers), needed
+	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime"
@@ -115,11 +116,54 @@ func (g *Gateway) servePublish(w http.ResponseWriter, r *http.Request) {
 		p.Throttle(from)
 	}
 	from.Flush()
+	g.awaitStored(r.Context(), p, from.Results)
 	g.node.Buckets.Release(bucketKey(name, id), time.Now())
 	p.Release(from)
 	g.maybeRemovePod(p)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.PublishAnswer{Results: from.Results})
+}
+
+// publishStoredWait bounds how long a publish's answer waits for its
+// envelopes to be stored, where the history stream orders the pod: a
+// stream failing over takes a few seconds; one that takes longer has no
+// quorum this node reaches.
+const publishStoredWait = 10 * time.Second
+
+// awaitStored waits until the envelopes a publish relayed are stored in
+// the pod's history stream (pod.Pod.Stored), so that its answer
+// acknowledges only what is stored; those not stored within
+// publishStoredWait are answered unconfirmed instead: they may still be
+// stored later (their outcome is not known), and sent again with the same
+// id they are refused duplicate_id once they are.
+func (g *Gateway) awaitStored(ctx context.Context, p *pod.Pod, results []wire.PublishResult) {
+	var ids []string
+	for _, r := range results {
+		if r.Error == nil && r.ID != "" {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishStoredWait)
+	defer cancel()
+	left := p.Stored(ctx, ids)
+	if len(left) == 0 {
+		return
+	}
+	pending := map[string]bool{}
+	for _, id := range left {
+		pending[id] = true
+	}
+	e := envelope.Errorf(wire.CodeUnconfirmed, "accepted, but the cluster's history stream did not confirm it stored it within %v: it may be stored or not; send it again with the same id (duplicate_id says when it was)", publishStoredWait)
+	for i := range results {
+		if results[i].Error == nil && pending[results[i].ID] {
+			pl := e.Payload()
+			results[i] = wire.PublishResult{ID: results[i].ID, Error: &pl}
+			g.node.Metrics.Errors.WithLabelValues(string(wire.CodeUnconfirmed)).Inc()
+		}
+	}
 }
 
 // hookPublishLine, when set (by tests: export_test.go), runs before each

@@ -5,10 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mcpp/gateway/internal/filewatch"
 )
 
 // With --tls-cert and --tls-key the gateway serves HTTPS and WSS only, on
@@ -33,8 +34,8 @@ type certificates struct {
 	certFile, keyFile string
 	current           atomic.Pointer[tls.Certificate]
 
-	mu   sync.Mutex   // one load at a time
-	seen [2]fileStamp // the two files as the last load saw them (certFile, keyFile)
+	mu   sync.Mutex     // one load at a time
+	seen filewatch.Seen // the two files as the last load saw them
 }
 
 // newCertificates loads the certificate of cfg, or returns nil when TLS is
@@ -57,7 +58,8 @@ func newCertificates(cfg *Config) (*certificates, error) {
 func (c *certificates) load() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seen = [2]fileStamp{stampOf(os.Stat(c.certFile)), stampOf(os.Stat(c.keyFile))}
+	c.seen.Read(c.certFile)
+	c.seen.Read(c.keyFile)
 	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
 	if err != nil {
 		return fmt.Errorf("--tls-cert %s and --tls-key %s: %w", c.certFile, c.keyFile, err)
@@ -67,11 +69,7 @@ func (c *certificates) load() error {
 }
 
 // changed reports whether either file differs from what the last load saw.
-func (c *certificates) changed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !stampOf(os.Stat(c.certFile)).same(c.seen[0]) || !stampOf(os.Stat(c.keyFile)).same(c.seen[1])
-}
+func (c *certificates) changed() bool { return c.seen.Changed() }
 
 // get is tls.Config.GetCertificate: the certificate in force when a
 // handshake begins.
@@ -135,18 +133,9 @@ func (g *Gateway) watchTLS(ctx context.Context) {
 	if g.certs == nil {
 		return
 	}
-	t := time.NewTicker(tlsWatchInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if g.certs.changed() {
-			_ = g.reloadTLS("reloaded: its files changed", triggerChange)
-		}
-	}
+	filewatch.Poll(ctx, tlsWatchInterval, g.certs.changed, func() {
+		_ = g.reloadTLS("reloaded: its files changed", triggerChange)
+	})
 }
 
 // announceTLS logs, once the gateway listens on addr, how it serves:
@@ -193,27 +182,4 @@ func loopbackAddr(addr net.Addr) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// fileStamp is what a file looked like when it was read: a file changed
-// since differs in its size, its modification time, or which file its path
-// names (a new file renamed into place). (Package tokens watches its files
-// the same way.)
-type fileStamp struct {
-	info os.FileInfo // nil when the file could not be read
-	err  string
-}
-
-func stampOf(info os.FileInfo, err error) fileStamp {
-	if err != nil {
-		return fileStamp{err: err.Error()}
-	}
-	return fileStamp{info: info}
-}
-
-func (a fileStamp) same(b fileStamp) bool {
-	if a.info == nil || b.info == nil {
-		return a.info == nil && b.info == nil && a.err == b.err
-	}
-	return os.SameFile(a.info, b.info) && a.info.Size() == b.info.Size() && a.info.ModTime().Equal(b.info.ModTime())
 }

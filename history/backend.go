@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -56,6 +57,12 @@ type MissingError struct{ Seq uint64 }
 func (e *MissingError) Error() string {
 	return fmt.Sprintf("history: entry %d is not in the stream (discarded, or never stored)", e.Seq)
 }
+
+// ErrInProcess is the stream's answer for a message whose id another copy
+// of it is being stored under right now: not stored yet, nor refused. The
+// writer sends it again a moment later, without holding, and is told
+// then (a duplicate, stored once; or stored now).
+var ErrInProcess = errors.New("history: a message of the same id is on its way into the stream")
 
 // RejectedError is the stream's refusal of a message: sending it again
 // would be refused again.

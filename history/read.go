@@ -128,6 +128,18 @@ func (c *cursor) peek(ctx context.Context) (*Msg, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(got) == 0 && !more && c.s.cfg.Replicas > 1 {
+			// The replica that answered has nothing more; it may be
+			// behind the leader (a replica answers direct gets from 90 %
+			// caught up: a node started again is one). The leader says.
+			m, err := c.s.leaderNext(ctx, c.subject, c.next)
+			if err != nil {
+				return nil, err
+			}
+			if m != nil {
+				got, more = []Msg{*m}, true
+			}
+		}
 		c.done = !more
 		if len(got) > 0 {
 			c.next = got[len(got)-1].Seq + 1
@@ -138,6 +150,40 @@ func (c *cursor) peek(ctx context.Context) (*Msg, error) {
 		return nil, nil
 	}
 	return &c.buf[0], nil
+}
+
+// leaderNext is the first message stored on subject from seq on, asked of
+// the stream's leader (JetStream's message get, not a direct get that any
+// replica answers), or nil when there is none.
+func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*Msg, error) {
+	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject})
+	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
+	if err != nil {
+		return nil, fmt.Errorf("history: read from the leader: %w", err)
+	}
+	var r struct {
+		Message *struct {
+			Seq  uint64    `json:"seq"`
+			Data []byte    `json:"data"`
+			Time time.Time `json:"time"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("history: read from the leader: %w", err)
+	}
+	switch {
+	case r.Error != nil && r.Error.Code == 404:
+		return nil, nil
+	case r.Error != nil:
+		return nil, fmt.Errorf("history: read from the leader: %s", r.Error.Description)
+	case r.Message == nil:
+		return nil, errors.New("history: read from the leader: no message in the answer")
+	}
+	return &Msg{Seq: r.Message.Seq, Time: r.Message.Time.UnixNano(), Data: r.Message.Data}, nil
 }
 
 // readBatch asks for up to n messages of subject (a wildcard too) from seq

@@ -368,8 +368,10 @@ func parseAck(m *nats.Msg) (seq uint64, duplicate bool, err error) {
 	if json.Unmarshal(m.Data, &a) == nil && a.Error != nil {
 		if strings.Contains(a.Error.Description, "duplicate message id is in process") {
 			// Another copy of it (another node's, or this one's sent
-			// again) is being stored right now: it is stored once.
-			return 0, true, nil
+			// again) is on its way into the stream, not stored yet: it
+			// may be (it is stored once), or not (a leader cut off from
+			// its replicas drops what it could not commit). Asked again.
+			return 0, false, ErrInProcess
 		}
 		if a.Error.Code == 503 {
 			return 0, false, fmt.Errorf("history: the stream is unavailable: %s", a.Error.Description)

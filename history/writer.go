@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,7 +34,8 @@ import (
 // JetStream's store, the collector) the cost of a message and an answer
 // per envelope (issue 39); neither delays delivery, which a node alone
 // makes at once. Sync and WaitFor send what they wait for in the next
-// round.
+// round. Rounds are for a stream without IDs only; with IDs a pod has one
+// batch on its way at a time instead (holdBack).
 //
 // When the stream stops acknowledging (its leader died; an election takes
 // seconds), the writer holds: it sends nothing new, waits until the stream
@@ -68,10 +70,14 @@ type Writer struct {
 	ready     []*batch          // no longer open, not sent: they go in the next round
 	lingering []lingerRef       // the open batches, in the order made, from lhead on (due)
 	lhead     int
-	urgent    uint64 // the items up to it are waited for (WaitFor): sent at once
-	storedMax uint64 // the ordinal of the last batch stored
-	storedSeq uint64 // the highest stream sequence stored
+	urgent    uint64            // the items up to it are waited for (WaitFor): sent at once
+	flying    map[string]int    // batches made and not settled, by item.order (with IDs: holdBack)
+	waiting   map[string][]item // items of the pods flying, by item.order, in order (with IDs)
+	released  []item            // items of pods no longer flying, to send before the queue (with IDs)
+	storedMax uint64            // the ordinal of the last batch stored
+	storedSeq uint64            // the highest stream sequence stored
 	holding   bool
+	held      atomic.Bool // holding, read without mu (Holding)
 	closed    bool
 	wake      chan struct{}
 	progress  chan struct{} // closed whenever something settles, if someone took it (nil until then)
@@ -98,6 +104,10 @@ type WriterOptions struct {
 	OnLate func(n int)
 	Logger *slog.Logger
 }
+
+// inProcessRetry is how long the writer waits before it sends again a
+// message the stream said another copy of is on its way (ErrInProcess).
+const inProcessRetry = 200 * time.Millisecond
 
 // maxBatchFrames bounds the frames of one batch, and so the work of
 // reading one frame of it back.
@@ -181,9 +191,14 @@ func NewWriter(b Backend, opts WriterOptions) *Writer {
 	}
 	w := &Writer{
 		b: b, log: opts.Logger, opts: opts, prefix: opts.Node + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), flying: map[string]int{}, waiting: map[string][]item{},
 	}
-	if r, ok := b.(roundBackend); ok && r.rounds() {
+	// Rounds and IDs exclude each other: a stream that takes rounds is a
+	// node's own, which needs no ids (nothing is lost between two
+	// messages of one connection to an in-process server), and a stream
+	// across a network, which does, keeps one batch of a pod on its way
+	// at a time (holdBack) and is acknowledged message by message.
+	if r, ok := b.(roundBackend); ok && r.rounds() && !opts.IDs {
 		w.rounds, w.linger = r, r.linger()
 		w.tick = time.NewTimer(time.Hour)
 		w.tick.Stop()
@@ -240,6 +255,10 @@ func (w *Writer) wakeUp() {
 	default:
 	}
 }
+
+// Holding reports whether the writer holds: the stream did not
+// acknowledge a message, and has not answered again since.
+func (w *Writer) Holding() bool { return w.held.Load() }
 
 // Pending is the bytes appended and not stored yet.
 func (w *Writer) Pending() int64 {
@@ -337,6 +356,12 @@ func (w *Writer) lowestUnsettled() uint64 {
 	if len(w.queue) > 0 && w.queue[0].n < low {
 		low = w.queue[0].n
 	}
+	for _, it := range w.released {
+		low = min(low, it.n)
+	}
+	for _, items := range w.waiting {
+		low = min(low, items[0].n)
+	}
 	return low
 }
 
@@ -398,6 +423,9 @@ func (w *Writer) run() {
 		now := time.Now()
 		items := w.queue
 		w.queue, w.spare = w.spare[:0], nil
+		if w.opts.IDs {
+			items = w.holdBack(items)
+		}
 		w.pack(items, now)
 		out = w.due(out[:0], now)
 		w.sent = append(w.sent, out...)
@@ -428,13 +456,43 @@ func (w *Writer) run() {
 	}
 }
 
+// holdBack sets aside the items of the pods that have a batch on its way
+// to the stream (flying), each pod's in its order (waiting), and returns
+// the others, after the items of the pods whose batch was stored since
+// (released, which come before their pods' later items): across a network
+// one message may be lost while the next one is stored (a route that
+// drops between them), so that a pod whose messages were both on their
+// way could have its later frames stored before its earlier ones. With
+// one batch of a pod on its way at a time, a batch is sent once the one
+// before it is stored, and the stream holds each pod's frames in the
+// order they were appended whatever is lost. A busy pod's frames wait in
+// its next batch meanwhile. Only with IDs (a stream across a network):
+// a node's own stream, which takes rounds instead (round.go), loses
+// nothing between two messages of one connection. Call it with mu held.
+func (w *Writer) holdBack(items []item) []item {
+	out := w.released
+	w.released = nil
+	for _, it := range items {
+		if w.flying[it.order] > 0 {
+			w.waiting[it.order] = append(w.waiting[it.order], it)
+			continue
+		}
+		out = append(out, it)
+	}
+	clear(items)
+	return out
+}
+
 // pack puts items in batches: the frames appended in a row to one subject
 // of a pod, in their order, up to maxBatchFrames and MaxBytes; an item
 // with an id alone. A pod has one batch open at a time (w.open), which
 // takes its frames until one does not fit it: an item for the pod's other
 // subject (an entry after a marker, a marker after an entry) starts a
 // batch made after the one before it, which is then ready, so that the
-// stream stores them in the order they were appended. Call it with mu
+// stream stores them in the order they were appended. With IDs a pod's
+// batch counts as flying from the moment it is made (it goes out in this
+// round: no linger), and the pod's items that do not fit it wait for it
+// to be stored (holdBack) instead of starting another. Call it with mu
 // held.
 func (w *Writer) pack(items []item, now time.Time) {
 	if w.open == nil {
@@ -442,21 +500,34 @@ func (w *Writer) pack(items []item, now time.Time) {
 	}
 	for _, it := range items {
 		b := w.open[it.order]
-		if it.msgID != "" || b == nil || b.subject != it.subject || len(b.items) == maxBatchFrames || int(b.size)+len(it.frame)+16 > w.opts.MaxBytes {
-			if b != nil {
-				b.open = false
-				delete(w.open, it.order)
-				w.ready = append(w.ready, b)
-			}
-			b = w.newBatch(it.subject)
-			b.order, b.since = it.order, now
-			if it.msgID == "" {
-				b.open = true
-				w.open[it.order] = b
-				w.lingering = append(w.lingering, lingerRef{b, b.gen})
-			} else {
-				w.ready = append(w.ready, b)
-			}
+		fits := b != nil && it.msgID == "" && b.subject == it.subject && len(b.items) < maxBatchFrames && int(b.size)+len(it.frame)+16 <= w.opts.MaxBytes
+		if fits {
+			b.items = append(b.items, it)
+			b.size += int64(len(it.frame))
+			continue
+		}
+		if b != nil {
+			b.open = false
+			delete(w.open, it.order)
+			w.ready = append(w.ready, b)
+		}
+		if w.opts.IDs && w.flying[it.order] > 0 {
+			// One batch of a pod on its way at a time (holdBack): the
+			// rest of the pod's frames wait for it.
+			w.waiting[it.order] = append(w.waiting[it.order], it)
+			continue
+		}
+		b = w.newBatch(it.subject)
+		b.order, b.since = it.order, now
+		if w.opts.IDs {
+			w.flying[it.order]++
+		}
+		if it.msgID == "" {
+			b.open = true
+			w.open[it.order] = b
+			w.lingering = append(w.lingering, lingerRef{b, b.gen})
+		} else {
+			w.ready = append(w.ready, b) // sent alone, under its own id
 		}
 		b.items = append(b.items, it)
 		b.size += int64(len(it.frame))
@@ -570,6 +641,19 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 	}
 	switch {
 	case err == nil:
+	case err == ErrInProcess:
+		// Neither stored nor lost yet: asked again in a moment, and the
+		// pod's next batch waits for the answer (holdBack).
+		w.mu.Unlock()
+		time.AfterFunc(inProcessRetry, func() {
+			w.mu.Lock()
+			closed := w.closed || b.state != batchSending
+			w.mu.Unlock()
+			if !closed {
+				w.b.Append(b.subject, b.data, b.id, b.done)
+			}
+		})
+		return
 	case rejected(err):
 		// Sending it again would be refused again: its entries stay out
 		// of the history (they were delivered live).
@@ -578,6 +662,7 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		b.state = batchFailed
 		if !w.holding && !w.closed {
 			w.holding, w.holdStart = true, time.Now()
+			w.held.Store(true)
 			w.log.Warn("the history stream does not acknowledge; holding what comes until it does", "subject", b.subject, "err", err)
 			if w.opts.OnHold != nil {
 				w.opts.OnHold()
@@ -592,6 +677,20 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 	}
 	b.state = batchSettled
 	w.bytes -= b.size
+	if w.opts.IDs {
+		// The pod's next batch may go (holdBack).
+		if w.flying[b.order]--; w.flying[b.order] <= 0 {
+			delete(w.flying, b.order)
+			if next := w.waiting[b.order]; len(next) > 0 {
+				w.released = append(w.released, next...)
+				delete(w.waiting, b.order)
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
 	late := false
 	if err != nil {
 		seq = 0 // refused: not in the history
@@ -670,6 +769,7 @@ func (w *Writer) recover() {
 				}
 			}
 			w.holding = false
+			w.held.Store(false)
 			held := time.Since(w.holdStart)
 			w.mu.Unlock()
 			w.log.Warn("the history stream answers again; sending again what it did not acknowledge", "messages", len(again), "held", held.Round(time.Millisecond).String())

@@ -167,3 +167,145 @@ func TestWriterKeepsAPodsOrderAcrossItsSubjects(t *testing.T) {
 		t.Fatalf("the pod's frames took %d messages, want 6 (e0, e1, m2, e4+e5, m6+m7, e8)", messages)
 	}
 }
+
+// lossyStream is a Memory stream across a network that fails: the first
+// message it is given is lost on the way (its answer comes late, as a
+// failure), while what it is given after it is stored, as when a route
+// drops between two messages and comes back.
+type lossyStream struct {
+	*Memory
+	mu    sync.Mutex
+	first func(uint64, bool, error) // the lost message's answer, not given yet
+	seen  []string                  // the subjects given, in order
+}
+
+func (l *lossyStream) Append(subject string, msg []byte, msgID string, done func(uint64, bool, error)) {
+	l.mu.Lock()
+	l.seen = append(l.seen, subject)
+	lose := len(l.seen) == 1
+	if lose {
+		l.first = done
+	}
+	l.mu.Unlock()
+	if !lose {
+		l.Memory.Append(subject, msg, msgID, done)
+	}
+}
+
+// TestWriterOneBatchOfAPodOnItsWay: across a network (IDs), a pod's next
+// message is sent only once the one before it is stored, so that losing
+// one and storing the next cannot put the pod's frames out of order in
+// the stream; another pod's messages go meanwhile. (Before: the next was
+// sent at once, stored first, and the lost one stored after it when sent
+// again: e1 before e0.)
+func TestWriterOneBatchOfAPodOnItsWay(t *testing.T) {
+	mem := NewMemory(1000)
+	stream := &lossyStream{Memory: mem}
+	w := NewWriter(stream, WriterOptions{Node: "n", IDs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer w.Close()
+	const pod, other = "mcpp.pod.lab", "mcpp.pod.other"
+	w.Append(pod, frameOf("e0"), nil, nil, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stream.mu.Lock()
+		sent := stream.first != nil
+		stream.mu.Unlock()
+		if sent || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.Append(pod, frameOf("e1"), nil, nil, "")
+	w.Append(other, frameOf("o2"), nil, nil, "")
+	// The other pod's message is stored; the pod's second waits.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for time.Now().Before(deadline) {
+		stream.mu.Lock()
+		n := len(stream.seen)
+		stream.mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // time enough to send more, if it would
+	stream.mu.Lock()
+	seen := strings.Join(stream.seen, " ")
+	lost := stream.first
+	stream.mu.Unlock()
+	if seen != pod+" "+other {
+		t.Fatalf("the stream was given %q while the pod's first message was on its way, want %q", seen, pod+" "+other)
+	}
+
+	lost(0, false, errors.New("no acknowledgement")) // lost: the writer holds, then sends it again
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err := mem.Scan(ctx, []string{pod}, 1, func(_ string, m Msg) error {
+		return Frames(m.Data, func(_ int, frame []byte) error {
+			var meta envelope.Meta
+			if _, err := envelope.DecodeFrame(frame, &meta); err != nil {
+				return err
+			}
+			got = append(got, meta.ID)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, " ") != "e0 e1" {
+		t.Fatalf("the stream holds the pod's frames as %v, want e0 e1", got)
+	}
+
+}
+
+// inProcessStream answers its first message "a message of the same id is
+// on its way into the stream" (ErrInProcess), then stores.
+type inProcessStream struct {
+	*Memory
+	mu sync.Mutex
+	n  int
+}
+
+func (s *inProcessStream) Append(subject string, msg []byte, msgID string, done func(uint64, bool, error)) {
+	s.mu.Lock()
+	s.n++
+	first := s.n == 1
+	s.mu.Unlock()
+	if first {
+		done(0, false, ErrInProcess)
+		return
+	}
+	s.Memory.Append(subject, msg, msgID, done)
+}
+
+// TestWriterInProcessAskedAgain: a message the stream says another copy
+// of is on its way is neither taken for stored (a cut-off leader drops
+// what it could not commit) nor held for: it is sent again a moment
+// later, and stored once. (Before: taken for stored at once.)
+func TestWriterInProcessAskedAgain(t *testing.T) {
+	mem := NewMemory(1000)
+	stream := &inProcessStream{Memory: mem}
+	holds := 0
+	w := NewWriter(stream, WriterOptions{Node: "n", IDs: true, OnHold: func() { holds++ }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer w.Close()
+	w.Append("mcpp.pod.lab", frameOf("e0"), nil, nil, "ev-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stream.mu.Lock()
+	n := stream.n
+	stream.mu.Unlock()
+	msgs := 0
+	if err := mem.Scan(ctx, []string{"mcpp.pod.lab"}, 1, func(string, Msg) error { msgs++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || msgs != 1 || holds != 0 {
+		t.Fatalf("the stream was given it %d times and holds %d messages; the writer held %d times", n, msgs, holds)
+	}
+}

@@ -480,15 +480,17 @@ func TestCoreMCPX(t *testing.T) {
 	}
 }
 
-// TestCoreHealthAndMetrics: /healthz answers 200; /metrics counts
-// connections, accepted envelopes and errors by code.
+// TestCoreHealthAndMetrics: /healthz and /livez answer 200; /metrics
+// counts connections, accepted envelopes and errors by code.
 func TestCoreHealthAndMetrics(t *testing.T) {
 	t.Parallel()
 	g := harness.StartGateway(t, nil)
 	const pod = "core-metrics"
-	status, _, err := harness.HTTPGet(g.URL + "/healthz")
-	if err != nil || status != http.StatusOK {
-		t.Fatalf("/healthz: %d %v", status, err)
+	for _, path := range []string{"/healthz", "/livez"} {
+		status, body, err := harness.HTTPGet(g.URL + path)
+		if err != nil || status != http.StatusOK || body != "ok\n" {
+			t.Fatalf("%s: %d %q %v, want 200 ok", path, status, body, err)
+		}
 	}
 	if v := harness.Metric(t, g.URL, "mcpp_connections"); v != 0 {
 		t.Fatalf("mcpp_connections = %v before any connection", v)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,8 +226,9 @@ func histStreamLeader(t *testing.T, port int, all bool) string {
 }
 
 // TestHistoryClusterFailover: the history stream's leader is killed
-// (SIGKILL) while a sender on another node streams 400 numbered envelopes:
-// a receiver on the third node gets all 400, once each, in order.
+// (SIGKILL) while a sender on another node streams 400 numbered envelopes,
+// sending again those refused no_quorum while the stream has no leader: a
+// receiver on the third node gets all 400, once each, in order.
 func TestHistoryClusterFailover(t *testing.T) {
 	ports := []int{harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)}
 	nodes := startClusterEach(t, 3, func(i int) []string { return []string{"--nats-port", fmt.Sprint(ports[i])} }, "--history", "1000")
@@ -255,25 +257,52 @@ func TestHistoryClusterFailover(t *testing.T) {
 
 	const pod, total = "hist-failover", 400
 	rx := nodes[rIdx].GW.Dial(t, pod, "rx", "")
-	tx := nodes[sIdx].GW.Dial(t, pod, "tx", "")
+	tx := nodes[sIdx].GW.Dial(t, pod, "tx", "echo=1")
 	rx.AwaitPresence("join", "tx", 10*time.Second)
 	tx.Send(histChat("warm"))
 	rx.ExpectEnvelope("chat", "warm")
+	tx.ExpectEnvelope("chat", "warm")
 
+	// The sender sends each envelope once the last is acknowledged (its
+	// echo), and one refused while the stream has no leader (no_quorum,
+	// retryable) again, as a client that keeps its order does.
 	var wg sync.WaitGroup
+	var refused atomic.Int64
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for i := 0; i < total; i++ {
-			b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("f%d", i), "kind": "seq", "payload": map[string]any{"seq": i}})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := tx.Conn.Write(ctx, b)
-			cancel()
-			if err != nil {
-				t.Errorf("tx: write %d: %v", i, err)
-				return
+			id := fmt.Sprintf("f%d", i)
+			b, _ := json.Marshal(map[string]any{"id": id, "kind": "seq", "payload": map[string]any{"seq": i}})
+			for acked := false; !acked; {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := tx.Conn.Write(ctx, b)
+				cancel()
+				if err != nil {
+					t.Errorf("tx: write %d: %v", i, err)
+					return
+				}
+				for {
+					m := tx.Next(30 * time.Second)
+					if m == nil {
+						t.Errorf("tx: no answer to %s within 30s", id)
+						return
+					}
+					if m.Str("id") == id && m.Kind() == "seq" {
+						acked = true
+						break
+					}
+					if m.ErrCode() == "no_quorum" && m.Str("correlation_id") == id {
+						refused.Add(1)
+						time.Sleep(50 * time.Millisecond)
+						break
+					}
+					if m.ErrCode() != "" {
+						t.Errorf("tx: %v", m)
+						return
+					}
+				}
 			}
-			time.Sleep(2 * time.Millisecond)
 		}
 	}()
 
@@ -319,6 +348,7 @@ func TestHistoryClusterFailover(t *testing.T) {
 	if holds >= 1 {
 		how = fmt.Sprintf("the sender's node held and republished its frames (%v holds)", holds)
 	}
+	how += fmt.Sprintf("; %d sends refused no_quorum and sent again", refused.Load())
 	t.Logf("all %d received once, in order, %v after the leader (node %d) was killed; %s; the new leader: %s",
 		total, took.Round(time.Millisecond), leader+1, how, histStreamLeader(t, ports[sIdx], false))
 }

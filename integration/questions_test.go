@@ -80,6 +80,17 @@ func TestQuestionToWebSocketCaller(t *testing.T) {
 	}
 }
 
+// greeted calls server's ask_name as r, answers its question with name,
+// and checks the server's greeting.
+func greeted(t *testing.T, r *bridgetest.Requester, server string, id any, name string) {
+	t.Helper()
+	p := r.Send(server, bridgetest.ToolCall(id, "ask_name", struct{}{}))
+	r.Reply(r.Question(), `{"action":"accept","content":{"name":"`+name+`"}}`)
+	if got, want := p.Await().Text(t), "Hello, "+name+" (state asked)"; got != want {
+		t.Fatalf("%s's call of %s: %q, want %q", r.ID(), server, got, want)
+	}
+}
+
 // allText is every text of a tools/call result, joined.
 func allText(t *testing.T, a bridgetest.Answer) string {
 	t.Helper()
@@ -262,12 +273,7 @@ func TestQuestionCallerGone(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "the server told that its question will not be answered", func() bool {
 		return strings.Contains(b.stderr.String(), "tools/call ask_name failed") && strings.Contains(b.stderr.String(), "left the pod")
 	})
-	bob := bridgetest.Dial(t, g.WS, pod, "bob")
-	p := bob.Send("tools", bridgetest.ToolCall(2, "ask_name", struct{}{}))
-	bob.Reply(bob.Question(), `{"action":"accept","content":{"name":"Bob"}}`)
-	if got := p.Await().Text(t); got != "Hello, Bob (state asked)" {
-		t.Fatalf("bob's call: %s", got)
-	}
+	greeted(t, bridgetest.Dial(t, g.WS, pod, "bob"), "tools", 2, "Bob")
 }
 
 // TestQuestionBadInput: a caller that answers a question twice, or with
@@ -588,12 +594,8 @@ func TestQuestionCapabilities(t *testing.T) {
 	if a.Error == nil || !strings.Contains(string(a.Envelope.Payload), "capability_violation") || time.Since(start) > 5*time.Second {
 		t.Fatalf("a question its bridge may not ask (after %v): %s", time.Since(start), a.Envelope.Payload)
 	}
-	p := alice.Send("asker", bridgetest.ToolCall(2, "ask_name", struct{}{}))
-	alice.Reply(alice.Question(), `{"action":"accept","content":{"name":"Alice"}}`)
-	if got := p.Await().Text(t); got != "Hello, Alice (state asked)" {
-		t.Fatalf("the documented capability: %s", got)
-	}
-	p = mute.Send("asker", bridgetest.ToolCall(3, "ask_name", struct{}{}))
+	greeted(t, alice, "asker", 2, "Alice") // the documented capability
+	p := mute.Send("asker", bridgetest.ToolCall(3, "ask_name", struct{}{}))
 	refused := mute.ReplyRaw(mute.Question(), `{"jsonrpc":"2.0","id":0,"result":{"action":"accept","content":{"name":"Mute"}}}`)
 	select {
 	case ge := <-refused.Refusals:

@@ -163,7 +163,8 @@ func TestDepthHoldsFromTheLeafUp(t *testing.T) {
 // as the drain lasts (here a participant with a backlog it does not read
 // yet), the listener still answers: /healthz and a new upgrade get 503
 // (shutting_down), so that a load balancer sees the node leaving and a
-// client gets a reason; an envelope a participant sends meanwhile is
+// client gets a reason, while /livez still answers 200 (a liveness check
+// must not restart a node that drains); an envelope a participant sends meanwhile is
 // answered with a retryable shutting_down, after what was queued for it
 // and before its 1001.
 func TestShutdownAnswersWhileDraining(t *testing.T) {
@@ -205,6 +206,9 @@ func TestShutdownAnswersWhileDraining(t *testing.T) {
 		}
 		return status == http.StatusServiceUnavailable && strings.Contains(body, "shutting down")
 	})
+	if status, body, err := harness.HTTPGet(g.URL + "/livez"); err != nil || status != http.StatusOK {
+		t.Fatalf("/livez during the drain: %d %q %v, want 200 (the process is alive)", status, body, err)
+	}
 	if status, code := harness.Refusal(t, g.WS, harness.JoinQuery(pod, "carol"), nil); status != http.StatusServiceUnavailable || code != "shutting_down" {
 		t.Fatalf("an upgrade during the drain: %d %q, want 503 shutting_down", status, code)
 	}
@@ -309,7 +313,7 @@ func TestManyPodsOverrunTheHistory(t *testing.T) {
 		pairs[i].sender = harness.DialPeer(t, g, pod, "sender", "", 16)
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, pods)
+	errs := make(chan error, 2*pods) // a sender's and a reader's each: nobody waits to report
 	for i, pr := range pairs {
 		wg.Add(2)
 		go func() {

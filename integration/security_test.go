@@ -158,15 +158,16 @@ func TestSecurityTokensNotInProcessLogs(t *testing.T) {
 	secNoSecret(t, "the process's log", p.Stderr.String())
 }
 
-// TestSecurityTokenFileMode: a token file that others than its owner may
-// read gets a warning naming it in the log; one only its owner may read
-// gets none.
+// TestSecurityTokenFileMode: a token file that others than its owner and
+// its group may read, or that its group may write, gets a warning naming it
+// in the log; one only its owner (or its group, as a Kubernetes Secret
+// mounted with fsGroup is) may read gets none.
 func TestSecurityTokenFileMode(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		perm os.FileMode
 		warn bool
-	}{{0o644, true}, {0o640, true}, {0o604, true}, {0o600, false}, {0o400, false}} {
+	}{{0o644, true}, {0o604, true}, {0o660, true}, {0o640, false}, {0o600, false}, {0o400, false}} {
 		path := secTokenFile(t, tc.perm)
 		g := harness.StartGateway(t, func(c *gateway.Config) { c.Tokens = path })
 		// Serving before the test ends (TestFaultShutdownDuringStart is

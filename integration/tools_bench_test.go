@@ -46,20 +46,7 @@ func BenchmarkToolCall(b *testing.B) {
 		reportLatency(b, lat)
 	})
 	b.Run("pod", func(b *testing.B) {
-		ws := benchGateway(b)
-		const pod = "bench-tools"
-		caller := bridgetest.Dial(b, ws, pod, "caller")
-		br, err := bridge.New(bridge.Config{Gateway: ws, Client: client.Options{Pod: pod, Participant: "tools"},
-			Server: bridge.Server{Command: []string{server}}, Logf: func(string, ...any) {}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- br.Run(ctx) }()
-		defer func() { cancel(); <-done }()
-		caller.AwaitJoin("tools")
-		caller.AwaitUp("tools")
+		caller := benchBridge(b, server, "bench-tools")
 		payload := bridgetest.ToolCall(1, "echo", args)
 		var lat []time.Duration
 		for b.Loop() {
@@ -71,6 +58,26 @@ func BenchmarkToolCall(b *testing.B) {
 		}
 		reportLatency(b, lat)
 	})
+}
+
+// benchBridge starts an in-process gateway (history on) and, in pod, mcpp
+// bridge (in process) as participant tools in front of server over stdio,
+// until b ends, and returns a caller in the pod once the server answers.
+func benchBridge(b *testing.B, server, pod string) *bridgetest.Requester {
+	ws := benchGateway(b)
+	caller := bridgetest.Dial(b, ws, pod, "caller")
+	br, err := bridge.New(bridge.Config{Gateway: ws, Client: client.Options{Pod: pod, Participant: "tools"},
+		Server: bridge.Server{Command: []string{server}}, Logf: func(string, ...any) {}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- br.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	caller.AwaitJoin("tools")
+	caller.AwaitUp("tools")
+	return caller
 }
 
 // reportLatency reports the median and the 99th percentile of lat, in
@@ -121,20 +128,7 @@ func BenchmarkElicitation(b *testing.B) {
 		reportLatency(b, lat)
 	})
 	b.Run("pod", func(b *testing.B) {
-		ws := benchGateway(b)
-		const pod = "bench-asks"
-		caller := bridgetest.Dial(b, ws, pod, "caller")
-		br, err := bridge.New(bridge.Config{Gateway: ws, Client: client.Options{Pod: pod, Participant: "tools"},
-			Server: bridge.Server{Command: []string{server}}, Logf: func(string, ...any) {}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- br.Run(ctx) }()
-		defer func() { cancel(); <-done }()
-		caller.AwaitJoin("tools")
-		caller.AwaitUp("tools")
+		caller := benchBridge(b, server, "bench-asks")
 		payload := bridgetest.ToolCall(1, "ask_name", struct{}{})
 		var lat []time.Duration
 		for b.Loop() {

@@ -10,7 +10,11 @@
 // connection is so bounded by the queue's limits (a number of messages and
 // their bytes), and one stalled reader cannot slow the others.
 //
-// The writer frames what is queued itself (frame.go) and writes it on the
-// connection the upgrade hijacked, whose buffers it keeps small
-// (netconn.go); the WebSocket library reads, pings and closes.
+// One concern a file, in the order a message meets them: read.go reads
+// the participant's messages for the pod (ReadLoop), participant.go is who
+// it is and what it wants, queue.go what is on its way to it, write.go its
+// writer, which frames what is queued itself (frame.go) and writes it on
+// the connection the upgrade hijacked, whose buffers it keeps small
+// (netconn.go), ping.go the janitor's watch of it, close.go its end. The
+// WebSocket library reads frames, answers pings and closes.
 package participant

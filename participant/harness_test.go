@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,11 +19,12 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpp/gateway/filter"
+	"github.com/mcpp/gateway/internal/wait"
 )
 
-// The tests serve a participant exactly as gateway/accept.go does
-// (httptest's server, SmallBuffers, websocket.Accept, New, a reader that
-// reads the connection until it ends) and talk to it over loopback TCP:
+// The tests serve a participant as gateway/accept.go does (httptest's
+// server, SmallBuffers, websocket.Accept, New, ReadLoop until the
+// connection ends) and talk to it over loopback TCP:
 // with coder/websocket as the client, or with a client that speaks
 // RFC 6455 by hand (raw_test.go). Nothing is faked.
 
@@ -179,34 +179,27 @@ func serve(t *testing.T, su setup) (string, <-chan *served) {
 			OnCut:          s.onCut,
 			OnWrite:        s.onWrite,
 		})
-		go s.readLoop(conn, hw.Conn())
+		go s.readLoop(conn)
 		joined <- s
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL, joined
 }
 
-// readLoop reads the client's messages as the gateway's reader does, and
-// ends the participant as it does when the connection ends.
-func (s *served) readLoop(conn *websocket.Conn, nc *Conn) {
+// readLoop reads the client's messages with the participant's own
+// ReadLoop, as the gateway does, and ends the participant as it does when
+// the connection ends.
+func (s *served) readLoop(conn *websocket.Conn) {
 	defer close(s.readEnd)
 	defer s.p.Finish()
 	defer func() { _ = conn.CloseNow() }()
-	for {
-		typ, rd, err := conn.Reader(context.Background())
-		if err != nil {
-			return
+	s.p.ReadLoop(context.Background(), func(msg []byte, binary, more bool) {
+		typ := websocket.MessageText
+		if binary {
+			typ = websocket.MessageBinary
 		}
-		b, err := io.ReadAll(rd)
-		if err != nil {
-			var ce websocket.CloseError
-			if !errors.As(err, &ce) {
-				s.p.Kill()
-			}
-			return
-		}
-		s.read <- message{typ: typ, data: b, nextBuffered: nc.MessageBuffered()}
-	}
+		s.read <- message{typ: typ, data: bytes.Clone(msg), nextBuffered: more}
+	})
 }
 
 // accepted waits for the participant the server made.
@@ -335,11 +328,5 @@ func indexOf(t *testing.T, b []byte) int {
 // patience.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, patience, what, cond)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpp/gateway/contexts"
 	"github.com/mcpp/gateway/envelope"
@@ -35,7 +36,20 @@ func (p *Pod) commit(m *envelope.Meta, body, frame []byte, tokens int, at time.T
 		entry = p.index.Apply(p.nextPos(), at.UnixNano(), frame, m, len(body), tokens, history.Loc{})
 	}
 	p.order.publish(m, frame, entry)
-	p.delivered(p.handleFrame(m, body, true), len(body))
+	// The accept span counts this frame's fan-out (tracing.go), not a
+	// frame that its handling commits in turn.
+	var span trace.Span
+	count := p.fanoutTo
+	p.fanoutTo = nil
+	if count == nil {
+		span = p.startDeliver(m) // nil with tracing off
+	}
+	n := p.handleFrame(m, body, true)
+	endDeliver(span, n)
+	if count != nil {
+		*count = n
+	}
+	p.delivered(n, len(body))
 }
 
 // commitEvent is commit for a context's conclusion event. Call it with
@@ -89,7 +103,9 @@ func (p *Pod) fromLog(frame []byte, loc history.Loc, at int64, burst *Sender) {
 	if !local && p.node.Cluster != nil {
 		p.node.Cluster.Seen(m.Origin)
 	}
+	span := p.startDeliver(m) // nil with tracing off
 	n := p.handleFrame(m, body, local)
+	endDeliver(span, n)
 	if m.Kind == envelope.FrameEnvelope && !local && m.ContextID != "" {
 		c := contextOf(m)
 		concluded := p.Registry.ApplyRemote(&c, m.Conclusion(), m.From, m.ID, len(body), tokens, stamp(at))
@@ -133,20 +149,20 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 			return 0 // an answer that came too late
 		}
 	case envelope.FrameJoin:
-		// A replacement is told to nobody. Whether a join replaces is this
-		// node's own knowledge: its flag for its own joins, what it knows of
-		// the others' members for theirs (without history, a join on one
-		// node can come before the leave it follows on another, which then
-		// flagged it as replacing a member this node has already seen go).
-		if local && m.Flags&envelope.FlagReplace != 0 || !local && !p.remoteJoin(m, body) {
+		// Another node's join changes who is where, unless it is stale;
+		// the members are told what they were not told yet (a
+		// replacement or a move is told to nobody: remote.go, shown).
+		if !local && !p.remoteJoin(m, body) || !p.tellJoin(m.From, m.Origin) {
 			return 0
 		}
 		p.presenceOfServer(body)
 	case envelope.FrameLeave:
-		if !local && !p.remoteLeave(m) {
+		if gone := local || p.remoteLeave(m); gone {
+			defer p.callsMemberGone(strings.Clone(m.From)) // after its leave
+		}
+		if !p.tellLeave(m.From, m.Origin) {
 			return 0
 		}
-		defer p.callsMemberGone(strings.Clone(m.From)) // after its leave
 		p.presenceOfServer(body)
 
 	case envelope.FrameContextEvent:

@@ -12,6 +12,7 @@ import (
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/tracing"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -40,6 +41,7 @@ type releasedRequest struct {
 	CorrelationID string        `json:"correlation_id"`
 	Context       *wire.Context `json:"context,omitempty"`
 	Approval      wire.Approval `json:"approval"`
+	Trace         *wire.Trace   `json:"trace,omitempty"`
 }
 
 // approve handles gateway/approve for the sender: it returns the
@@ -84,12 +86,19 @@ func (in *ingress) approve(a wire.Approve) (wire.ProposalEvent, *envelope.Error)
 	if grant != nil {
 		grantID = uuid.NewString()
 	}
+	scopeProposal(pr, scopeOf(a))
 	p.endProposal(pr.id, wire.ProposalApproved, s.ID, "", requestID)
+	decision := p.startDecision(pr, "approve", s.ID, scopeOf(a), in.env.TraceContext()) // nil with tracing off
+	var released envelope.TraceContext
+	if decision != nil {
+		released = tracing.Of(decision.SpanContext())
+		defer decision.End()
+	}
 	p.commitProposalEventFull(pr, "", scopeOf(a), grantID)
 	if grant != nil {
 		p.commitGrant(grant, grantPayload, s.ID, grantID)
 	}
-	p.release(pr, s.ID, requestID)
+	p.release(pr, s.ID, requestID, released)
 	return pr.event(scopeOf(a), grantID), nil
 }
 
@@ -147,12 +156,19 @@ func (p *Pod) alwaysGrant(pr *proposal, a wire.Approve, s *Sender) (*capabilityC
 }
 
 // release commits the proposed call as the proposer's mcp/request, the
-// proposal's bytes its payload, naming the approver. Call it with Pod.mu
-// held.
-func (p *Pod) release(pr *proposal, approver, id string) {
+// proposal's bytes its payload, naming the approver. The call continues
+// the approval's span (tc, with tracing on), or else the proposal's own
+// trace context. Call it with Pod.mu held.
+func (p *Pod) release(pr *proposal, approver, id string, tc envelope.TraceContext) {
 	r := releasedRequest{Protocol: wire.ProtocolMCPP, ID: id, TS: timeNow().UTC().Format(wire.TimeFormat), From: pr.proposer,
 		To: []string{pr.to}, Kind: wire.KindMCPRequest, CorrelationID: pr.id,
 		Approval: wire.Approval{Proposal: pr.id, By: approver}}
+	switch {
+	case tc.Valid():
+		r.Trace = &wire.Trace{Traceparent: tc.Traceparent()}
+	case pr.traceparent != "":
+		r.Trace = &wire.Trace{Traceparent: pr.traceparent, Tracestate: pr.tracestate}
+	}
 	if pr.ctx.id != "" {
 		r.Context = &wire.Context{ID: pr.ctx.id}
 	}
@@ -165,7 +181,7 @@ func (p *Pod) release(pr *proposal, approver, id string) {
 	body = append(body, '}')
 	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCall, Origin: p.node.ID, From: pr.proposer,
 		To: []string{pr.to}, ID: id, Seq: p.node.frameSeq.Add(1), Protocol: protocolSpan,
-		ContextID: pr.ctx.id, ContextType: pr.ctx.typ, ContextParent: pr.ctx.parent, Ancestors: pr.ctx.ancestors}
+		ContextID: pr.ctx.id, ContextType: pr.ctx.typ, ContextParent: pr.ctx.parent, Ancestors: pr.ctx.ancestors, Trace: tc}
 	if pr.ctx.path {
 		m.Flags |= envelope.FlagPath
 	}

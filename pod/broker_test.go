@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mcpp/gateway/internal/wait"
 )
 
 // TestBrokers holds both brokers to one contract, the NATS one on an
@@ -124,11 +126,5 @@ func brokerContract(t *testing.T, a, b Broker) {
 // waitFor waits, at most 5 s, until cond holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, 5*time.Second, what, cond)
 }

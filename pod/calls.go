@@ -11,9 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/tracing"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -109,6 +111,7 @@ type call struct {
 	at    time.Time
 	live  bool        // the request is ephemeral: its answer is not stored either
 	timer *time.Timer // on the origin node
+	span  trace.Span  // on the origin node, with tracing on (tracing.go)
 }
 
 // callContext is a frame's context, kept for the gateway's answer.
@@ -192,6 +195,9 @@ type callInfo struct {
 	// call's envelope id, once checkCall found it in flight.
 	cancels     string
 	cancelsCall string
+	// payload is the envelope's payload, while it is being accepted (its
+	// call's span reads it).
+	payload []byte
 }
 
 // tracked reports whether the envelope is a call the gateway keeps in
@@ -219,7 +225,7 @@ const cancelled = "notifications/cancelled"
 // a request without exactly one recipient or without a method, a response
 // without exactly one request it answers or with more than one recipient.
 func readCall(kind string, to []string, payload, raw []byte, correlation gjson.Result) (callInfo, *envelope.Error) {
-	var ci callInfo
+	ci := callInfo{payload: payload}
 	switch {
 	case wire.IsMCPRequest(kind):
 		ci.request, ci.suffix = true, kind[len(wire.KindMCPRequest):]
@@ -353,15 +359,18 @@ func (p *Pod) acceptCall(ci *callInfo, m *envelope.Meta, now time.Time) {
 		c.rpcID = append(json.RawMessage(nil), ci.rpcID...)
 		p.calls.add(id, c)
 		p.armCall(id, c)
+		p.startCall(c, ci, m)
 		p.node.Metrics.Calls.Requests.Inc()
 		if c.requester != wire.GatewayID {
 			p.m.calls.Inc()
 		}
 	case ci.response:
-		p.callEnded(p.calls.remove(ci.correlation), false)
+		c := p.calls.remove(ci.correlation)
+		p.callEnded(c, false)
+		endCall(c, tracing.ByRecipient, ci.payload, "")
 	case ci.cancels != "":
 		// Cancelled: no answer will come, and none is owed.
-		p.calls.remove(ci.cancelsCall)
+		endCall(p.calls.remove(ci.cancelsCall), "", nil, "cancelled")
 	}
 }
 
@@ -470,6 +479,9 @@ func (p *Pod) applyCall(m *envelope.Meta, body []byte, local, past bool, at time
 			return false
 		}
 		p.callEnded(c, false)
+		if c != nil && c.span != nil {
+			endCall(c, tracing.ByRecipient, []byte(gjson.GetBytes(body, "payload").Raw), "")
+		}
 		return true
 	}
 	return true
@@ -500,7 +512,7 @@ func (p *Pod) callsMemberGone(id string) {
 			p.answerCall(rid, c, wire.RPCConnectionClosed, wire.MCPReasonRecipientLeft,
 				fmt.Sprintf("%s left the pod before it answered", id))
 		case c.requester == id:
-			p.calls.remove(rid)
+			endCall(p.calls.remove(rid), "", nil, "requester_left")
 		}
 	}
 }
@@ -540,6 +552,11 @@ func (p *Pod) AnswerFor(id, recipient string, code int, reason, message string) 
 func (p *Pod) answerCall(id string, c *call, code int, reason, why string) {
 	p.calls.remove(id)
 	p.callEnded(c, true)
+	callTrace := envelope.TraceContext{}
+	if c.span != nil {
+		callTrace = tracing.Of(c.span.SpanContext()) // the gateway's answer continues the call's span
+	}
+	endCall(c, tracing.ByGateway, nil, reason)
 	data, _ := json.Marshal(wire.RPCErrorData{Reason: reason, Recipient: c.recipient, TimeoutMS: timeoutMS(reason, p.calls.cfg.Timeout)})
 	rpcID := c.rpcID
 	if rpcID == nil {
@@ -554,7 +571,7 @@ func (p *Pod) answerCall(id string, c *call, code int, reason, why string) {
 	body := msg.bytes()
 	m := envelope.Meta{Kind: envelope.FrameEnvelope, Flags: envelope.FlagCall, Origin: p.node.ID, From: wire.GatewayID,
 		To: []string{c.requester}, ID: msg.ID, Seq: p.node.frameSeq.Add(1), Protocol: protocolSpan,
-		ContextID: c.ctx.id, ContextType: c.ctx.typ, ContextParent: c.ctx.parent, Ancestors: c.ctx.ancestors}
+		ContextID: c.ctx.id, ContextType: c.ctx.typ, ContextParent: c.ctx.parent, Ancestors: c.ctx.ancestors, Trace: callTrace}
 	if c.ctx.path {
 		m.Flags |= envelope.FlagPath
 	}
@@ -611,7 +628,7 @@ func (p *Pod) Ask(ctx context.Context, to string, payload json.RawMessage) ([]by
 		// nobody for it, and a late answer is dropped and counted.
 		p.mu.Lock()
 		p.calls.waiters.forget(msg.ID, x.ch)
-		p.calls.remove(msg.ID)
+		endCall(p.calls.remove(msg.ID), "", nil, "cancelled")
 		p.mu.Unlock()
 		return nil, ctx.Err()
 	}

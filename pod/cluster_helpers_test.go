@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -232,6 +233,19 @@ type testCluster struct {
 
 	mu   sync.Mutex
 	pods map[*Node][]*Pod
+	// late, when set, makes the next Members answer after its wait: its
+	// lists go to its late function.
+	late bool
+}
+
+// holdLate is late when the next Members must answer late (and clears
+// it), else nil. Call it with testCluster.mu held.
+func (c *testCluster) holdLate(late func(NodeMembers)) func(NodeMembers) {
+	if !c.late {
+		return nil
+	}
+	c.late = false
+	return late
 }
 
 // newTestCluster starts n nodes ("node-a", "node-b", …) where the stream
@@ -309,26 +323,58 @@ type clusterView struct {
 	self *Node
 }
 
-func (v clusterView) Members(name string) []NodeMembers {
+func (v clusterView) Members(name string, late func(NodeMembers)) []NodeMembers {
 	v.c.mu.Lock()
 	var out []NodeMembers
 	var ask []*Pod
-	var from []string
 	for node, pods := range v.c.pods {
 		if node == v.self {
 			continue
 		}
 		for _, p := range pods {
 			if p.Name == name && !p.Dead() {
-				ask, from = append(ask, p), append(from, node.ID)
+				ask = append(ask, p)
 			}
 		}
 	}
+	late = v.c.holdLate(late)
 	v.c.mu.Unlock()
-	for i, p := range ask {
-		out = append(out, NodeMembers{Node: from[i], Members: p.LocalIdentities()})
+	for _, p := range ask {
+		r := p.Roster()
+		if late != nil {
+			go late(r) // answered after the wait
+			continue
+		}
+		out = append(out, r)
 	}
 	return out
+}
+
+// Ask is what the node's pods of those names answer.
+func (v clusterView) Ask(node string, names []string) ([]NodeMembers, error) {
+	v.c.mu.Lock()
+	var of *Node
+	var pods []*Pod
+	for n, ps := range v.c.pods {
+		if n.ID == node {
+			of, pods = n, ps
+		}
+	}
+	v.c.mu.Unlock()
+	if of == nil {
+		return nil, fmt.Errorf("no node %s", node)
+	}
+	var out []NodeMembers
+	for _, name := range names {
+		r := of.Roster()
+		for _, p := range pods {
+			if p.Name == name && !p.Dead() {
+				r = p.Roster()
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 func (v clusterView) Seen(string) {}

@@ -32,9 +32,14 @@ var realEstimate = estimateTokens
 
 func benchFanout(b *testing.B, size int) {
 	n, _ := testNode(b, 100000, nil)
+	benchFanoutOf(b, n, 10, size)
+}
+
+// benchFanoutOf is benchFanout on node n, to a pod of members.
+func benchFanoutOf(b *testing.B, n *Node, count, size int) {
 	p := openPod(b, n, "bench")
 	var members []*member
-	for i := range 10 {
+	for i := range count {
 		members = append(members, join(b, p, fmt.Sprintf("m%d", i), joinOpts{discard: true, sendQueue: 1 << 16}))
 	}
 	from := members[0].from

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,6 +133,40 @@ func (p *Pod) Settle() {
 	t := time.NewTimer(settleWait)
 	defer t.Stop()
 	f.wait(back, t.C)
+}
+
+// Stored waits until each envelope of ids that this node sent into the
+// pod's stream has come back out of it (OrderStream: it is stored with a
+// quorum), or until ctx ends or the pod dies, and returns those still on
+// their way. Where the node orders the pod, nothing waits: an envelope is
+// in the history's order once accepted. A publish over HTTP answers for
+// an envelope once it is stored.
+func (p *Pod) Stored(ctx context.Context, ids []string) []string {
+	f := &p.flow
+	f.waiters.Add(1)
+	defer f.waiters.Add(-1)
+	for {
+		f.mu.Lock()
+		ch := f.changed
+		f.mu.Unlock()
+		p.mu.Lock()
+		var left []string
+		for _, id := range ids {
+			if _, ok := p.sending[id]; ok {
+				left = append(left, id)
+			}
+		}
+		dead := p.dead
+		p.mu.Unlock()
+		if len(left) == 0 || dead {
+			return left
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return left
+		}
+	}
 }
 
 // Drained reports whether everything this node sent into the pod's

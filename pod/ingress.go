@@ -112,9 +112,15 @@ type ingress struct {
 	prop     proposalInfo
 	fulfils  *proposal
 	correlID gjson.Result
+	// refused is the code of the envelope's refusal, for its span;
+	// delivered how many members here it was queued for (-1: not here,
+	// or not counted), for the span too.
+	refused      wire.Code
+	delivered    int
+	countsFanout bool
 }
 
-var ingresses = sync.Pool{New: func() any { return new(ingress) }}
+var ingresses = sync.Pool{New: func() any { return &ingress{delivered: -1} }}
 
 // release returns in to the pool, dropping what it points to.
 func (in *ingress) release() {
@@ -123,7 +129,8 @@ func (in *ingress) release() {
 	in.meta.Reset()
 	in.req = contexts.Request{}
 	in.tokens = 0
-	in.call, in.prop, in.fulfils, in.correlID = callInfo{}, proposalInfo{}, nil, gjson.Result{}
+	in.call, in.prop, in.fulfils, in.correlID, in.refused, in.delivered = callInfo{}, proposalInfo{}, nil, gjson.Result{}, "", -1
+	in.countsFanout = false
 	clear(in.acc.Ancestors)
 	clear(in.acc.Concluded)
 	in.acc = contexts.Accepted{Ancestors: in.acc.Ancestors[:0], Concluded: in.acc.Concluded[:0]}
@@ -178,6 +185,13 @@ func (in *ingress) handle(data []byte, binary bool) {
 	}
 	if e := in.check(); e != nil {
 		in.refuse(e, env.ID)
+		return
+	}
+	if n.NoQuorum() && (!env.IsGatewayRequest() || env.Kind == wire.RequestKick || env.Kind == wire.RequestApprove) {
+		// The node cannot store it: it refuses rather than accept what
+		// it may never store (quorum.go). Requests that only read are
+		// answered from what the node has.
+		in.refuse(envelope.Errorf(wire.CodeNoQuorum, "this gateway node cannot reach a quorum of the cluster's history stream; the envelope was not accepted: send it again later or to another node"), env.ID)
 		return
 	}
 	if env.IsGatewayRequest() {
@@ -273,6 +287,10 @@ func (in *ingress) accept(rateErr *envelope.Error) {
 	c, change, ok := in.read()
 	if !ok {
 		return
+	}
+	span := in.startAccept() // nil with tracing off
+	if span != nil {
+		defer in.endAccept(span, &c) // after the lock is let go
 	}
 	sentID := env.ID // Fill may generate one the sender never saw
 	out, proto := env.Fill(s.ID, in.now)
@@ -545,9 +563,11 @@ func (in *ingress) commit(body []byte) {
 		p.acceptCall(&in.call, m, in.now)
 	}
 	if in.prop.kind != "" {
-		p.acceptProposal(&in.prop, m, in.env.Payload, in.now)
+		p.acceptProposal(&in.prop, m, &in.env, in.now)
 	}
+	in.countFanout(true) // the accept span counts the fan-out here
 	p.commit(m, body, frame, in.tokens, in.now)
+	in.countFanout(false)
 	if in.call.tracked() {
 		p.afterCall(&in.call, m)
 	}
@@ -568,6 +588,7 @@ func (in *ingress) commit(body []byte) {
 // refuse answers the sender with system/error, through its send queue
 // (over HTTP and MCP, in its Results).
 func (in *ingress) refuse(e *envelope.Error, correlationID string) {
+	in.refused = e.Code
 	in.pod.node.Metrics.Errors.WithLabelValues(string(e.Code)).Inc()
 	in.pod.m.refused(string(e.Code))
 	in.auditRefusal(e, correlationID)

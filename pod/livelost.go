@@ -32,13 +32,17 @@ func (p *Pod) liveLost(frame []byte, why error, burst *Sender) {
 	case envelope.FrameJoin:
 		who := wire.Identity{ID: m.From, Capabilities: []wire.Capability{}}
 		body, _ := presenceMessage(wire.PresenceJoin, who, "")
-		if !p.remoteJoin(&m, body) {
-			return // nobody here is told of it: a replacement, or a member known already
+		if !p.remoteJoin(&m, body) || !p.tellJoin(m.From, m.Origin) {
+			return // nobody here is told of it: stale, a replacement, or a member known already
 		}
 		gap.Lost, gap.Event, gap.Participant = wire.GapPresence, wire.PresenceJoin, &who
 	case envelope.FrameLeave:
 		who := p.remote[m.From].Identity
-		if !p.remoteLeave(&m) {
+		if who.ID == "" {
+			who = wire.Identity{ID: m.From, Capabilities: []wire.Capability{}}
+		}
+		p.remoteLeave(&m)
+		if !p.tellLeave(m.From, m.Origin) {
 			return // nobody here knew it was there, or it joined again since
 		}
 		gap.Lost, gap.Event, gap.Participant = wire.GapPresence, wire.PresenceLeave, &who

@@ -1,6 +1,8 @@
 package pod
 
 import (
+	"time"
+
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/wire"
@@ -42,6 +44,7 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
 	startWith(r, welcome, rep)
+	p.since[r.ID] = timeNow().UTC() // a join told to nobody; one told sets its event's ts
 	switch {
 	case old != nil:
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant")
@@ -84,6 +87,7 @@ func (p *Pod) Leave(r *participant.Participant) {
 		return
 	}
 	delete(p.members, r.ID)
+	delete(p.since, r.ID)
 	p.rebuildSnapshot()
 	p.publishPresence(envelope.FrameLeave, identityOf(r), 0)
 }
@@ -106,6 +110,9 @@ func (p *Pod) publishPresenceWhy(kind envelope.FrameKind, who wire.Identity, fla
 		Protocol: protocolSpan}
 	m.Seq = p.node.frameSeq.Add(1)
 	frame := envelope.Frame(&m, body)
+	if kind == envelope.FrameJoin {
+		p.since[who.ID] = presenceTime(body)
+	}
 	p.commit(&m, body, frame, 0, timeNow())
 }
 
@@ -123,6 +130,8 @@ type guest struct {
 	// the pod.
 	ended func(why string)
 	inbox inbox
+	// since is when it was made (its session joined), for an operator.
+	since time.Time
 }
 
 // Guest is a member with no connection (an MCP session), as the MCP
@@ -133,7 +142,7 @@ type Guest = *guest
 // return at once and not call the pod) when it stops being a member
 // without leaving: replaced by a newer member of the same id, or kicked.
 func NewGuest(id wire.Identity, ended func(why string)) Guest {
-	return &guest{Identity: id, ended: ended}
+	return &guest{Identity: id, ended: ended, since: time.Now()}
 }
 
 // replaced is told that a newer member of the same id took g's place.
@@ -171,6 +180,7 @@ func (p *Pod) JoinGuest(g Guest) (dead bool, refusal *envelope.Error, cursor uin
 	_, elsewhere := p.remote[g.ID]
 	delete(p.remote, g.ID)
 	p.guests[g.ID] = g
+	p.since[g.ID] = timeNow().UTC()
 	if p.index != nil {
 		cursor = p.index.Last()
 	}
@@ -195,6 +205,7 @@ func (p *Pod) LeaveGuest(g Guest, reason string) {
 	if p.guests[g.ID] == g {
 		delete(p.guests, g.ID)
 		p.countMembers()
+		delete(p.since, g.ID)
 		p.publishPresenceWhy(envelope.FrameLeave, g.Identity, 0, reason)
 	}
 }

@@ -124,16 +124,25 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 // alone).
 type Cluster interface {
 	// Members asks the other nodes for their members of pod, waiting a
-	// moment for their answers.
-	Members(pod string) []NodeMembers
+	// moment for their answers; the answers that come after it are
+	// handed to late as they come.
+	Members(pod string, late func(NodeMembers)) []NodeMembers
+	// Ask asks one node for its members of pods, and waits for its
+	// answer (a moment at most).
+	Ask(node string, pods []string) ([]NodeMembers, error)
 	// Seen records that node sent a frame (it is alive).
 	Seen(node string)
 }
 
-// NodeMembers are one node's members of a pod.
+// NodeMembers are one node's members of a pod, as of its frame Seq
+// (remote.go).
 type NodeMembers struct {
 	Node    string
+	Seq     uint64
 	Members []wire.Identity
+	// Since are when each of Members joined (the ts of its join event),
+	// in their order; missing ones are older than any join.
+	Since []time.Time
 }
 
 // Admitted is who a token says a participant is: its id, what it may
@@ -182,6 +191,9 @@ type Node struct {
 	OnServers func(p *Pod, c ServerChange)
 	// Audit is the node's audit trail of trust decisions (nil: off).
 	Audit *audit.Log
+	// Traces are the node's tracing (tracing.go); Start makes them, off,
+	// when nil.
+	Traces *Traces
 
 	dispatch *dispatch
 	// bodies are the bodies of this node's live frames, kept for the
@@ -196,6 +208,11 @@ type Node struct {
 	// scopes numbers the pods' flush scopes (participant.FlushMark).
 	scopes   atomic.Uint64
 	draining atomic.Bool
+	// cutSince is when the node was found cut off from a quorum of the
+	// history stream (unix ns; 0: it is not), quorum.go.
+	cutSince atomic.Int64
+	watching atomic.Bool // WatchQuorum started
+	stop     chan struct{}
 
 	// closedMarks are, for pods closed on this node whose frames the
 	// history writer may not have stored yet, the writer's mark at their
@@ -243,6 +260,10 @@ func (n *Node) Start() {
 	if n.Metrics == nil {
 		n.Metrics = NewMetrics()
 	}
+	if n.Traces == nil {
+		n.Traces = NewTraces(nil)
+	}
+	n.stop = make(chan struct{})
 	if n.Order == OrderLocal {
 		return
 	}
@@ -268,6 +289,9 @@ func (n *Node) Stop() {
 		n.follow = nil
 	}
 	n.followMu.Unlock()
+	if n.stop != nil {
+		close(n.stop)
+	}
 	if n.dispatch != nil {
 		n.dispatch.close()
 	}
@@ -287,7 +311,12 @@ func (n *Node) checkFollower(now time.Time) *Follower {
 	if f == nil || n.Writer == nil {
 		return f
 	}
-	if behind := f.behind(now, n.Writer.StoredSeq()); behind > lostAfter {
+	if cut := n.cutFor(now); cut > lostAfter {
+		n.Log.Error("this node has been cut off from a quorum of the history stream for a while; its pods lost their order here",
+			"cut_off", cut.Round(time.Millisecond).String())
+		f.close()
+		n.follow = nil
+	} else if behind := f.behind(now, n.Writer.StoredSeq()); behind > lostAfter {
 		last := ""
 		if e := f.lastError.Load(); e != nil {
 			last = *e

@@ -56,7 +56,16 @@ type Pod struct {
 	observers map[*participant.Participant]struct{}
 	// remote are the members connected to other gateway nodes, by id
 	// (remote.go).
-	remote  map[string]remoteMember
+	remote map[string]remoteMember
+	// heard are, by node, the number of the last presence frame of that
+	// node applied here (or of the member list applied: remote.go).
+	heard map[string]uint64
+	// since are when the local members (connections and guests) joined,
+	// by the ts of their join event (remote.go: the newest join wins).
+	since map[string]time.Time
+	// shown are, by id, the node whose join the local members were told
+	// last, with no leave since (remote.go: what they are told follows it).
+	shown   map[string]string
 	synced  sync.Once
 	pending int // upgrades admitted but not yet joined
 	// publishers are the senders with no connection at work in the pod
@@ -85,8 +94,14 @@ type Pod struct {
 
 	ready   chan struct{} // closed once the pod has read its past
 	openErr error         // why it could not (set before ready closes)
-	// m are the pod's series in /metrics (podmetrics.go).
-	m *podMetrics
+	// m are the pod's series in /metrics (podmetrics.go), spanNames the
+	// names of its spans (tracing.go).
+	m         *podMetrics
+	spanNames spanNames
+	// fanoutTo, while an envelope whose accept span records its fan-out
+	// is committed, is where commit counts its deliveries here, instead
+	// of a span of its own (tracing.go).
+	fanoutTo *int
 	// delivering is set, under the order lock, once the pod has read its
 	// past: until then what the log hands it is its past (applyPast),
 	// delivered to nobody. It is read with the lock held, and without it
@@ -104,12 +119,16 @@ func New(node *Node, name string) *Pod {
 		members:    map[string]*participant.Participant{},
 		guests:     map[string]*guest{},
 		remote:     map[string]remoteMember{},
+		heard:      map[string]uint64{},
+		since:      map[string]time.Time{},
+		shown:      map[string]string{},
 		sending:    map[string]struct{}{},
 		bans:       map[string]ban{},
 		publishers: map[*Sender]struct{}{},
 		observers:  map[*participant.Participant]struct{}{},
 		ready:      make(chan struct{}),
 		m:          node.Metrics.Pods.open(name),
+		spanNames:  newSpanNames(node, name),
 	}
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)
@@ -175,7 +194,7 @@ func (p *Pod) Close() {
 	p.mu.Lock()
 	p.dead = true
 	for id := range p.calls.byID {
-		p.calls.remove(id) // stops the timers of the calls this node answers for
+		endCall(p.calls.remove(id), "", nil, "pod_closed") // stops the timers of the calls this node answers for
 	}
 	for _, pr := range p.proposals.byID {
 		if pr.timer != nil {
@@ -189,6 +208,9 @@ func (p *Pod) Close() {
 	p.flow.wake()
 	p.node.closed(p.Name)
 }
+
+// Ready reports whether the pod has read its past and delivers.
+func (p *Pod) Ready() bool { return p.delivering.Load() && !p.Dead() }
 
 // Dead reports whether the pod was removed (or failed to open): a joiner
 // must look it up again.
@@ -237,7 +259,8 @@ func (p *Pod) nextPos() uint64 {
 	return p.pos
 }
 
-// Members returns the local members with a connection.
+// Members returns the connections on this node that the pod delivers to:
+// its members' and its observers' (the fan-out's snapshot).
 func (p *Pod) Members() []*participant.Participant { return *p.snapshot.Load() }
 
 // rebuildSnapshot makes the members' snapshot anew after a change of
@@ -344,10 +367,15 @@ func (p *Pod) Participants() []wire.Identity {
 }
 
 // LocalIdentities lists the members on this node, connections and
-// guests: what this node answers when another asks for its members.
+// guests.
 func (p *Pod) LocalIdentities() []wire.Identity {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.localIdentities()
+}
+
+// localIdentities is LocalIdentities. Call it with Pod.mu held.
+func (p *Pod) localIdentities() []wire.Identity {
 	out := make([]wire.Identity, 0, len(p.members)+len(p.guests))
 	for _, m := range p.members {
 		out = append(out, identityOf(m))

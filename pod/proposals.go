@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
@@ -51,6 +52,13 @@ type proposal struct {
 	reason  string
 	request string // the call an approval or a fulfilment made
 	timer   *time.Timer
+	// trace is the span of the node that accepted the proposal (its
+	// frame's), traceparent and tracestate its envelope's trace field as
+	// relayed: what the call an approval releases continues. span is the
+	// proposal's own, on the node that accepted it (tracing.go).
+	trace                   envelope.TraceContext
+	traceparent, tracestate string
+	span                    trace.Span
 }
 
 // proposals are a pod's proposals: the pending ones, and the ended ones
@@ -168,12 +176,16 @@ func notPending(pr *proposal, id string) *envelope.Error {
 }
 
 // acceptProposal records what a proposal or a decision this node accepted
-// changes, before its envelope is committed; afterProposal commits the
+// (env) changes, before its envelope is committed; afterProposal commits the
 // event that says so, after it. Call it with Pod.mu held.
-func (p *Pod) acceptProposal(pi *proposalInfo, m *envelope.Meta, payload []byte, now time.Time) {
+func (p *Pod) acceptProposal(pi *proposalInfo, m *envelope.Meta, env *envelope.Envelope, now time.Time) {
 	switch pi.kind {
 	case wire.KindMCPProposal:
-		p.recordProposal(m, payload, now)
+		pr := p.recordProposal(m, env.Payload, now)
+		if pr != nil {
+			pr.traceparent, pr.tracestate = strings.Clone(env.TraceParent), strings.Clone(env.TraceState)
+		}
+		p.startProposal(pr, m)
 	case wire.KindMCPReject:
 		p.endProposal(pi.target, wire.ProposalRejected, m.From, pi.reason, "")
 	case wire.KindMCPWithdraw:
@@ -202,7 +214,7 @@ func (p *Pod) recordProposal(m *envelope.Meta, payload []byte, at time.Time) *pr
 	}
 	pr := &proposal{id: strings.Clone(m.ID), proposer: strings.Clone(m.From), to: strings.Clone(m.To[0]),
 		call: bytes.Clone(payload), digest: wire.ProposalDigest(payload), ctx: contextOfFrame(m), created: at,
-		expires: at.Add(p.calls.cfg.ProposalTimeout), state: wire.ProposalPending, by: strings.Clone(m.From)}
+		expires: at.Add(p.calls.cfg.ProposalTimeout), state: wire.ProposalPending, by: strings.Clone(m.From), trace: m.Trace}
 	p.proposals.byID[pr.id] = pr
 	p.proposals.pending[pr.proposer]++
 	p.m.addPending(1)
@@ -253,6 +265,7 @@ func (p *Pod) endProposal(id, state, by, reason, request string) *proposal {
 		delete(t.pending, pr.proposer)
 	}
 	p.m.addPending(-1)
+	endProposalSpan(pr)
 	t.ended = append(t.ended, pr.id)
 	for len(t.ended) > p.calls.cfg.MaxProposalsPerPod {
 		delete(t.byID, t.ended[0])
@@ -353,12 +366,16 @@ func (p *Pod) approvers(pr *proposal) []string {
 func (p *Pod) applyProposal(m *envelope.Meta, body []byte, kind string, at time.Time) bool {
 	switch {
 	case kind == wire.KindMCPProposal:
-		p.recordProposal(m, []byte(gjson.GetBytes(body, "payload").Raw), at)
+		if pr := p.recordProposal(m, []byte(gjson.GetBytes(body, "payload").Raw), at); pr != nil {
+			r := gjson.GetManyBytes(body, "trace.traceparent", "trace.tracestate")
+			pr.traceparent, pr.tracestate = r[0].Str, r[1].Str
+		}
 	case kind == wire.KindProposal && m.From == wire.GatewayID:
 		var ev wire.ProposalEvent
 		if json.Unmarshal([]byte(gjson.GetBytes(body, "payload").Raw), &ev) != nil || ev.State == wire.ProposalPending {
 			return true
 		}
+		scopeProposal(p.proposals.pendingOf(ev.Proposal), ev.Scope)
 		if p.endProposal(ev.Proposal, ev.State, ev.By, ev.Reason, ev.Request) == nil && ev.State == wire.ProposalExpired && p.index == nil {
 			return false // this node expired it too, and told its own members
 		}

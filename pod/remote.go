@@ -3,6 +3,9 @@ package pod
 import (
 	"encoding/json"
 	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
@@ -11,42 +14,127 @@ import (
 
 // The cluster's bookkeeping of a pod: who of its members is connected to
 // another node. Presence frames of other nodes keep it current; a node
-// that opens the pod asks the others once (SyncMembers); a node that is
-// gone takes its members with it (RemoveNode).
+// that opens the pod asks the others for their members (SyncMembers); a
+// node that is gone takes its members with it (RemoveNode), and one
+// heard again gives them back (ApplyMembers).
+//
+// A node's member list is taken at a point of its own order of frames:
+// Seq, the number of the last frame it had put into a pod's log when it
+// answered (envelope.Meta.Seq). The list reflects every presence frame of
+// that node numbered up to it, and none after. A list is applied when no
+// presence frame of its node numbered after it has been applied here; an
+// older one is stale, and the node is asked again. The frames numbered up
+// to it that are still on their way change nothing when they come (a join
+// of a member known, a leave of one gone), and those after it are applied
+// as usual: the members here are told each change once.
 
-// remoteMember is a participant connected to another node.
+// The newest join of an id wins: a join of another node replaces a
+// member here, or of a third node, only when it was made after it (by the
+// ts of their presence events, which the nodes that made them wrote). The
+// stream orders a pod's frames as they are stored, and a node that could
+// not store for a while (no quorum) stores its frames late: without the
+// rule, a join it made before its member went elsewhere would, stored
+// after the newer join, replace the newer connection (4000), and its
+// leave would then take the member away from everyone's view.
+
+// remoteMember is a participant connected to another node, since at.
 type remoteMember struct {
 	wire.Identity
 	node string
+	at   time.Time
 }
 
-// remoteJoin records a join on another node and reports whether the local
-// members are to be told. A join of an id already in the pod is a
-// replacement: a connection here is closed with 4000, and nobody is told.
+// presenceTime is the ts of a presence event (zero when it has none).
+func presenceTime(body []byte) time.Time {
+	t, err := time.Parse(wire.TimeFormat, gjson.GetBytes(body, "ts").String())
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// joinedHere is when id joined this node, by the ts of its join event.
 // Call it with Pod.mu held.
+func (p *Pod) joinedHere(id string) time.Time { return p.since[id] }
+
+// hear records that a presence frame of another node, m, was applied.
+// Call it with Pod.mu held.
+func (p *Pod) hear(m *envelope.Meta) {
+	if m.Seq > p.heard[m.Origin] {
+		p.heard[strings.Clone(m.Origin)] = m.Seq
+	}
+}
+
+// remoteJoin records a join on another node, and reports false when it
+// is stale (older than the member's join here or on a third node, which
+// stands) or malformed: nothing changed. A join of an id already in the
+// pod is a replacement: a connection here is closed with 4000. Call it
+// with Pod.mu held.
 func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 	id, ok := presenceIdentity(body)
 	if !ok {
 		return false
 	}
+	p.hear(m)
+	at := presenceTime(body)
+	if _, here := p.members[id.ID]; here && at.Before(p.joinedHere(id.ID)) {
+		return false // older than the member here: stale
+	}
+	if _, guest := p.guests[id.ID]; guest && at.Before(p.joinedHere(id.ID)) {
+		return false
+	}
+	if r, ok := p.remote[id.ID]; ok && r.node != m.Origin && at.Before(r.at) {
+		return false // older than its join on a third node
+	}
 	old := p.members[id.ID]
-	_, wasRemote := p.remote[id.ID]
 	if old != nil {
 		delete(p.members, id.ID)
 		p.rebuildSnapshot()
 	}
-	oldGuest := p.dropGuest(id.ID)
-	p.remote[id.ID] = remoteMember{Identity: id, node: strings.Clone(m.Origin)}
+	p.dropGuest(id.ID)
+	delete(p.since, id.ID)
+	p.remote[id.ID] = remoteMember{Identity: id, node: strings.Clone(m.Origin), at: at}
 	if old != nil {
 		old.Close(participant.StatusReplaced, "replaced by a new connection of the same participant on another gateway node")
 	}
-	return old == nil && oldGuest == nil && !wasRemote
+	return true
+}
+
+// What the members here are told of who is present follows what they
+// were told before, not only the pod's state: a node delivers its own
+// joins and leaves when the stream brings them back, after its state
+// changed, and other nodes' frames may come in between (a member that
+// left here and joined another node: this node's leave comes after the
+// other's join). shown is, by id, the node whose join the members were
+// told last and no leave since. A join is told when its id is not shown
+// (a join of an id shown is a replacement, or a move, told to nobody); a
+// leave when it comes from the node shown (an older node's leave, after
+// the id joined elsewhere, is told to nobody). So each change is told
+// once, and what the members were told ends where the pod's state is.
+
+// tellJoin reports whether the members are to be told of id's join on
+// node, and records it shown. Call it with Pod.mu held.
+func (p *Pod) tellJoin(id, node string) bool {
+	_, known := p.shown[id]
+	p.shown[strings.Clone(id)] = strings.Clone(node)
+	return !known
+}
+
+// tellLeave reports whether the members are to be told that id left
+// node, and records it no longer shown. Call it with Pod.mu held.
+func (p *Pod) tellLeave(id, node string) bool {
+	if n, ok := p.shown[id]; !ok || n != node {
+		return false
+	}
+	delete(p.shown, id)
+	return true
 }
 
 // remoteLeave records a leave on another node and reports whether to tell
 // the local members: not when the participant has since joined elsewhere.
 // Call it with Pod.mu held.
 func (p *Pod) remoteLeave(m *envelope.Meta) bool {
+	p.hear(m)
 	if r, ok := p.remote[m.From]; ok && r.node == m.Origin {
 		delete(p.remote, m.From)
 		return true
@@ -55,39 +143,153 @@ func (p *Pod) remoteLeave(m *envelope.Meta) bool {
 }
 
 // RemoveNode forgets the members of a node that is gone and tells the
-// local members they left.
+// local members they left; their calls in flight are answered as any
+// leaver's are.
 func (p *Pod) RemoveNode(node string) {
 	p.lock()
 	defer p.unlock()
 	for id, r := range p.remote {
-		if r.node != node {
-			continue
+		if r.node == node {
+			p.remoteGone(id, r, "its gateway node is gone")
 		}
-		delete(p.remote, id)
-		m := envelope.Meta{Kind: envelope.FrameLeave, Origin: node, From: r.ID, Protocol: protocolSpan}
-		body, _ := presenceMessage(wire.PresenceLeave, r.Identity, "its gateway node is gone")
-		p.delivered(p.deliver(&m, body, false), len(body))
 	}
 }
 
-// SyncMembers learns, once, the members other nodes have in the pod.
+// remoteGone forgets id, a member of another node, and tells the local
+// members it left, for reason. Call it with Pod.mu held.
+func (p *Pod) remoteGone(id string, r remoteMember, reason string) {
+	delete(p.remote, id)
+	body, _ := presenceMessage(wire.PresenceLeave, r.Identity, reason)
+	if p.tellLeave(id, r.node) {
+		m := envelope.Meta{Kind: envelope.FrameLeave, Origin: r.node, From: r.ID, Protocol: protocolSpan}
+		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
+	}
+	p.presenceOfServer(body)
+	p.callsMemberGone(id)
+}
+
+// remoteCame records id, a member of another node that this node had not
+// heard of, and tells the local members it joined. Call it with Pod.mu
+// held.
+func (p *Pod) remoteCame(r remoteMember) {
+	p.remote[r.ID] = r
+	body, _ := presenceMessage(wire.PresenceJoin, r.Identity, "")
+	if p.tellJoin(r.ID, r.node) {
+		m := envelope.Meta{Kind: envelope.FrameJoin, Origin: r.node, From: r.ID, Protocol: protocolSpan}
+		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
+	}
+	p.presenceOfServer(body)
+}
+
+// SyncMembers learns, once, the members other nodes have in the pod, and
+// tells the local members (if any) who came. A node that answers after
+// the wait has its list applied when it comes; a list older than what
+// this node has applied of its node since is asked again.
 func (p *Pod) SyncMembers() {
-	if p.node.Cluster == nil {
+	c := p.node.Cluster
+	if c == nil {
 		return
 	}
 	p.synced.Do(func() {
-		replies := p.node.Cluster.Members(p.Name)
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, r := range replies {
-			for _, id := range r.Members {
-				_, here := p.members[id.ID]
-				if _, guest := p.guests[id.ID]; !here && !guest {
-					p.remote[id.ID] = remoteMember{Identity: id, node: r.Node}
-				}
+		for _, r := range c.Members(p.Name, p.lateMembers) {
+			if !p.ApplyMembers(r) {
+				go p.AskMembers(r.Node)
 			}
 		}
 	})
+}
+
+// lateMembers applies a node's list that came after SyncMembers stopped
+// waiting for it (Cluster.Members).
+func (p *Pod) lateMembers(r NodeMembers) {
+	if !p.ApplyMembers(r) {
+		p.AskMembers(r.Node)
+	}
+}
+
+// askAgain bounds how many times a node whose lists keep coming stale is
+// asked again, and how long between two asks.
+const (
+	askAgain     = 5
+	askAgainWait = 100 * time.Millisecond
+)
+
+// AskMembers asks node for its members of the pod again, until its list
+// applies (askAgain times at most).
+func (p *Pod) AskMembers(node string) {
+	for range askAgain {
+		time.Sleep(askAgainWait)
+		lists, err := p.node.Cluster.Ask(node, []string{p.Name})
+		if err != nil || len(lists) != 1 {
+			continue
+		}
+		if p.ApplyMembers(lists[0]) {
+			return
+		}
+	}
+	p.node.Log.Warn("a node's member lists of a pod stayed older than its presence here; its members are as its presence said",
+		"pod", p.Name, "node", node)
+}
+
+// ApplyMembers makes the pod's members of r.Node exactly r.Members, as of
+// r.Seq, telling the local members who came and who left. It reports
+// false, changing nothing, when the list is stale: a presence frame of
+// that node numbered after it was applied here already.
+func (p *Pod) ApplyMembers(r NodeMembers) bool {
+	p.lock()
+	defer p.unlock()
+	if p.dead {
+		return true
+	}
+	if p.heard[r.Node] > r.Seq {
+		return false
+	}
+	listed := make(map[string]bool, len(r.Members))
+	for i, id := range r.Members {
+		listed[id.ID] = true
+		_, here := p.members[id.ID]
+		_, guest := p.guests[id.ID]
+		if _, known := p.remote[id.ID]; here || guest || known {
+			// Here: a replacement under way, whose join the other node
+			// has not applied yet. On a third node: the newer of the
+			// two, whose presence decides.
+			continue
+		}
+		var at time.Time
+		if i < len(r.Since) {
+			at = r.Since[i]
+		}
+		p.remoteCame(remoteMember{Identity: id, node: r.Node, at: at})
+	}
+	for id, m := range p.remote {
+		if m.node == r.Node && !listed[id] {
+			p.remoteGone(id, m, "its gateway node no longer has it")
+		}
+	}
+	if r.Seq > p.heard[r.Node] {
+		p.heard[r.Node] = r.Seq
+	}
+	return true
+}
+
+// Roster lists the members on this node, connections and guests, and the
+// number of the last frame the node had put into a pod's log then: what
+// this node answers when another asks for its members (ApplyMembers).
+func (p *Pod) Roster() NodeMembers {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := NodeMembers{Node: p.node.ID, Seq: p.node.frameSeq.Load(), Members: p.localIdentities()}
+	r.Since = make([]time.Time, len(r.Members))
+	for i, id := range r.Members {
+		r.Since[i] = p.joinedHere(id.ID)
+	}
+	return r
+}
+
+// Roster is Pod.Roster for a pod not open on this node: nobody, as of
+// now.
+func (n *Node) Roster() NodeMembers {
+	return NodeMembers{Node: n.ID, Seq: n.frameSeq.Load(), Members: []wire.Identity{}}
 }
 
 // presenceIdentity reads the participant of a presence frame's body.

@@ -15,134 +15,152 @@ import (
 
 // request answers an envelope of a gateway/* kind (docs/protocol.md
 // section 6). rateErr is the sender's rate verdict (nil within its rate).
-// The refusals follow the table of section 5: a payload that does not fit
-// the request (invalid_envelope, an unknown before or after id of
-// gateway/history included) comes before rate_limited, and
-// unknown_request and invalid_filter after it.
+// Each kind is read, then answered (requestKinds); the refusals follow
+// the table of section 5: a payload that does not fit the request
+// (invalid_envelope, an unknown before or after id of gateway/history
+// included) comes before rate_limited, and what answering refuses
+// (capability_violation of a kick, unknown_request, invalid_filter)
+// after it.
 func (in *ingress) request(rateErr *envelope.Error) {
-	p := in.pod
-	switch in.env.Kind {
-	case wire.RequestFilter:
-		if !isObject(in.env.Payload) {
-			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "gateway/filter needs a filter object as payload"), in.env.ID)
-			return
-		}
-		if rateErr != nil {
-			in.refuse(rateErr, in.env.ID)
-			return
-		}
-		in.filterRequest()
-	case wire.RequestContexts:
-		q, e := in.contextsQuery()
+	rk, ok := requestKinds[in.env.Kind]
+	if !ok {
+		e := rateErr
 		if e == nil {
-			e = rateErr
+			e = envelope.Errorf(wire.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history, gateway/refresh, gateway/kick, gateway/approve, gateway/proposals)", in.env.Kind)
 		}
-		if e != nil {
-			in.refuse(e, in.env.ID)
-			return
-		}
-		list := p.Registry.Query(q)
-		if list == nil {
-			list = []wire.ContextInfo{}
-		}
-		if in.from.Conn != nil {
-			// The registry counts this node's envelopes as they are
-			// accepted, before the stream hands them out (OrderStream):
-			// the answer waits for them, so that a client that adds the
-			// envelopes it receives after the answer to the answer's
-			// counts (the viewer) does not count one twice.
-			p.Settle()
-		}
-		in.reply(wire.KindContexts, wire.ContextsAnswer{Contexts: list})
-	case wire.RequestHistory:
-		q, e := in.historyQuery()
-		if e == nil {
-			e = p.CheckBound(q)
-		}
-		if e == nil {
-			e = rateErr
-		}
-		if e != nil {
-			in.refuse(e, in.env.ID)
-			return
-		}
-		answer, e := p.HistoryPage(q, in.from.filter(), in.from.ID, in.from.Protocol)
-		if e != nil {
-			in.refuse(e, in.env.ID)
-			return
-		}
-		in.reply(wire.KindHistory, answer)
-	case wire.RequestRefresh:
-		var r wire.Refresh
-		if err := strictDecode(in.env.Payload, &r); err != nil || r.Token == "" {
-			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/refresh takes {"token": TOKEN}`), in.env.ID)
-			return
-		}
-		if rateErr != nil {
-			in.refuse(rateErr, in.env.ID)
-			return
-		}
-		in.refresh(r.Token)
-	case wire.RequestKick:
-		var k wire.Kick
-		switch err := strictDecode(in.env.Payload, &k); {
-		case err != nil || !envelope.ValidParticipantID(k.Participant):
-			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/kick takes {"participant": ID, "reason"?: TEXT, "ban_ms"?: 0 to %d}`, maxBanMS), in.env.ID)
-			return
-		case k.BanMS < 0 || k.BanMS > maxBanMS:
-			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "ban_ms must be 0 to %d (a week)", maxBanMS), in.env.ID)
-			return
-		case len(k.Reason) > maxReasonBytes:
-			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, "reason is over %d bytes", maxReasonBytes), in.env.ID)
-			return
-		case rateErr != nil:
-			in.refuse(rateErr, in.env.ID)
-			return
-		case !in.allowed(): // its capabilities, or a pod-wide grant
-			e := envelope.Errorf(wire.CodeCapabilityViolation, "gateway/kick needs the gateway/kick capability for the whole pod (a grant scoped to a context never allows it)")
-			e.AttemptedKind, e.YourCapabilities, e.Rule = wire.RequestKick, in.from.caps().Wire(), in.capabilityRule(wire.RequestKick)
-			in.refuse(e, in.env.ID)
-			return
-		}
-		answer, e := in.kick(k)
-		if e != nil {
-			in.refuse(e, in.env.ID)
-			return
-		}
-		in.reply(wire.KindKick, answer)
-	case wire.RequestApprove:
-		var a wire.Approve
-		if err := strictDecode(in.env.Payload, &a); err != nil || a.Proposal == "" || a.Digest == "" {
-			in.refuse(envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/approve takes {"proposal": ID, "digest": "sha256:HEX" (the call's, as its pending event and gateway/proposals give it), "scope"?: "once" | "always", "context"?: ID, "payload"?: PATTERN}`), in.env.ID)
-			return
-		}
-		if rateErr != nil {
-			in.refuse(rateErr, in.env.ID)
-			return
-		}
-		answer, e := in.approve(a)
-		if e != nil {
-			in.refuse(e, in.env.ID)
-			return
-		}
-		in.reply(wire.KindApprove, answer)
-	case wire.RequestProposals:
-		all, e := proposalsRequest(in.env.Payload)
-		if e == nil {
-			e = rateErr
-		}
-		if e != nil {
-			in.refuse(e, in.env.ID)
-			return
-		}
-		in.reply(wire.KindProposals, wire.ProposalsAnswer{Proposals: p.ProposalsList(all)})
-	default:
-		if rateErr != nil {
-			in.refuse(rateErr, in.env.ID)
-			return
-		}
-		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "unknown request %q (known: gateway/filter, gateway/contexts, gateway/history, gateway/refresh, gateway/kick, gateway/approve, gateway/proposals)", in.env.Kind), in.env.ID)
+		in.refuse(e, in.env.ID)
+		return
 	}
+	kind, answer, e := rk(in, rateErr)
+	if e != nil {
+		in.refuse(e, in.env.ID)
+		return
+	}
+	in.reply(kind, answer)
+}
+
+// requestKind reads one request and, within the sender's rate (rateErr
+// nil), answers it: the answer's kind and payload, or a refusal.
+type requestKind func(in *ingress, rateErr *envelope.Error) (string, any, *envelope.Error)
+
+// request makes a requestKind of its two steps: read checks the payload
+// (its refusals come before rate_limited), answer answers what read
+// returned.
+func request[R any](read func(*ingress) (R, *envelope.Error), answer func(*ingress, R) (string, any, *envelope.Error)) requestKind {
+	return func(in *ingress, rateErr *envelope.Error) (string, any, *envelope.Error) {
+		r, e := read(in)
+		if e == nil {
+			e = rateErr
+		}
+		if e != nil {
+			return "", nil, e
+		}
+		return answer(in, r)
+	}
+}
+
+// requestKinds are the requests the gateway answers, by kind.
+var requestKinds = map[string]requestKind{
+	wire.RequestFilter:    request((*ingress).readFilter, (*ingress).filterRequest),
+	wire.RequestContexts:  request((*ingress).contextsQuery, (*ingress).contextsAnswer),
+	wire.RequestHistory:   request((*ingress).boundHistoryQuery, (*ingress).historyAnswer),
+	wire.RequestRefresh:   request(readStrict[wire.Refresh]("gateway/refresh", `{"token": TOKEN}`, func(r wire.Refresh) bool { return r.Token != "" }), (*ingress).refresh),
+	wire.RequestKick:      request((*ingress).readKick, (*ingress).kickAnswer),
+	wire.RequestApprove:   request(readStrict[wire.Approve]("gateway/approve", `{"proposal": ID, "digest": "sha256:HEX" (the call's, as its pending event and gateway/proposals give it), "scope"?: "once" | "always", "context"?: ID, "payload"?: PATTERN}`, func(a wire.Approve) bool { return a.Proposal != "" && a.Digest != "" }), (*ingress).approveAnswer),
+	wire.RequestProposals: request(func(in *ingress) (bool, *envelope.Error) { return proposalsRequest(in.env.Payload) }, (*ingress).proposalsAnswer),
+}
+
+// readStrict reads a request's payload into R strictly (strictDecode),
+// refusing one that does not decode, or that ok refuses, with what the
+// request takes.
+func readStrict[R any](kind, takes string, ok func(R) bool) func(*ingress) (R, *envelope.Error) {
+	return func(in *ingress) (R, *envelope.Error) {
+		var r R
+		if err := strictDecode(in.env.Payload, &r); err != nil || !ok(r) {
+			return r, envelope.Errorf(wire.CodeInvalidEnvelope, "%s takes %s", kind, takes)
+		}
+		return r, nil
+	}
+}
+
+func (in *ingress) readFilter() (struct{}, *envelope.Error) {
+	if !isObject(in.env.Payload) {
+		return struct{}{}, envelope.Errorf(wire.CodeInvalidEnvelope, "gateway/filter needs a filter object as payload")
+	}
+	return struct{}{}, nil
+}
+
+func (in *ingress) contextsAnswer(q contexts.Query) (string, any, *envelope.Error) {
+	p := in.pod
+	list := p.Registry.Query(q)
+	if list == nil {
+		list = []wire.ContextInfo{}
+	}
+	if in.from.Conn != nil {
+		// The registry counts this node's envelopes as they are
+		// accepted, before the stream hands them out (OrderStream): the
+		// answer waits for them, so that a client that adds the
+		// envelopes it receives after the answer to the answer's counts
+		// (the viewer) does not count one twice.
+		p.Settle()
+	}
+	return wire.KindContexts, wire.ContextsAnswer{Contexts: list}, nil
+}
+
+// boundHistoryQuery reads gateway/history's payload and checks its bound
+// (an unknown before or after id), both before the rate.
+func (in *ingress) boundHistoryQuery() (history.PageQuery, *envelope.Error) {
+	q, e := in.historyQuery()
+	if e == nil {
+		e = in.pod.CheckBound(q)
+	}
+	return q, e
+}
+
+func (in *ingress) historyAnswer(q history.PageQuery) (string, any, *envelope.Error) {
+	answer, e := in.pod.HistoryPage(q, in.from.filter(), in.from.ID, in.from.Protocol)
+	if e != nil {
+		return "", nil, e
+	}
+	return wire.KindHistory, answer, nil
+}
+
+func (in *ingress) readKick() (wire.Kick, *envelope.Error) {
+	var k wire.Kick
+	switch err := strictDecode(in.env.Payload, &k); {
+	case err != nil || !envelope.ValidParticipantID(k.Participant):
+		return k, envelope.Errorf(wire.CodeInvalidEnvelope, `gateway/kick takes {"participant": ID, "reason"?: TEXT, "ban_ms"?: 0 to %d}`, maxBanMS)
+	case k.BanMS < 0 || k.BanMS > maxBanMS:
+		return k, envelope.Errorf(wire.CodeInvalidEnvelope, "ban_ms must be 0 to %d (a week)", maxBanMS)
+	case len(k.Reason) > maxReasonBytes:
+		return k, envelope.Errorf(wire.CodeInvalidEnvelope, "reason is over %d bytes", maxReasonBytes)
+	}
+	return k, nil
+}
+
+func (in *ingress) kickAnswer(k wire.Kick) (string, any, *envelope.Error) {
+	if !in.allowed() { // its capabilities, or a pod-wide grant
+		e := envelope.Errorf(wire.CodeCapabilityViolation, "gateway/kick needs the gateway/kick capability for the whole pod (a grant scoped to a context never allows it)")
+		e.AttemptedKind, e.YourCapabilities, e.Rule = wire.RequestKick, in.from.caps().Wire(), in.capabilityRule(wire.RequestKick)
+		return "", nil, e
+	}
+	answer, e := in.kick(k)
+	if e != nil {
+		return "", nil, e
+	}
+	return wire.KindKick, answer, nil
+}
+
+func (in *ingress) approveAnswer(a wire.Approve) (string, any, *envelope.Error) {
+	answer, e := in.approve(a)
+	if e != nil {
+		return "", nil, e
+	}
+	return wire.KindApprove, answer, nil
+}
+
+func (in *ingress) proposalsAnswer(all bool) (string, any, *envelope.Error) {
+	return wire.KindProposals, wire.ProposalsAnswer{Proposals: in.pod.ProposalsList(all)}, nil
 }
 
 // Bounds of gateway/kick: a ban of at most a week (a longer one is the
@@ -163,26 +181,22 @@ func strictDecode(payload []byte, v any) error {
 // refresh handles gateway/refresh: a fresh token for the connection,
 // which must name the same participant and may join the pod; its claims
 // (capabilities, expiry) apply from the next envelope on.
-func (in *ingress) refresh(token string) {
+func (in *ingress) refresh(r wire.Refresh) (string, any, *envelope.Error) {
 	p, c := in.pod, in.from.Conn
 	switch {
 	case c == nil:
-		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "gateway/refresh needs a connection: over HTTP and MCP every request carries its token"), in.env.ID)
-		return
+		return "", nil, envelope.Errorf(wire.CodeUnknownRequest, "gateway/refresh needs a connection: over HTTP and MCP every request carries its token")
 	case p.node.Verify == nil:
-		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "gateway/refresh needs tokens: this gateway runs open"), in.env.ID)
-		return
+		return "", nil, envelope.Errorf(wire.CodeUnknownRequest, "gateway/refresh needs tokens: this gateway runs open")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()
-	a, e := p.node.Verify(ctx, token, p.Name)
+	a, e := p.node.Verify(ctx, r.Token, p.Name)
 	if e != nil {
-		in.refuse(e, in.env.ID)
-		return
+		return "", nil, e
 	}
 	if a.ID != c.ID {
-		in.refuse(envelope.Errorf(wire.CodeAuthViolation, "the token names participant %q, not you (%q): a connection keeps its participant", a.ID, c.ID).Ruled(audit.RuleRefreshIdentity), in.env.ID)
-		return
+		return "", nil, envelope.Errorf(wire.CodeAuthViolation, "the token names participant %q, not you (%q): a connection keeps its participant", a.ID, c.ID).Ruled(audit.RuleRefreshIdentity)
 	}
 	c.Refresh(a.Caps, a.Credential)
 	p.audit(audit.Record{Decision: audit.Refresh, Participant: a.ID, Transport: in.from.transport(), Credential: a.Token,
@@ -192,7 +206,7 @@ func (in *ingress) refresh(token string) {
 		s := exp.UTC().Format(wire.TimeFormat)
 		answer.Expires = &s
 	}
-	in.reply(wire.KindRefresh, answer)
+	return wire.KindRefresh, answer, nil
 }
 
 // refreshTimeout bounds a refresh's verification (a JWKS fetch for a new
@@ -260,20 +274,18 @@ func (in *ingress) historyQuery() (history.PageQuery, *envelope.Error) {
 	return q, nil
 }
 
-func (in *ingress) filterRequest() {
+func (in *ingress) filterRequest(struct{}) (string, any, *envelope.Error) {
 	c := in.from.Conn
 	if c == nil {
 		// A publisher over HTTP has no connection to filter.
-		in.refuse(envelope.Errorf(wire.CodeUnknownRequest, "gateway/filter needs a connection: it is not answered over HTTP"), in.env.ID)
-		return
+		return "", nil, envelope.Errorf(wire.CodeUnknownRequest, "gateway/filter needs a connection: it is not answered over HTTP")
 	}
 	f, err := c.Filter().Update(in.env.Payload)
 	if err != nil {
-		in.refuse(envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message), in.env.ID)
-		return
+		return "", nil, envelope.Errorf(wire.CodeInvalidFilter, "%s", err.(*filter.Error).Message)
 	}
 	c.SetFilter(f)
-	in.reply(wire.KindFilter, f.Wire())
+	return wire.KindFilter, f.Wire(), nil
 }
 
 // contextsQuery is the payload of gateway/contexts (wire.ContextsRequest)

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
 	"github.com/mcpp/gateway/participant"
+	"github.com/mcpp/gateway/tracing"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -198,6 +200,12 @@ func (in *ingress) answerCapabilityChange(c *capabilityChange) {
 		c.answer.GrantID = in.env.ID // the grant's id names it (MEW's grant_id)
 	}
 	in.pod.auditCapabilityChange(c, in.env.ID)
+	op := "revoke"
+	if c.grant {
+		op = "grant"
+	}
+	in.pod.traceEvent(op, in.meta.Trace, "", tracing.Grantor.String(c.answer.Grantor), tracing.Grantee.String(c.answer.Recipient),
+		attribute.String("mcpp.grant.id", strings.Clone(c.answer.GrantID)), attribute.Int("mcpp.grant.capabilities", len(c.answer.Capabilities)))
 	if in.from.Conn == nil {
 		// Over HTTP and MCP the envelope's result, which commit added,
 		// carries the answer: one result per envelope.
@@ -244,7 +252,11 @@ func (p *Pod) applyCapability(m *envelope.Meta, body []byte, tell bool) {
 	g := p.grants.For(c.r.Recipient)
 	var changed []string
 	if c.r.GrantID != "" {
-		if gr, err := g.Revoke(c.r.GrantID, m.From); err == nil {
+		by := m.From
+		if by == wire.AdminID {
+			by = grantorOf(g, c.r.GrantID) // an operator's revoke (admin.go)
+		}
+		if gr, err := g.Revoke(c.r.GrantID, by); err == nil {
 			changed = append(changed, gr.ID)
 			if tell {
 				p.tellGrantee(c.r.Recipient, wire.CapabilityEvent{Event: wire.CapabilityRevoked, GrantID: gr.ID,
@@ -331,16 +343,25 @@ type kickBody struct {
 // kicker is answered.
 func (in *ingress) kick(k wire.Kick) (wire.Kicked, *envelope.Error) {
 	p := in.pod
-	body, _ := json.Marshal(kickBody{By: in.from.ID, Reason: k.Reason})
-	var until time.Time
-	if k.BanMS > 0 {
-		until = in.now.Add(time.Duration(k.BanMS) * time.Millisecond)
-		body, _ = json.Marshal(kickBody{By: in.from.ID, Reason: k.Reason, Until: until.UnixMilli()})
-	}
 	p.lock()
 	defer p.unlock()
 	if e := p.removedSender(in.from); e != nil {
 		return wire.Kicked{}, e
+	}
+	return p.commitKick(in.from.ID, &in.env, in.from.transport(), k, in.now), nil
+}
+
+// commitKick commits the kick of k.Participant by by into the pod's
+// order, and returns what the kicker is answered; the audit trail names
+// the kick's envelope (env, nil for an operator's kick) and how it came
+// (transport), and the kick's span continues env's trace. Call it with
+// Pod.mu held.
+func (p *Pod) commitKick(by string, env *envelope.Envelope, transport string, k wire.Kick, now time.Time) wire.Kicked {
+	body, _ := json.Marshal(kickBody{By: by, Reason: k.Reason})
+	var until time.Time
+	if k.BanMS > 0 {
+		until = now.Add(time.Duration(k.BanMS) * time.Millisecond)
+		body, _ = json.Marshal(kickBody{By: by, Reason: k.Reason, Until: until.UnixMilli()})
 	}
 	n := 0
 	if p.members[k.Participant] != nil {
@@ -356,17 +377,24 @@ func (in *ingress) kick(k wire.Kick) (wire.Kicked, *envelope.Error) {
 	// node that opens the pod later reads its ban there (applyPast).
 	m := envelope.Meta{Kind: envelope.FrameKick, Origin: p.node.ID, From: k.Participant,
 		ID: newID(), Seq: p.node.frameSeq.Add(1)}
-	p.commit(&m, body, envelope.Frame(&m, body), 0, in.now)
+	var envelopeID, state string
+	var from envelope.TraceContext
+	if env != nil {
+		envelopeID, from, state = env.ID, env.TraceContext(), env.TraceState
+	}
+	m.Trace = p.traceEvent("kick", from, state, tracing.Participant.String(k.Participant),
+		tracing.KickedBy.String(by), tracing.Outcome.String(k.Reason), attribute.Int("mcpp.kick.connections", n))
+	p.commit(&m, body, envelope.Frame(&m, body), 0, now)
 	answer := wire.Kicked{Participant: k.Participant, Connections: n}
-	p.audit(audit.Record{Decision: audit.Kick, Participant: k.Participant, By: in.from.ID, Reason: k.Reason,
-		Connections: n, EnvelopeID: in.env.ID, Transport: in.from.transport()})
+	p.audit(audit.Record{Decision: audit.Kick, Participant: k.Participant, By: by, Reason: k.Reason,
+		Connections: n, EnvelopeID: envelopeID, Transport: transport})
 	if !until.IsZero() {
 		s := until.UTC().Format(wire.TimeFormat)
 		answer.BannedUntil = &s
-		p.audit(audit.Record{Decision: audit.Ban, Participant: k.Participant, By: in.from.ID, Reason: k.Reason,
-			Until: s, EnvelopeID: in.env.ID})
+		p.audit(audit.Record{Decision: audit.Ban, Participant: k.Participant, By: by, Reason: k.Reason,
+			Until: s, EnvelopeID: envelopeID})
 	}
-	return answer, nil
+	return answer
 }
 
 // applyKick carries out a kick of the pod's order on this node: its ban
@@ -433,6 +461,7 @@ func (p *Pod) removeByID(id, reason string, code participant.CloseStatus) {
 			o.Close(code, reason)
 		}
 	}
+	delete(p.since, id)
 	if r := p.members[id]; r != nil {
 		delete(p.members, id)
 		p.rebuildSnapshot()

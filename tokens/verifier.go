@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/internal/filewatch"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -232,8 +233,7 @@ type Verifier struct {
 	reloadMu sync.Mutex // one Reload, or one JWKS swap, at a time
 
 	// seen is what each file looked like when it was last read (Watch).
-	seenMu sync.Mutex
-	seen   map[string]fileStamp
+	seen filewatch.Seen
 
 	// The fetch of the JWKS for an unknown kid: at most one at a time
 	// (kidFetch, which later callers wait for), and at most one per
@@ -276,7 +276,6 @@ func newWith(ctx, life context.Context, cfg Config, rules *oauthRules) (*Verifie
 		life:       life,
 		jwksFlag:   "--jwt-jwks-url",
 		oauth:      rules,
-		seen:       make(map[string]fileStamp),
 		kidLimiter: rate.NewLimiter(rate.Every(UnknownKIDInterval), 1),
 	}
 	fix := "give --jwt-jwks-url the address that serves the JWKS"
@@ -542,52 +541,24 @@ func (v *Verifier) build(s *state) {
 
 // readFile reads one of the configured files, noting what it looked like
 // (for Watch) before reading it, so that a change made while it is read is
-// seen by the next check. A file that others than its owner may read is
-// reported, since it holds secrets.
+// seen by the next check. A file that others than its owner and its group
+// may read, or that its group may write, is reported, since it holds
+// secrets.
 func (v *Verifier) readFile(path string) ([]byte, error) {
+	v.seen.Read(path)
 	st, err := os.Stat(path)
-	v.seenMu.Lock()
-	v.seen[path] = stampOf(st, err)
-	v.seenMu.Unlock()
-	if err == nil && st.Mode().Perm()&0o077 != 0 && path != v.cfg.JWTPublicKeyFile {
-		v.log.Warn("a file of secrets is readable by others than its owner; chmod 600 it", "path", path, "mode", st.Mode().Perm().String())
+	// Others than the owner and its group: a Kubernetes Secret mounted
+	// with the pod's fsGroup is group-readable by design, and the group
+	// is the gateway's own.
+	if err == nil && st.Mode().Perm()&0o027 != 0 && path != v.cfg.JWTPublicKeyFile {
+		v.log.Warn("a file of secrets is readable by others than its owner and group, or writable by its group; chmod 600 it", "path", path, "mode", st.Mode().Perm().String())
 	}
 	return os.ReadFile(path)
 }
 
-// fileStamp is what a file looked like: a changed one differs in one of
-// these.
-type fileStamp struct {
-	info os.FileInfo // nil when the file could not be read
-	err  string
-}
-
-func stampOf(info os.FileInfo, err error) fileStamp {
-	if err != nil {
-		return fileStamp{err: err.Error()}
-	}
-	return fileStamp{info: info}
-}
-
-func (a fileStamp) same(b fileStamp) bool {
-	if a.info == nil || b.info == nil {
-		return a.info == nil && b.info == nil && a.err == b.err
-	}
-	return os.SameFile(a.info, b.info) && a.info.Size() == b.info.Size() && a.info.ModTime().Equal(b.info.ModTime())
-}
-
 // changed reports whether one of the configured files differs from what
 // the last read saw.
-func (v *Verifier) changed() bool {
-	v.seenMu.Lock()
-	defer v.seenMu.Unlock()
-	for path, was := range v.seen {
-		if !stampOf(os.Stat(path)).same(was) {
-			return true
-		}
-	}
-	return false
-}
+func (v *Verifier) changed() bool { return v.seen.Changed() }
 
 // Watch checks the configured files every interval (one stat each; see
 // DefaultWatchInterval) and, when one of them changed (its size, its
@@ -604,25 +575,12 @@ func (v *Verifier) Watch(ctx context.Context, interval time.Duration, reloaded f
 	if interval <= 0 {
 		interval = DefaultWatchInterval
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !v.changed() {
-			continue
-		}
+	filewatch.Poll(ctx, interval, v.changed, func() {
 		err := v.Reload(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if reloaded != nil {
+		if ctx.Err() == nil && reloaded != nil {
 			reloaded(err)
 		}
-	}
+	})
 }
 
 // matchAny reports whether pod matches one of patterns (the capability

@@ -38,11 +38,15 @@ const (
 	CodeUnknownRequest        Code = "unknown_request"         // a gateway/* kind the gateway does not know
 	CodeInvalidFilter         Code = "invalid_filter"          // a filter that does not parse (also an upgrade refusal, 400)
 	CodeShuttingDown          Code = "shutting_down"           // the gateway is draining; the envelope was not accepted (retryable)
+	CodeNoQuorum              Code = "no_quorum"               // the node cannot reach a quorum of the cluster's history stream; the envelope was not accepted (retryable; also a 503 refusal)
+	CodeUnconfirmed           Code = "unconfirmed"             // a publish answer's entry: accepted, but the history stream did not confirm it stored it in time; it may be stored (retryable, with the same id)
 )
 
 // The codes of a refused upgrade (docs/protocol.md section 1), besides
 // CodeInvalidFilter and CodeUnsupportedProtocol, which refuse an upgrade
-// too (with 400), and CodeShuttingDown (503: the gateway is draining).
+// too (with 400), CodeShuttingDown (503: the gateway is draining) and
+// CodeNoQuorum (503: the node cannot reach a quorum of the history
+// stream).
 const (
 	CodeInvalidPod         Code = "invalid_pod"         // 400: the pod name is not 1 to 64 of [A-Za-z0-9._-]
 	CodeInvalidParticipant Code = "invalid_participant" // 400: the participant id is malformed (or missing, for publishing in open mode)
@@ -61,43 +65,47 @@ var EnvelopeCodes = []Code{
 	CodeInvalidContext, CodeContextConflict, CodeContextCycle, CodeContextDepthExceeded, CodeDuplicateID,
 	CodeProposalNotPending, CodeProposalChanged, CodeNoPendingRequest, CodeContextLimitExceeded, CodeRequestLimitExceeded,
 	CodeProposalLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeUnknownRequest, CodeInvalidFilter,
-	CodeShuttingDown,
+	CodeShuttingDown, CodeNoQuorum, CodeUnconfirmed,
 }
 
 // UpgradeCodes are the codes a refused upgrade may carry
 // (docs/protocol.md section 1).
 var UpgradeCodes = []Code{
 	CodeInvalidPod, CodeInvalidParticipant, CodeUnauthorized, CodeForbidden,
-	CodeOverCapacity, CodeInvalidFilter, CodeUnsupportedProtocol, CodeShuttingDown,
+	CodeOverCapacity, CodeInvalidFilter, CodeUnsupportedProtocol, CodeShuttingDown, CodeNoQuorum,
 }
 
 // Retryable reports whether the same envelope (or upgrade) may succeed if
 // sent again later, as the retryable column of docs/protocol.md section 5
-// says: the caps and rates, and shutting_down. over_capacity, the 503 of an
-// upgrade, is retryable too: the caps it names free up as others leave.
+// says: the caps and rates, shutting_down, no_quorum and unconfirmed. over_capacity,
+// the 503 of an upgrade, is retryable too: the caps it names free up as
+// others leave.
 func (c Code) Retryable() bool {
 	switch c {
-	case CodeContextLimitExceeded, CodeRequestLimitExceeded, CodeProposalLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeShuttingDown, CodeOverCapacity:
+	case CodeContextLimitExceeded, CodeRequestLimitExceeded, CodeProposalLimitExceeded, CodeRateLimited, CodeContextRateLimited, CodeShuttingDown, CodeNoQuorum, CodeUnconfirmed, CodeOverCapacity:
 		return true
 	}
 	return false
 }
 
 // HTTPStatus is the HTTP status that comes with the code when it refuses
-// an upgrade or a publish request (docs/protocol.md sections 1 and 6), or
-// 0 for a code that is only ever sent in a system/error. Two refusals of
-// a publish request differ: a method other than POST is 405
-// (CodeInvalidEnvelope), and a Content-Type other than JSON or
-// newline-delimited JSON is 415 (CodeInvalidJSON).
+// an upgrade, a publish request or a call of the operator's API
+// (docs/protocol.md sections 1, 6 and 7), or 0 for a code that is only
+// ever sent in a system/error. Two refusals of a publish request differ:
+// a method other than POST is 405 (CodeInvalidEnvelope), and a
+// Content-Type other than JSON or newline-delimited JSON is 415
+// (CodeInvalidJSON).
 func (c Code) HTTPStatus() int {
 	switch c {
-	case CodeInvalidPod, CodeInvalidParticipant, CodeInvalidFilter, CodeUnsupportedProtocol, CodeInvalidJSON:
+	case CodeInvalidPod, CodeInvalidParticipant, CodeInvalidFilter, CodeUnsupportedProtocol, CodeInvalidJSON, CodeInvalidRequest:
 		return 400
 	case CodeUnauthorized:
 		return 401
 	case CodeForbidden:
 		return 403
-	case CodeOverCapacity, CodeShuttingDown:
+	case CodeNotFound:
+		return 404
+	case CodeOverCapacity, CodeShuttingDown, CodeNoQuorum:
 		return 503
 	}
 	return 0

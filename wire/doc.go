@@ -120,4 +120,13 @@
 // envelope, in order. Any other Content-Type is refused with 415
 // (CodeInvalidJSON), and a browser origin is checked as for the upgrade
 // (403 CodeForbidden), so that a web page cannot publish with a form.
+//
+// # 9. Operating the gateway
+//
+// The operator's API (admin.go) answers a token that holds
+// CapabilityAdmin: GET PathAdminPods (AdminPods, a page of pods with
+// their members) and PathAdminPods/NAME (AdminPodAnswer), POST
+// PathAdminKick (AdminKick; AdminKickAnswer), PathAdminRevoke
+// (AdminRevoke; AdminRevokeAnswer) and PathAdminDrain
+// (AdminDrainAnswer). Its kicks and revokes come from AdminID.
 package wire

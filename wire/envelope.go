@@ -62,6 +62,11 @@ type Envelope struct {
 	// Lifecycle says how the pod's history keeps the envelope (section 8);
 	// nil means durable.
 	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
+	// Trace is the W3C trace context the envelope continues (section 1,
+	// "Trace context"): the sender's, relayed as sent once the gateway
+	// found it valid, or the gateway's span when tracing is on and the
+	// sender gave none. nil: none.
+	Trace *Trace `json:"trace,omitempty"`
 
 	// Extra holds top-level fields that are none of the above, as raw
 	// JSON, by name. The gateway relays them as sent.
@@ -70,7 +75,15 @@ type Envelope struct {
 
 // envelopeFields are the names of Envelope's own fields, in the order of
 // docs/protocol.md section 2, which is the order MarshalJSON writes them.
-var envelopeFields = []string{"protocol", "id", "ts", "from", "to", "kind", "correlation_id", "context", "payload", "lifecycle"}
+var envelopeFields = []string{"protocol", "id", "ts", "from", "to", "kind", "correlation_id", "context", "payload", "lifecycle", "trace"}
+
+// Trace is an envelope's trace field (docs/protocol.md section 1): W3C
+// Trace Context's traceparent (version 00) and tracestate, under their
+// W3C names.
+type Trace struct {
+	Traceparent string `json:"traceparent"`
+	Tracestate  string `json:"tracestate,omitempty"`
+}
 
 // NewEnvelope returns an envelope of kind whose payload is v in JSON (a
 // json.RawMessage or []byte is taken as is).
@@ -205,6 +218,10 @@ func (e Envelope) MarshalJSON() ([]byte, error) {
 			return nil, err
 		}
 	}
+	if e.Trace != nil && e.Trace.Traceparent != "" {
+		field("trace")
+		_ = value(e.Trace)
+	}
 	names := make([]string, 0, len(e.Extra))
 	for k := range e.Extra {
 		if !slices.Contains(envelopeFields, k) {
@@ -265,6 +282,18 @@ func (e *Envelope) UnmarshalJSON(data []byte) error {
 			out.Payload = v // null is a payload
 		case "lifecycle":
 			err = json.Unmarshal(v, &out.Lifecycle)
+		case "trace":
+			// The gateway relays only a valid one; one it did not check
+			// (another gateway's) that does not read is kept as it is.
+			var t Trace
+			if json.Unmarshal(v, &t) == nil && t.Traceparent != "" {
+				out.Trace = &t
+				break
+			}
+			if out.Extra == nil {
+				out.Extra = map[string]json.RawMessage{}
+			}
+			out.Extra[k] = v
 		default:
 			if out.Extra == nil {
 				out.Extra = map[string]json.RawMessage{}

@@ -1,6 +1,9 @@
 package wire
 
-import "net/url"
+import (
+	"fmt"
+	"net/url"
+)
 
 // The protocols an envelope may name in its protocol field
 // (docs/protocol.md section 2). The gateway fills ProtocolMCPP when the
@@ -60,6 +63,30 @@ var DefaultConclusionKinds = []string{"conclusion", "reasoning/conclusion", "rea
 const (
 	PathWS = "/ws" // GET: the WebSocket upgrade
 )
+
+// A gateway serves its WebSocket upgrade and its HTTP requests on one
+// listener, so one address names both: ws:// and http:// the same plain
+// listener, wss:// and https:// the same TLS one.
+
+// AsWebSocket sets u's scheme to the WebSocket scheme of its listener (ws
+// or wss, as given; http or https, turned into them), for the upgrade.
+func AsWebSocket(u *url.URL) error { return rescheme(u, "ws", "wss") }
+
+// AsHTTP sets u's scheme to the HTTP scheme of its listener (http or
+// https, as given; ws or wss, turned into them), for the publishes.
+func AsHTTP(u *url.URL) error { return rescheme(u, "http", "https") }
+
+func rescheme(u *url.URL, plain, secure string) error {
+	switch u.Scheme {
+	case "ws", "http":
+		u.Scheme = plain
+	case "wss", "https":
+		u.Scheme = secure
+	default:
+		return fmt.Errorf("the gateway's URL %q: the scheme must be ws, wss, http or https", u.Redacted())
+	}
+	return nil
+}
 
 // PublishPath is the path of POST /pods/NAME/envelopes, which publishes
 // without joining (docs/protocol.md section 6); its answer is

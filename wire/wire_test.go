@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -282,9 +283,9 @@ func TestCodes(t *testing.T) {
 		"invalid_context", "context_conflict", "context_cycle", "context_depth_exceeded", "duplicate_id",
 		"proposal_not_pending", "proposal_changed", "no_pending_request", "context_limit_exceeded", "request_limit_exceeded",
 		"proposal_limit_exceeded", "rate_limited", "context_rate_limited", "unknown_request", "invalid_filter",
-		"shutting_down"}
+		"shutting_down", "no_quorum", "unconfirmed"}
 	retryable := map[string]bool{"context_limit_exceeded": true, "request_limit_exceeded": true, "proposal_limit_exceeded": true,
-		"rate_limited": true, "context_rate_limited": true, "shutting_down": true}
+		"rate_limited": true, "context_rate_limited": true, "shutting_down": true, "no_quorum": true, "unconfirmed": true}
 	if len(EnvelopeCodes) != len(table) {
 		t.Fatalf("%d codes, the table has %d", len(EnvelopeCodes), len(table))
 	}
@@ -297,7 +298,7 @@ func TestCodes(t *testing.T) {
 		}
 	}
 	status := map[Code]int{CodeInvalidPod: 400, CodeInvalidParticipant: 400, CodeUnauthorized: 401, CodeForbidden: 403,
-		CodeOverCapacity: 503, CodeInvalidFilter: 400, CodeUnsupportedProtocol: 400, CodeShuttingDown: 503}
+		CodeOverCapacity: 503, CodeInvalidFilter: 400, CodeUnsupportedProtocol: 400, CodeShuttingDown: 503, CodeNoQuorum: 503}
 	if len(UpgradeCodes) != len(status) {
 		t.Errorf("%d upgrade codes, want %d", len(UpgradeCodes), len(status))
 	}
@@ -475,5 +476,26 @@ func TestEnvelopeErrors(t *testing.T) {
 	}
 	if err := (&Envelope{Kind: "k"}).DecodePayload(&struct{}{}); err == nil {
 		t.Error("no payload decoded")
+	}
+}
+
+// TestSchemes: one address names a gateway's WebSocket upgrade and its
+// HTTP requests alike.
+func TestSchemes(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"ws://h/ws": {"ws", "http"}, "http://h": {"ws", "http"}, "wss://h": {"wss", "https"}, "https://h/x": {"wss", "https"},
+	} {
+		for i, f := range []func(*url.URL) error{AsWebSocket, AsHTTP} {
+			u, _ := url.Parse(in)
+			if err := f(u); err != nil || u.Scheme != want[i] {
+				t.Errorf("%s: %v %s, want %s", in, err, u.Scheme, want[i])
+			}
+		}
+	}
+	for _, in := range []string{"ftp://h", "h:8080", "nats://h"} {
+		u, _ := url.Parse(in)
+		if AsWebSocket(u) == nil || AsHTTP(u) == nil {
+			t.Errorf("%s: accepted", in)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mcpp/gateway/gateway"
+	"github.com/mcpp/gateway/tracing"
 )
 
 func main() {
@@ -68,6 +69,26 @@ func run(args []string) int {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Logger = log
+
+	// Traces: off unless the OTEL_* environment variables ask for them
+	// (docs/protocol.md section 7, "Traces").
+	traces, err := tracing.Start(context.Background(), "mcpp-gateway")
+	if err != nil {
+		log.Error("cannot start tracing", "err", err)
+		return 2
+	}
+	if traces != nil {
+		cfg.TracerProvider = traces.TracerProvider()
+		log.Info("tracing on", "exporter", os.Getenv("OTEL_TRACES_EXPORTER"), "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+		defer func() {
+			// What is still buffered goes out before the process ends.
+			ctx, cancel := context.WithTimeout(context.Background(), tracing.ShutdownTimeout)
+			defer cancel()
+			if err := traces.Shutdown(ctx); err != nil {
+				log.Warn("the last spans were not exported", "err", err)
+			}
+		}()
+	}
 
 	g, err := gateway.New(cfg)
 	if err != nil {

@@ -8,8 +8,11 @@ import (
 	"os/exec"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/mcpp/gateway/bridge"
 	"github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/tracing"
 )
 
 var bridgeCommand = command{
@@ -116,6 +119,23 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	stderr := &lockedWriter{w: e.stderr}
+	// Its spans, under its own service name, when the OTEL_* variables
+	// ask for traces (docs/protocol.md section 7, "Traces").
+	traces, err := tracing.Start(ctx, "mcpp-bridge")
+	if err != nil {
+		return usagef("%v", err)
+	}
+	var tp trace.TracerProvider
+	if traces != nil {
+		tp = traces.TracerProvider()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), tracing.ShutdownTimeout)
+			defer cancel()
+			if err := traces.Shutdown(sctx); err != nil {
+				fmt.Fprintf(stderr, "mcpp bridge: the last spans were not exported: %v\n", err)
+			}
+		}()
+	}
 	b, err := bridge.New(bridge.Config{
 		Client: client.Options{Pod: cf.pod},
 		Dial: func(ctx context.Context, opts client.Options) (*client.Client, error) {
@@ -125,6 +145,7 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		MaxInFlight:     *maxInFlight,
 		RequestTimeout:  *requestTimeout,
 		ProtocolVersion: *protocol,
+		TracerProvider:  tp,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "mcpp bridge: "+format+"\n", args...)
 		},

@@ -118,14 +118,8 @@ func gatewayURL(s string) (*url.URL, error) {
 	if err != nil || u.Host == "" {
 		return nil, usagef("--gateway %q is not a URL like %s", s, defaultGateway)
 	}
-	switch u.Scheme {
-	case "ws", "wss":
-	case "http":
-		u.Scheme = "ws"
-	case "https":
-		u.Scheme = "wss"
-	default:
-		return nil, usagef("--gateway %q: the scheme must be ws, wss, http or https", s)
+	if err := wire.AsWebSocket(u); err != nil {
+		return nil, usagef("--gateway: %v", err)
 	}
 	p := strings.TrimSuffix(u.Path, "/")
 	if !strings.HasSuffix(p, "/ws") {

@@ -32,14 +32,15 @@ type command struct {
 }
 
 // commands is the dispatch table. Each subcommand lives in its own file
-// (tail.go, send.go, contexts.go, history.go, bridge.go); a new one adds its line
-// here.
+// (tail.go, send.go, contexts.go, history.go, bridge.go, admin.go); a new one adds
+// its line here.
 var commands = map[string]command{
 	"tail":     tailCommand,
 	"send":     sendCommand,
 	"contexts": contextsCommand,
 	"history":  historyCommand,
 	"bridge":   bridgeCommand,
+	"admin":    adminCommand,
 	// bench has flags and exit codes of its own (package bench); run
 	// hands it the command line before this table is consulted.
 	"bench": {synopsis: "[flags]", summary: "Measure fan-out speed, latency and memory, against a bare-relay baseline"},

@@ -12,6 +12,7 @@ import { EnvelopeView } from './envelopes.js';
 import { ProposalsView } from './proposals.js';
 import { Composer } from './compose.js';
 import { ParticipantsView } from './participants.js';
+import { PodPicker } from './picker.js';
 import { el, setText, requestID } from './util.js';
 
 const $ = (id) => document.getElementById(id);
@@ -358,6 +359,17 @@ function init() {
   $('pod').value = pod;
   $('participant').value = participant;
   $('token').value = token;
+  // The pods an operator's token reaches, to pick from (picker.js).
+  const picker = new PodPicker({ input: $('pod'), datalist: $('pod-list'), list: $('pod-pick'), note: $('pod-pick-note') });
+  let typing = 0;
+  $('token').addEventListener('input', () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => picker.refresh($('token').value.trim()), 400);
+  });
+  $('token').addEventListener('change', () => picker.refresh($('token').value.trim()));
+  // Pods open and close: the list is asked again when a person comes to pick.
+  $('pod').addEventListener('focus', () => picker.refresh($('token').value.trim(), true));
+  if (!pod) picker.refresh(token);
   $('join-form').onsubmit = (e) => {
     e.preventDefault();
     join($('pod').value.trim(), $('participant').value.trim(), $('token').value.trim());

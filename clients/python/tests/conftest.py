@@ -49,13 +49,14 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 class Gateway:
     """One mcpp-gateway process, listening on a free loopback port."""
 
-    def __init__(self, binary: str, log: Path, *args: str) -> None:
+    def __init__(self, binary: str, log: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log = log
         self._log_file = open(log, "wb")
         self.proc = subprocess.Popen(
             [binary, "--listen", "127.0.0.1:0", *args],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env else None,
         )
         self.addr = self._wait_addr()
 
@@ -112,6 +113,16 @@ def gateway(gateway_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """An open gateway whose rates do not slow a burst of thousands, and
     whose history keeps them all (so a resume finds its envelope)."""
     g = _start(gateway_bin, tmp_path_factory, "open", "--rate", "100000", "--burst", "100000", "--history", "10000")
+    yield g
+    g.stop()
+
+
+@pytest.fixture(scope="session")
+def traced_gateway(gateway_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """An open gateway that traces, its spans on its standard output (its
+    log): OTEL_TRACES_EXPORTER=console."""
+    log = tmp_path_factory.mktemp("traced") / "gateway.log"
+    g = Gateway(gateway_bin, log, env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50"})
     yield g
     g.stop()
 

@@ -20,6 +20,7 @@ import {
 } from "./errors.js";
 import { newId } from "./id.js";
 import { Stream } from "./stream.js";
+import { loadOpenTelemetry, traceFor } from "./trace.js";
 import { trustedCAs, type CACertificate } from "./tls.js";
 import {
   CloseCodes,
@@ -150,6 +151,14 @@ export interface SendOptions extends CallOptions {
    * correlation_id is the id.
    */
   confirm?: boolean;
+  /**
+   * The W3C trace context to send the envelope in (its trace field),
+   * when it has none: a traceparent (version 00) and its tracestate.
+   * Without it, the active span of @opentelemetry/api's context, when
+   * that package is installed (docs/protocol.md section 1).
+   */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /**
@@ -304,6 +313,7 @@ export class Client implements AsyncIterable<StreamItem> {
   static async open(url: string, options: ConnectOptions): Promise<Client> {
     const client = new Client(url, options);
     client.ca = await trustedCAs(options.ca);
+    await loadOpenTelemetry(); // send puts the active span in envelopes when it is there
     const { conn, welcome } = await dial(client.upgrade(client.resumeId, true), client.dialOptions(options.signal));
     client.stream.push(welcome);
     client.adopt(conn, welcome);
@@ -347,8 +357,10 @@ export class Client implements AsyncIterable<StreamItem> {
     if (this.sends.has(id)) return Promise.reject(new TypeError(`send: envelope ${id} is already being sent`));
     let text: string;
     try {
-      text = JSON.stringify(envelope.id === undefined ? { ...envelope, id } : envelope);
+      const trace = traceFor(envelope, options.traceparent, options.tracestate);
+      text = JSON.stringify(envelope.id === undefined || trace ? { ...envelope, id, ...(trace ? { trace } : {}) } : envelope);
     } catch (err) {
+      if (err instanceof TypeError && err.message.startsWith("send: traceparent")) return Promise.reject(err);
       return Promise.reject(new TypeError(`send: the envelope is not JSON: ${String(err)}`, { cause: err }));
     }
     const limit = this.welcome.limits?.max_message_bytes;

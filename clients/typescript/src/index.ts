@@ -43,6 +43,7 @@ export {
 } from "./errors.js";
 export { newId } from "./id.js";
 export { publish, resultError, type PublishOptions } from "./publish.js";
+export { contextOf, validTraceparent } from "./trace.js";
 export type { CACertificate } from "./tls.js";
 export {
   CloseCodes,
@@ -69,5 +70,6 @@ export {
   type PublishResult,
   type Refreshed,
   type Revoke,
+  type Trace,
   type Welcome,
 } from "./types.js";

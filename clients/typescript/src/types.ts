@@ -43,7 +43,19 @@ export interface Envelope {
   context?: ContextObject | string;
   payload?: unknown;
   lifecycle?: Lifecycle;
+  /**
+   * The W3C trace context the envelope continues (docs/protocol.md
+   * section 1, "Trace context"): the sender's, relayed as sent, or the
+   * gateway's span when it traces and the sender gave none.
+   */
+  trace?: Trace;
   [field: string]: unknown;
+}
+
+/** An envelope's trace field: W3C Trace Context's traceparent (version 00) and tracestate. */
+export interface Trace {
+  traceparent: string;
+  tracestate?: string;
 }
 
 /**

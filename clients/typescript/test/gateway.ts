@@ -47,11 +47,12 @@ export interface Gateway {
 }
 
 /**
- * Starts a gateway with args (flags of mcpp-gateway) on a free loopback
- * port, and stops it when the test ends.
+ * Starts a gateway with args (flags of mcpp-gateway) and env (variables
+ * besides this process's) on a free loopback port, and stops it when the
+ * test ends.
  */
-export async function startGateway(t: TestContext, args: string[] = []): Promise<Gateway> {
-  const child = spawn(gatewayBinary(), ["--listen", "127.0.0.1:0", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+export async function startGateway(t: TestContext, args: string[] = [], env: Record<string, string> = {}): Promise<Gateway> {
+  const child = spawn(gatewayBinary(), ["--listen", "127.0.0.1:0", ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   t.after(() => stop(child));
   let output = "";
   const port = await new Promise<number>((resolvePort, reject) => {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpp/gateway/gateway"
 	"github.com/mcpp/gateway/gateway/gatewaytest"
+	"github.com/mcpp/gateway/internal/wait"
 )
 
 // Gateway is a gateway served in process on a loopback port.
@@ -78,14 +79,7 @@ func (s *SyncBuffer) String() string {
 // Eventually polls cond until it holds or d passes.
 func Eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	wait.Until(t, d, what, cond)
 }
 
 // DialToken joins with a token given as a header (bearer=true) or in the

@@ -45,7 +45,9 @@ func BuildCommand(t *testing.T, name string) string {
 			// Built without -race: the in-process tests run the same code
 			// under the race detector, and a race build of the embedded
 			// NATS server takes minutes on a CI machine.
-			cmd := exec.Command("go", "build", "-o", filepath.Join(BinDir, n), "../cmd/"+n)
+			// By import path, so that a test package anywhere under
+			// integration/ builds the same commands.
+			cmd := exec.Command("go", "build", "-o", filepath.Join(BinDir, n), "github.com/mcpp/gateway/cmd/"+n)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				binErr = fmt.Errorf("go build %s: %v\n%s", n, err, out)
 				return
@@ -169,6 +171,12 @@ func (p *GatewayProc) stop() {
 	if p.Cmd == nil {
 		return
 	}
+	select {
+	case <-p.Exited:
+		return // killed by the test, and not started again
+	default:
+	}
+	_ = p.Cmd.Process.Signal(syscall.SIGCONT) // a test may have paused it
 	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.Exited:
@@ -188,6 +196,41 @@ func (p *GatewayProc) Restart() {
 		p.t.Fatal(err)
 	}
 	p.WaitHealthy(30 * time.Second)
+}
+
+// Kill ends the gateway with SIGKILL, as a crash would: no drain, no
+// close frames, nothing written behind. Start runs it again.
+func (p *GatewayProc) Kill() {
+	p.t.Helper()
+	if err := p.Cmd.Process.Kill(); err != nil {
+		p.t.Fatal(err)
+	}
+	<-p.Exited
+}
+
+// Start runs a gateway that was killed again, with the same environment
+// and arguments, and waits until its /healthz answers 200.
+func (p *GatewayProc) Start(within time.Duration) {
+	p.t.Helper()
+	if err := p.start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.WaitHealthy(within)
+}
+
+// Pause stops the gateway's process (SIGSTOP), as a machine that stalls
+// would: its sockets stay open, and nothing answers. Resume goes on.
+func (p *GatewayProc) Pause() {
+	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		p.t.Errorf("SIGSTOP: %v", err)
+	}
+}
+
+// Resume lets a paused gateway go on (SIGCONT).
+func (p *GatewayProc) Resume() {
+	if err := p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		p.t.Errorf("SIGCONT: %v", err)
+	}
 }
 
 // WaitHealthy waits until the gateway's /healthz answers 200 (a node of a

@@ -65,9 +65,13 @@ func main() {
 	case "2026":
 		versions = []string{"2026-07-28"}
 	}
+	tracer, flush := startTracing()
+	defer flush()
 	server := newServer(versions)
+	server.AddReceivingMiddleware(traced(tracer))
 	if *addr == "" {
 		if err := server.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+			flush()
 			log.Fatal(err)
 		}
 		return

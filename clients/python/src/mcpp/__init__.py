@@ -28,6 +28,7 @@ all :class:`MCPPError`.
 from .client import Client, Connecting, Reconnected, connect
 from .connection import SERVES_MCP
 from .envelope import Context, Envelope, new_id
+from .trace import OPENTELEMETRY, context_of, valid_traceparent
 from .errors import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -55,6 +56,9 @@ from .publish import publish, result_error
 __version__ = "0.1.0"
 
 __all__ = [
+    "OPENTELEMETRY",
+    "context_of",
+    "valid_traceparent",
     "CLOSE_GOING_AWAY",
     "CLOSE_INTERNAL_ERROR",
     "CLOSE_KICKED",

@@ -35,6 +35,7 @@ from .errors import (
     ProtocolError,
     RefusedError,
 )
+from .trace import trace_for
 
 __all__ = ["Client", "Connecting", "Reconnected", "connect"]
 
@@ -579,7 +580,9 @@ class Client:
         finally:
             self._pending.pop(rid, None)
 
-    async def send(self, envelope: Mapping[str, Any], *, confirm: bool = True) -> str:
+    async def send(
+        self, envelope: Mapping[str, Any], *, confirm: bool = True, traceparent: str | None = None, tracestate: str | None = None
+    ) -> str:
         """Sends one envelope to the pod and returns its id once the
         gateway has accepted it; raises :class:`GatewayError` (its
         ``code``: ``"capability_violation"``, ...) when the gateway
@@ -599,6 +602,13 @@ class Client:
         the gateway writes after its judgement of everything before it:
         sends in flight together (``asyncio.gather``) share one such
         request, which takes one of your rate tokens like any message.
+
+        ``traceparent`` (and ``tracestate``) is the W3C trace context to send
+        the envelope in (its ``trace`` field, docs/protocol.md section 1),
+        when it has none; without it, the active OpenTelemetry span's, when
+        ``opentelemetry-api`` is installed. A received envelope's ``trace``
+        is its sender's (or the gateway's span): :func:`mcpp.context_of`
+        continues it.
 
         ``confirm=False`` returns once the envelope is written, with no
         round trip: a refusal then comes in the stream, as a
@@ -629,7 +639,8 @@ class Client:
                 envelope = {**envelope, "id": eid}
         if not isinstance(eid, str):
             raise ValueError(f"an envelope's id is a string, not {eid!r}")
-        data = _dumps(envelope)
+        trace = trace_for(envelope, traceparent, tracestate)
+        data = _dumps({**envelope, "trace": trace} if trace else envelope)
         if not confirm:
             await self._write_envelope(eid, data, self._may_send_again(envelope))
             return eid

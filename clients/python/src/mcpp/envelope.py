@@ -100,6 +100,13 @@ class Envelope(dict[str, Any]):
         return self.get("payload")
 
     @property
+    def trace(self) -> dict[str, str] | None:
+        """The W3C trace context it continues (``{"traceparent", "tracestate"}``):
+        its sender's, or the gateway's span; :func:`mcpp.context_of` makes
+        it the parent of the receiving code's spans."""
+        return self.get("trace")
+
+    @property
     def lifecycle(self) -> dict[str, Any] | None:
         """How history keeps it (docs/protocol.md section 8)."""
         return self.get("lifecycle")

@@ -33,6 +33,8 @@ servers itself (no --gateway), each server's CPU time per delivery.
   mcpp bench --subscribers 100 --baseline --latency-at 0.25,0.5,0.75
   mcpp bench --subscribers 100 --baseline --peer nats # and nats-server over WebSocket, same load
   mcpp bench --subscribers 100 --versus "--history 0" # and the gateway with other flags
+  mcpp bench --subscribers 100 --versus "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"
+                                                     # and with tracing on (NAME=VALUE words: its environment)
   mcpp bench --idle 10000 --baseline                 # RSS per idle connection
   mcpp bench --stalled 100 --size 1000000 --stalled-envelopes 64  # RSS with readers that stop reading
   mcpp bench --soak 30m                              # mixed traffic; resources per minute, start against end
@@ -110,7 +112,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		dialers    = fs.Int("dialers", 64, "--pods: joins under way at once")
 		asJSON     = fs.Bool("json", false, "--pods: print the runs and the medians as one JSON object instead of text (each run's text then goes to stderr)")
 	)
-	fs.Var(&versus, "versus", "also alternate with the gateway started with these extra flags (space-separated, e.g. \"--history 0\"), reported as versus, and report gateway/versus; with --pods it may be given several times, a row each")
+	fs.Var(&versus, "versus", "also alternate with the gateway started with these extra flags (space-separated, e.g. \"--history 0\"; NAME=VALUE words are its environment, e.g. \"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318\" for tracing on), reported as versus, and report gateway/versus; with --pods it may be given several times, a row each")
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -330,9 +332,39 @@ func (b *bencher) start(k kind) (*server, error) {
 		return nil, err
 	}
 	if k == kindVersus {
-		return startGatewayProcess(bin, append(append([]string{}, b.gwArgs...), b.versusArgs...))
+		env, flags := versusEnv(b.versusArgs)
+		return startGatewayProcessWith(bin, append(append([]string{}, b.gwArgs...), flags...), procOptions{env: env})
 	}
 	return startGatewayProcess(bin, b.gwArgs)
+}
+
+// versusEnv splits the words of --versus into the environment variables
+// they set (NAME=VALUE words, as a shell writes them before a command:
+// "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318", which turns the
+// gateway's tracing on) and the gateway's flags.
+func versusEnv(words []string) (env, flags []string) {
+	for _, w := range words {
+		if name, _, ok := strings.Cut(w, "="); ok && envName(name) {
+			env = append(env, w)
+			continue
+		}
+		flags = append(flags, w)
+	}
+	return env, flags
+}
+
+// envName reports whether s is an environment variable's name as the
+// OTEL_ and MCPP_ variables are: upper-case letters, digits and _.
+func envName(s string) bool {
+	if s == "" || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // once starts a fresh server, runs the load against it and stops it.

@@ -251,3 +251,13 @@ func TestPacerKeepsAHighRate(t *testing.T) {
 		t.Errorf("%d envelopes in 0.5 s at 20,000 a second, want about 10,000", n)
 	}
 }
+
+// TestVersusEnv: NAME=VALUE words of --versus are the gateway's
+// environment (tracing's OTEL_* variables), the rest its flags.
+func TestVersusEnv(t *testing.T) {
+	env, flags := versusEnv(strings.Fields("OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 --history 0 OTEL_TRACES_SAMPLER_ARG=0.01 --tokens=a=b lower=x"))
+	if strings.Join(env, " ") != "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_TRACES_SAMPLER_ARG=0.01" ||
+		strings.Join(flags, " ") != "--history 0 --tokens=a=b lower=x" {
+		t.Fatalf("env %q, flags %q", env, flags)
+	}
+}

@@ -1,0 +1,480 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/tidwall/gjson"
+
+	mcpp "github.com/mcpp/gateway/client"
+	"github.com/mcpp/gateway/integration/internal/harness"
+)
+
+// The world of the cluster's fault suite: three gateway processes, each
+// with its history on disk (--history-dir, so that a node killed and
+// started again is the same JetStream peer) and a route proxy of the
+// test's in front of its cluster port (harness.RouteNet), the members and
+// publishers of the pods, and the faults the test injects: SIGSTOP and
+// SIGCONT, routes cut and restored, SIGKILL and a start on the same
+// directory. Everything random comes from one seed, printed, which
+// MCPP_FAULT_SEED replays.
+
+// faultSize is how big a run is.
+type faultSize struct {
+	pods      int           // pods of three members, one on each node, and a filtered watcher
+	sendEvery time.Duration // each member sends one envelope this often
+	pubEvery  time.Duration // each pod's publisher publishes one this often (over HTTP)
+	heartbeat time.Duration // --cluster-heartbeat
+	duration  time.Duration // 0: each fault once; else faults for this long
+	gapMin    time.Duration // between two faults, at least
+	gapMax    time.Duration // and at most
+	storm     int           // members that join each pod in a join storm
+	history   int           // --history
+}
+
+// ciSize is what the README's test command runs: each fault once.
+var ciSize = faultSize{pods: 6, sendEvery: 100 * time.Millisecond, pubEvery: 250 * time.Millisecond,
+	heartbeat: 500 * time.Millisecond, gapMin: time.Second, gapMax: 2 * time.Second, storm: 2, history: 5000}
+
+// fullSize is BENCHMARKS.md's: 3 nodes, 1,000 pods of 3, a fault every
+// 10-30 s for 5 minutes (MCPP_FAULTS=full).
+var fullSize = faultSize{pods: 1000, sendEvery: 2 * time.Second, pubEvery: 5 * time.Second,
+	heartbeat: time.Second, duration: 5 * time.Minute, gapMin: 10 * time.Second, gapMax: 30 * time.Second, storm: 1, history: 5000}
+
+// sizeFromEnv reads MCPP_FAULTS: empty is ciSize, "full" fullSize, or
+// "PODS,DURATION,SENDEVERY" (e.g. "300,2m,1s") a size of one's own with
+// fullSize's faults.
+func sizeFromEnv(t *testing.T) faultSize {
+	s := os.Getenv("MCPP_FAULTS")
+	switch s {
+	case "":
+		return ciSize
+	case "full":
+		return fullSize
+	}
+	size := fullSize
+	var d, e string
+	if _, err := fmt.Sscanf(strings.ReplaceAll(s, ",", " "), "%d %s %s", &size.pods, &d, &e); err != nil {
+		t.Fatalf("MCPP_FAULTS=%q: want full or PODS,DURATION,SENDEVERY: %v", s, err)
+	}
+	var err error
+	if size.duration, err = time.ParseDuration(d); err != nil {
+		t.Fatalf("MCPP_FAULTS=%q: %v", s, err)
+	}
+	if size.sendEvery, err = time.ParseDuration(e); err != nil {
+		t.Fatalf("MCPP_FAULTS=%q: %v", s, err)
+	}
+	size.pubEvery = 2 * size.sendEvery
+	return size
+}
+
+// seedFromEnv is MCPP_FAULT_SEED, or a new seed.
+func seedFromEnv(t *testing.T) int64 {
+	if s := os.Getenv("MCPP_FAULT_SEED"); s != "" {
+		seed, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("MCPP_FAULT_SEED=%q: %v", s, err)
+		}
+		return seed
+	}
+	return time.Now().UnixNano()
+}
+
+type faultWorld struct {
+	t      *testing.T
+	size   faultSize
+	seed   int64
+	rngMu  sync.Mutex
+	rng    *rand.Rand
+	ledger *ledger
+
+	nodes     []*harness.GatewayProc
+	net       *harness.RouteNet
+	natsPorts []int
+	names     []string // the nodes' NATS server names (kept in --history-dir)
+	listen    []string
+
+	mu      sync.Mutex
+	down    []bool
+	members map[string][]*fmember // by pod
+	pods    []string
+	pubs    []*publisher
+}
+
+func (w *faultWorld) nodeCount() int { return len(w.nodes) }
+
+// between is a random duration in [lo, hi].
+func (w *faultWorld) between(lo, hi time.Duration) time.Duration {
+	w.rngMu.Lock()
+	defer w.rngMu.Unlock()
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(w.rng.Int63n(int64(hi-lo)))
+}
+
+func (w *faultWorld) intn(n int) int {
+	w.rngMu.Lock()
+	defer w.rngMu.Unlock()
+	return w.rng.Intn(n)
+}
+
+func (w *faultWorld) up(i int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.down[i]
+}
+
+func (w *faultWorld) setDown(i int, down bool) {
+	w.mu.Lock()
+	w.down[i] = down
+	w.mu.Unlock()
+}
+
+func (w *faultWorld) ws(i int) string   { return "ws://" + w.listen[i] + "/ws" }
+func (w *faultWorld) http(i int) string { return "http://" + w.listen[i] }
+
+// startFaultWorld starts the three nodes behind their route proxies.
+func startFaultWorld(t *testing.T, size faultSize) *faultWorld {
+	t.Helper()
+	w := &faultWorld{t: t, size: size, seed: seedFromEnv(t), ledger: newLedger(), members: map[string][]*fmember{}}
+	w.rng = rand.New(rand.NewSource(w.seed))
+	t.Logf("fault suite: seed %d (MCPP_FAULT_SEED=%d replays it), %d pods, heartbeat %v", w.seed, w.seed, size.pods, size.heartbeat)
+	var err error
+	for try := 1; ; try++ {
+		if err = w.tryStart(t); err == nil {
+			break
+		}
+		if !harness.PortTaken(err) || try == 3 {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		// MCPP_FAULT_LOGS=1 shows the nodes' logs of a run that passed too.
+		if t.Failed() || os.Getenv("MCPP_FAULT_LOGS") != "" {
+			t.Logf("seed %d (MCPP_FAULT_SEED=%d replays it)", w.seed, w.seed)
+			for i, n := range w.nodes {
+				log := n.Stderr.String()
+				if len(log) > 200_000 {
+					log = "…" + log[len(log)-200_000:]
+				}
+				t.Logf("node %d's log:\n%s", i+1, log)
+			}
+		}
+	})
+	for _, n := range w.nodes {
+		n.WaitHealthy(90 * time.Second)
+	}
+	waitConnected(t, w.nodes)
+	for i := range w.nodes {
+		w.learnNode(i)
+	}
+	return w
+}
+
+// tryStart starts the nodes on ports that were free a moment ago; it
+// stops them when one of those was taken meanwhile.
+func (w *faultWorld) tryStart(t *testing.T) error {
+	const n = 3
+	cluster := make([]string, n)
+	w.listen, w.natsPorts, w.names, w.down = make([]string, n), make([]int, n), make([]string, n), make([]bool, n)
+	for i := range n {
+		cluster[i] = fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+		w.listen[i] = fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+		w.natsPorts[i] = harness.FreePort(t)
+	}
+	w.net = harness.NewRouteNet(t, cluster)
+	w.nodes = make([]*harness.GatewayProc, n)
+	for i := range n {
+		var routes []string
+		for j, p := range w.net.Proxies {
+			if j != i {
+				routes = append(routes, "nats-route://"+p.Addr)
+			}
+		}
+		dir := filepath.Join(t.TempDir(), "history")
+		args := []string{"--listen", w.listen[i], "--cluster-name", "mcpp-faults",
+			"--cluster-listen", cluster[i], "--cluster-advertise", w.net.Proxies[i].Addr, "--routes", strings.Join(routes, ","),
+			"--cluster-heartbeat", w.size.heartbeat.String(), "--history", fmt.Sprint(w.size.history), "--history-bytes", "1GiB",
+			"--history-dir", dir, "--nats-port", fmt.Sprint(w.natsPorts[i]),
+			"--rate", "100000", "--burst", "100000", "--max-connections", "20000"}
+		var err error
+		if w.nodes[i], err = harness.TryStartGatewayProc(t, nil, args...); err != nil {
+			for _, started := range w.nodes[:i+1] {
+				if started != nil {
+					started.Stop()
+				}
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// learnNode reads node i's NATS server id (for its route proxy) and name
+// (for the stream's leader), which a start makes anew.
+func (w *faultWorld) learnNode(i int) {
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	if err != nil {
+		w.t.Fatalf("node %d's NATS port: %v", i+1, err)
+	}
+	defer nc.Close()
+	w.net.SetID(i, nc.ConnectedServerId())
+	w.names[i] = nc.ConnectedServerName()
+}
+
+// leader is the node that leads the history stream now, asked of the
+// nodes that are up (for up to 10 s: a stream between two leaders has
+// none), or -1.
+func (w *faultWorld) leader() int {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if l := w.leaderNow(); l >= 0 {
+			return l
+		}
+	}
+	return -1
+}
+
+func (w *faultWorld) leaderNow() int {
+	for i := range w.nodes {
+		if !w.up(i) {
+			continue
+		}
+		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+		if err != nil {
+			continue
+		}
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := js.Stream(ctx, "MCPP_HISTORY")
+		var name string
+		if err == nil {
+			if info, err := s.Info(ctx); err == nil && info.Cluster != nil {
+				name = info.Cluster.Leader
+			}
+		}
+		cancel()
+		nc.Close()
+		for j, n := range w.names {
+			if n == name && name != "" {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+// addMember starts a member of pod whose home is node home.
+func (w *faultWorld) addMember(pod, id string, home int, sends, filtered bool) *fmember {
+	m := &fmember{w: w, pod: pod, id: id, home: home, sends: sends, filtered: filtered, node: -1,
+		inFlight: map[int]int{}, closes: map[string]int{}, done: make(chan struct{})}
+	w.ledger.member(pod, id, filtered)
+	w.mu.Lock()
+	w.members[pod] = append(w.members[pod], m)
+	w.mu.Unlock()
+	go m.run(w.size.sendEvery)
+	return m
+}
+
+// startTraffic joins every pod's members (three that send, one on each
+// node, and a watcher that takes the main context only) and starts its
+// publisher, and waits until every member is in.
+func (w *faultWorld) startTraffic() {
+	for p := range w.size.pods {
+		pod := fmt.Sprintf("fault-%d", p)
+		w.pods = append(w.pods, pod)
+		for i := range w.nodes {
+			w.addMember(pod, fmt.Sprintf("m%d", i+1), i, true, false)
+		}
+		w.addMember(pod, "watch", p%len(w.nodes), false, true)
+		pub := &publisher{w: w, pod: pod, id: "pub", node: p, done: make(chan struct{}), answers: map[string]int{}}
+		w.pubs = append(w.pubs, pub)
+	}
+	for _, pub := range w.pubs {
+		go pub.run(w.size.pubEvery)
+	}
+	took, ok := w.exact(2 * time.Minute)
+	if !ok {
+		w.dumpTraces()
+		w.t.Fatalf("the members' views were not exact %v after they joined: %s", took, w.inexact())
+	}
+	w.t.Logf("%d members joined %d pods; every view exact after %v", w.count(), len(w.pods), took.Round(time.Millisecond))
+}
+
+func (w *faultWorld) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, ms := range w.members {
+		n += len(ms)
+	}
+	return n
+}
+
+func (w *faultWorld) allMembers() []*fmember {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*fmember
+	for _, pod := range w.pods {
+		out = append(out, w.members[pod]...)
+	}
+	return out
+}
+
+// exact waits until every member is connected and welcomed, and every
+// one's view of who is present is exactly the others, and reports how
+// long that took (false: not within d).
+func (w *faultWorld) exact(d time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		if w.inexact() == "" {
+			return time.Since(start), true
+		}
+		if time.Since(start) > d {
+			return time.Since(start), false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// inexact says what keeps the views from being exact ("" when they are).
+func (w *faultWorld) inexact() string {
+	w.mu.Lock()
+	pods := append([]string(nil), w.pods...)
+	members := make(map[string][]*fmember, len(w.members))
+	for k, v := range w.members {
+		members[k] = append([]*fmember(nil), v...)
+	}
+	w.mu.Unlock()
+	var bad []string
+	for _, pod := range pods {
+		views := map[*fmember]map[string]bool{}
+		for _, m := range members[pod] {
+			ok, v := m.present()
+			if !ok {
+				bad = append(bad, m.name()+" is not connected")
+				continue
+			}
+			views[m] = v
+		}
+		if len(views) != len(members[pod]) {
+			continue
+		}
+		for m, v := range views {
+			var want []string
+			for _, o := range members[pod] {
+				if o != m {
+					want = append(want, o.id)
+				}
+			}
+			got := make([]string, 0, len(v))
+			for id := range v {
+				got = append(got, id)
+			}
+			if !sameSet(got, want) {
+				sort.Strings(got)
+				sort.Strings(want)
+				bad = append(bad, fmt.Sprintf("%s sees %v, want %v", m.name(), got, want))
+			}
+		}
+	}
+	if len(bad) > 5 {
+		bad = append(bad[:5], fmt.Sprintf("and %d more", len(bad)-5))
+	}
+	return strings.Join(bad, "; ")
+}
+
+// stopTraffic stops the senders, waits until what they sent is answered
+// (at most 30 s), and stops the members.
+func (w *faultWorld) stopTraffic() {
+	for _, p := range w.pubs {
+		p.stop.Store(true)
+	}
+	for _, p := range w.pubs {
+		<-p.done
+	}
+	for _, m := range w.allMembers() {
+		m.mu.Lock()
+		m.sends = false
+		m.mu.Unlock()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		open := 0
+		for _, m := range w.allMembers() {
+			m.mu.Lock()
+			open += len(m.inFlight)
+			m.mu.Unlock()
+		}
+		if open == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// settleDeliveries waits until the checker finds nothing missing (what
+// was acknowledged on one node reaches the others a moment later), at
+// most d, and returns its report.
+func (w *faultWorld) settleDeliveries(d time.Duration) *report {
+	deadline := time.Now().Add(d)
+	for {
+		r := w.ledger.check(w.seed, nil)
+		if r.ok() || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// histories reads each pod's history on node i: a reader watches it with
+// history=all, and reads its replay and then what comes live, up to an
+// envelope published (and stored) after the run: a node still catching up
+// replays what it has, and delivers the rest live, after.
+func (w *faultWorld) histories(i int) map[string][]received {
+	out := map[string][]received{}
+	for _, pod := range w.pods {
+		q := "pod=" + pod + "&participant=reader&history=all&observe=1"
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		conn, err := mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
+		if err != nil {
+			cancel()
+			w.t.Fatalf("reading %s's history on node %d: %v", pod, i+1, err)
+		}
+		status, body, err := postJSON(w.http(i)+"/pods/"+pod+"/envelopes?participant=end", `{"id": "end", "kind": "end"}`)
+		if err != nil || status != 200 || !strings.Contains(body, `"id":"end"`) {
+			w.t.Fatalf("the end of %s on node %d: %d %s %v", pod, i+1, status, body, err)
+		}
+		var got []received
+		for end := false; !end; {
+			b, err := conn.Read(ctx, nil)
+			if err != nil {
+				w.t.Fatalf("reading %s's history on node %d: %v after %d envelopes", pod, i+1, err, len(got))
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				r := gjson.Parse(line)
+				switch r.Get("kind").String() {
+				case faultKind:
+					got = append(got, received{r.Get("from").String(), int(r.Get("payload.n").Int())})
+				case "end":
+					end = true
+				}
+			}
+		}
+		cancel()
+		_ = conn.CloseNow()
+		out[pod] = got
+	}
+	return out
+}
