@@ -231,7 +231,7 @@ func (g *Gateway) openHistory() error {
 		Temporary: g.cfg.HistoryDir == "" && g.cfg.NATSURL == "",
 		// A node alone writes its own embedded stream, alone: the
 		// writer's rounds are acknowledged once each.
-		Own: !g.cfg.clustered(),
+		Own: g.cfg.ownsHistory(),
 	}
 	if g.cfg.clustered() {
 		// Across a network a leader may die with what it was sent: the

@@ -26,7 +26,7 @@ type ownStream struct {
 	other *nats.Conn
 }
 
-func openOwnStream(t *testing.T, maxMsgSize int32) ownStream {
+func openOwnStream(t *testing.T, maxMsgSize int32, opts ...func(*Config)) ownStream {
 	t.Helper()
 	dir := t.TempDir()
 	ns, err := server.NewServer(&server.Options{
@@ -48,8 +48,12 @@ func openOwnStream(t *testing.T, maxMsgSize int32) ownStream {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := Open(ctx, conns[0], Config{Subjects: []string{"mcpp.pod.>"}, Entries: 5000, MaxAge: time.Hour,
-		MaxBytes: 256 << 20, MaxMsgSize: maxMsgSize, File: true, Temporary: true, Own: true}, "own")
+	cfg := Config{Subjects: []string{"mcpp.pod.>"}, Entries: 5000, MaxAge: time.Hour,
+		MaxBytes: 256 << 20, MaxMsgSize: maxMsgSize, File: true, Temporary: true, Own: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := Open(ctx, conns[0], cfg, "own")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,11 +175,10 @@ func TestRoundAfterAnotherWriter(t *testing.T) {
 	readsBack(t, s.Stream, "mcpp.pod.r1", 1, []byte("not the writer's"))
 }
 
-// TestRoundWithARefusedMessage: the stream refuses a message of a round
-// without a word (too large for it, and no reply subject to answer on):
-// it is found missing, and told as not stored, to be sent again; the
-// others are where they are. A refused last message is told as the
-// stream's refusal.
+// TestRoundWithARefusedMessage: the stream refuses messages of a round
+// for their size, in the middle and last: each is told the stream's
+// refusal (answered on its own: TestRoundRefusedBesideAnotherWriter), the
+// others are where they are, and the next round follows on.
 func TestRoundWithARefusedMessage(t *testing.T) {
 	s := openOwnStream(t, 1024)
 	big := frameOf(strings.Repeat("x", 2048))
@@ -191,12 +194,11 @@ func TestRoundWithARefusedMessage(t *testing.T) {
 	if r.seqs[0] != 1 || r.seqs[2] != 2 {
 		t.Fatalf("stored at %d and %d, want 1 and 2", r.seqs[0], r.seqs[2])
 	}
-	if !errors.Is(r.errs[1], errNotStored) || r.seqs[1] != 0 {
-		t.Fatalf("the refused message in the middle: %d, %v; want not stored", r.seqs[1], r.errs[1])
-	}
-	var rej *RejectedError
-	if !errors.As(r.errs[3], &rej) || r.seqs[3] != 0 {
-		t.Fatalf("the refused last message: %d, %v; want the stream's refusal", r.seqs[3], r.errs[3])
+	for _, i := range []int{1, 3} {
+		var rej *RejectedError
+		if !errors.As(r.errs[i], &rej) || r.seqs[i] != 0 {
+			t.Fatalf("the refused message %d: %d, %v; want the stream's refusal", i, r.seqs[i], r.errs[i])
+		}
 	}
 	// The next round follows on.
 	r2 := newRound(frameOf("e"), frameOf("f"))
@@ -204,6 +206,30 @@ func TestRoundWithARefusedMessage(t *testing.T) {
 	r2.wait(t)
 	if r2.seqs[0] != 3 || r2.seqs[1] != 4 || r2.errs[0] != nil || r2.errs[1] != nil {
 		t.Fatalf("the next round: %v %v, want 3 and 4", r2.seqs, r2.errs)
+	}
+}
+
+// TestRoundMessageNotFound: a message of a round that the stream did not
+// store, unanswered (refused for want of room, say), is told as not
+// stored, to be sent again, answered; the others are found where they
+// are, past another client's message with the same subject.
+func TestRoundMessageNotFound(t *testing.T) {
+	s := openOwnStream(t, 1<<20)
+	r := newRound(frameOf("a"), frameOf("b"), frameOf("c"))
+	for _, i := range []int{0, 2} {
+		for _, data := range [][]byte{[]byte("not the writer's"), r.msgs[i].data} {
+			if _, err := s.other.Request(r.msgs[i].subject, data, 5*time.Second); err != nil { // stored when answered
+				t.Fatal(err)
+			}
+		}
+	}
+	s.resolve(s.newGroup(r.msgs), 0, 0, nil)
+	r.wait(t)
+	if r.seqs[0] != 2 || r.seqs[2] != 4 || r.errs[0] != nil || r.errs[2] != nil {
+		t.Fatalf("found at %v (%v), want 2 and 4", r.seqs, r.errs)
+	}
+	if !errors.Is(r.errs[1], errNotStored) || r.seqs[1] != 0 {
+		t.Fatalf("the message not stored: %d, %v; want not stored", r.seqs[1], r.errs[1])
 	}
 }
 
@@ -375,5 +401,111 @@ func TestWriterLingersAPodsFrames(t *testing.T) {
 	t.Logf("10 frames in %d messages", messages)
 	if messages >= len(want) {
 		t.Fatalf("10 frames within a second took %d messages: a pod's batch should take its frames for a second", messages)
+	}
+}
+
+// TestRoundRefusedBesideAnotherWriter: someone else published one message
+// into the stream just before a round, and the stream refuses one of the
+// round's messages (too large for it): the round's last answer lands
+// where the writer's count says (one message more, one less), and yet
+// the refused message is not stored, nor told where the other's message
+// is. A message the stream may refuse for its size is answered on its
+// own, as every message was before the rounds.
+func TestRoundRefusedBesideAnotherWriter(t *testing.T) {
+	s := openOwnStream(t, 1024)
+	if err := s.other.Publish("mcpp.pod.r1", []byte("not the writer's")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.other.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	big := frameOf(strings.Repeat("x", 2048))
+	r := newRound(frameOf("a"), big, frameOf("c"))
+	s.appendRound(r.msgs)
+	r.wait(t)
+	var rej *RejectedError
+	if !errors.As(r.errs[1], &rej) || r.seqs[1] != 0 {
+		t.Fatalf("the refused message: stored at %d (%v); want the stream's refusal", r.seqs[1], r.errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if r.errs[i] != nil || r.seqs[i] == 0 {
+			t.Fatalf("message %d: stored at %d (%v), want stored", i, r.seqs[i], r.errs[i])
+		}
+		readsBack(t, s.Stream, r.msgs[i].subject, r.seqs[i], r.msgs[i].data)
+	}
+	readsBack(t, s.Stream, "mcpp.pod.r1", 1, []byte("not the writer's"))
+}
+
+// TestRoundAfterALostAcknowledgement: the answer for a message before a
+// group never came (a slow consumer's drop), and the message is stored
+// in the group's span; a message of the group is refused unanswered (put
+// in the group by hand: a round sends one the stream may refuse for its
+// size alone). The count of the span comes out right, and proves
+// nothing: the group is looked for, and each message told where it is.
+func TestRoundAfterALostAcknowledgement(t *testing.T) {
+	s := openOwnStream(t, 1024)
+	lostDone := make(chan error, 1)
+	s.wait(pendingAck{done: func(_ uint64, _ bool, err error) { lostDone <- err }})
+	if err := s.nc.Publish("mcpp.pod.lost", frameOf("lost")); err != nil {
+		t.Fatal(err)
+	}
+	r := newRound(frameOf("a"), frameOf(strings.Repeat("x", 2048)), frameOf("c"))
+	s.appendGroup(r.msgs)
+	r.wait(t)
+	if r.seqs[0] != 2 || r.seqs[2] != 3 || r.errs[0] != nil || r.errs[2] != nil {
+		t.Fatalf("stored at %v (%v), want 2 and 3", r.seqs, r.errs)
+	}
+	if r.errs[1] == nil || r.seqs[1] != 0 {
+		t.Fatalf("the refused message: stored at %d (%v), want not stored", r.seqs[1], r.errs[1])
+	}
+	if err := <-lostDone; err == nil {
+		t.Fatal("the message whose answer was lost was told stored")
+	}
+	readsBack(t, s.Stream, "mcpp.pod.lost", 1, frameOf("lost"))
+}
+
+// TestWriterDoesNotLingerOnADurableStream: where the history outlives the
+// process (--history-dir), a pod's batch does not wait for more of its
+// frames: a crash would lose what waits. Each frame goes in the next
+// round, and frames a round apart are messages apart; a writer whose
+// stream is not its own sends no rounds at all.
+func TestWriterDoesNotLingerOnADurableStream(t *testing.T) {
+	s := openOwnStream(t, 1<<20, func(c *Config) { c.Temporary = false })
+	w := NewWriter(s.Stream, WriterOptions{Node: "n", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer w.Close()
+	if w.rounds == nil || w.linger != 0 {
+		t.Fatalf("a durable stream of its own: rounds %v, linger %v; want rounds and no linger", w.rounds != nil, w.linger)
+	}
+	const pod = "mcpp.pod.lab"
+	for i := range 3 {
+		w.Append(pod, frameOf(fmt.Sprintf("f%d", i)), nil, nil, "")
+		deadline := time.Now().Add(10 * time.Second)
+		for w.Pending() > 0 { // stored without anyone waiting for it (Sync would hurry it)
+			if time.Now().After(deadline) {
+				t.Fatalf("frame %d still not stored after 10s", i)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	messages := 0
+	if err := s.Scan(ctx, []string{pod}, 1, func(string, Msg) error { messages++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if messages != 3 {
+		t.Fatalf("3 frames stored one after another took %d messages, want 3", messages)
+	}
+	for _, c := range []func(*Config){func(c *Config) { c.Own = false }} {
+		other := NewWriter(openOwnStream(t, 1<<20, c).Stream, WriterOptions{Node: "n"})
+		defer other.Close()
+		if other.rounds != nil {
+			t.Fatal("a writer of a stream not its own sends rounds")
+		}
+	}
+	ids := NewWriter(s.Stream, WriterOptions{Node: "n", IDs: true})
+	defer ids.Close()
+	if ids.rounds != nil {
+		t.Fatal("a writer with ids (one batch of a pod on its way at a time) sends rounds")
 	}
 }

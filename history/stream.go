@@ -284,6 +284,10 @@ func (s *Stream) onAck(m *nats.Msg) {
 	}
 	switch {
 	case !found:
+	case mine.group != nil && len(lost) > 0:
+		// What was lost before it may be stored in the group's span, and
+		// base does not count it: the count proves nothing (round.go).
+		s.resolve(mine.group, base, seq, ackErr)
 	case mine.group != nil:
 		s.settleGroup(mine.group, base, seq, ackErr)
 	default:
