@@ -110,11 +110,13 @@ func TestGrantScoped(t *testing.T) {
 func TestGrantScopedRegistry(t *testing.T) {
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	reg := contexts.NewRegistry(contexts.Config{
-		MaxDepth: 5, Timeout: time.Minute, Retention: time.Minute,
-		MaxPerParticipant: 100, MaxPerPod: 100,
-		ContextRate:     limits.Rate{Per: 1000, Burst: 1000},
-		ConclusionKinds: map[string]bool{"conclusion": true},
-		Now:             func() time.Time { return now },
+		Contexts: limits.Contexts{
+			MaxDepth: 5, ContextTimeout: time.Minute, ContextRetention: time.Minute,
+			MaxContextsPerParticipant: 100, MaxContextsPerPod: 100,
+			ContextRate: 1000, ContextBurst: 1000,
+			ConclusionKinds: "conclusion",
+		},
+		Now: func() time.Time { return now },
 	}, func([]contexts.Concluded) {})
 	t.Cleanup(reg.Close)
 	var pod capability.PodGrants

@@ -62,11 +62,13 @@ func TestRegistryMemorySpike(t *testing.T) {
 	clock := newFakeClock()
 	var events atomic.Int64
 	r := NewRegistry(Config{
-		MaxDepth: 5, Timeout: 5 * time.Minute, Retention: 10 * time.Minute,
-		MaxPerParticipant: memContexts, MaxPerPod: memContexts,
-		ContextRate:     limits.Rate{Per: 50, Burst: 100},
-		ConclusionKinds: map[string]bool{"conclusion": true},
-		Now:             clock.Now,
+		Contexts: limits.Contexts{
+			MaxDepth: 5, ContextTimeout: 5 * time.Minute, ContextRetention: 10 * time.Minute,
+			MaxContextsPerParticipant: memContexts, MaxContextsPerPod: memContexts,
+			ContextRate: 50, ContextBurst: 100,
+			ConclusionKinds: "conclusion",
+		},
+		Now: clock.Now,
 	}, func(cs []Concluded) { events.Add(int64(len(cs))) })
 	defer r.Close()
 	var acc Accepted
@@ -112,11 +114,13 @@ func TestRegistryMemorySpike(t *testing.T) {
 func TestRegistryMemoryChurn(t *testing.T) {
 	clock := newFakeClock()
 	r := NewRegistry(Config{
-		MaxDepth: 5, Timeout: 5 * time.Minute, Retention: 10 * time.Minute,
-		MaxPerParticipant: 256, MaxPerPod: 10000,
-		ContextRate:     limits.Rate{Per: 50, Burst: 100},
-		ConclusionKinds: map[string]bool{"conclusion": true},
-		Now:             clock.Now,
+		Contexts: limits.Contexts{
+			MaxDepth: 5, ContextTimeout: 5 * time.Minute, ContextRetention: 10 * time.Minute,
+			MaxContextsPerParticipant: 256, MaxContextsPerPod: 10000,
+			ContextRate: 50, ContextBurst: 100,
+			ConclusionKinds: "conclusion",
+		},
+		Now: clock.Now,
 	}, nil)
 	defer r.Close()
 	var acc Accepted

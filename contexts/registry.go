@@ -14,15 +14,12 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// Config holds the rules of a pod's contexts.
+// Config holds the rules of a pod's contexts: the gateway's limits of
+// contexts (--max-depth, --context-timeout, --context-retention,
+// --conclusion-kinds, --max-contexts-per-…, --context-rate and
+// --context-burst) and the registry's clock and timer.
 type Config struct {
-	MaxDepth          int
-	Timeout           time.Duration // idle time after which a context concludes
-	Retention         time.Duration // how long a concluded context stays queryable
-	MaxPerParticipant int           // active contexts one participant created
-	MaxPerPod         int           // active contexts in the pod; also bounds the retained ones
-	ContextRate       limits.Rate   // envelopes in one context, whoever sends them
-	ConclusionKinds   map[string]bool
+	limits.Contexts
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// OnDue, when set, is what the registry's timer calls when a context
@@ -88,6 +85,9 @@ type Registry struct {
 	// map keeps the room of its largest size, so compact rebuilds one that
 	// has shrunk well below it.
 	peakByID, peakKids, peakCreators int
+	// conclusions is cfg.ConclusionKinds as a set (fixed at creation, so
+	// read without the lock).
+	conclusions map[string]bool
 }
 
 // NewRegistry makes an empty registry. onExpire is called, with the
@@ -99,13 +99,17 @@ func NewRegistry(cfg Config, onExpire func([]Concluded)) *Registry {
 		cfg.Now = time.Now
 	}
 	r := &Registry{
-		cfg: cfg, byID: make(map[string]*Context), kids: make(map[string][]*Context),
+		cfg: cfg, conclusions: cfg.ConclusionSet(), byID: make(map[string]*Context), kids: make(map[string][]*Context),
 		byCreator: make(map[string]int), onExpire: onExpire,
 	}
 	r.timer = time.AfterFunc(time.Hour, r.fire)
 	r.timer.Stop()
 	return r
 }
+
+// Concludes reports whether kind concludes its context
+// (--conclusion-kinds).
+func (r *Registry) Concludes(kind string) bool { return r.conclusions[kind] }
 
 // Request is one envelope in a context, as ingress sees it.
 type Request struct {
@@ -200,14 +204,14 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 		return req.Duplicate
 	}
 	if cur == nil {
-		if r.active >= r.cfg.MaxPerPod {
+		if r.active >= r.cfg.MaxContextsPerPod {
 			e := envelope.Errorf(wire.CodeContextLimitExceeded, "the pod has %d active contexts, the limit", r.active)
-			e.Details = map[string]any{"limit": r.cfg.MaxPerPod, "scope": "pod"}
+			e.Details = map[string]any{"limit": r.cfg.MaxContextsPerPod, "scope": "pod"}
 			return e
 		}
-		if n := r.byCreator[req.Sender]; n >= r.cfg.MaxPerParticipant {
+		if n := r.byCreator[req.Sender]; n >= r.cfg.MaxContextsPerParticipant {
 			e := envelope.Errorf(wire.CodeContextLimitExceeded, "you have %d active contexts, the limit", n)
-			e.Details = map[string]any{"limit": r.cfg.MaxPerParticipant, "scope": "participant"}
+			e.Details = map[string]any{"limit": r.cfg.MaxContextsPerParticipant, "scope": "participant"}
 			return e
 		}
 	}
@@ -216,7 +220,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	}
 	if cur != nil {
 		if ok, d := limits.Take(cur.limiter, req.Now); !ok {
-			return limits.RateError(wire.CodeContextRateLimited, d, "context %q is over its rate of %g envelopes a second", c.ID, r.cfg.ContextRate.Per)
+			return limits.RateError(wire.CodeContextRateLimited, d, "context %q is over its rate of %g envelopes a second", c.ID, r.cfg.ContextRate)
 		}
 	} else {
 		if req.Create != nil {
@@ -228,7 +232,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 		cur.limiter.AllowN(req.Now, 1)
 	}
 
-	cur.count(req.Size, req.Tokens, r.cfg.ConclusionKinds[req.Kind])
+	cur.count(req.Size, req.Tokens, r.conclusions[req.Kind])
 	// Senders take their time before the lock, so now may be a little
 	// older than what another sender already recorded.
 	cur.LastActivity = max(cur.LastActivity, now)
@@ -236,9 +240,9 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	acc.Context = cur
 	acc.Ancestors = r.ancestors(cur, acc.Ancestors[:0], now)
 	acc.Concluded = acc.Concluded[:0]
-	if r.cfg.ConclusionKinds[req.Kind] {
+	if r.conclusions[req.Kind] {
 		acc.Concluded = r.concludedEvents(r.conclude(cur, wire.ReasonConclusion, now, nil), acc.Concluded)
-		if len(r.retained) > r.cfg.MaxPerPod {
+		if len(r.retained) > r.cfg.MaxContextsPerPod {
 			r.forget(now)
 		}
 		r.compact()
@@ -294,7 +298,7 @@ func (r *Registry) ApplyRemote(c *envelope.Context, conclusion bool, sender, env
 	var out []Concluded
 	if conclusion {
 		out = r.concludedEvents(r.conclude(cur, wire.ReasonConclusion, ns, nil), nil)
-		if len(r.retained) > r.cfg.MaxPerPod {
+		if len(r.retained) > r.cfg.MaxContextsPerPod {
 			r.forget(ns)
 		}
 		r.compact()
@@ -320,7 +324,7 @@ func (r *Registry) ApplyEvent(id, incarnation, reason string, now time.Time) {
 	}
 	ns := now.UnixNano()
 	r.conclude(c, reason, ns, nil)
-	if len(r.retained) > r.cfg.MaxPerPod {
+	if len(r.retained) > r.cfg.MaxContextsPerPod {
 		r.forget(ns)
 	}
 	r.compact()
@@ -441,8 +445,8 @@ func (r *Registry) create(c *envelope.Context, creator, incarnation string, dept
 	n := &Context{
 		ID: strings.Clone(c.ID), Type: strings.Clone(c.Type), Parent: strings.Clone(c.Parent),
 		Creator: creator, Incarnation: incarnation, Depth: depth, Path: c.Path, State: wire.StateActive,
-		Created: now, LastActivity: now, limiter: r.cfg.ContextRate.NewLimiter(),
-		deadline: now + int64(r.cfg.Timeout), index: -1,
+		Created: now, LastActivity: now, limiter: r.cfg.ContextBucket().NewLimiter(),
+		deadline: now + int64(r.cfg.ContextTimeout), index: -1,
 	}
 	if c.Path && n.Parent == "" {
 		if i := strings.LastIndexByte(n.ID, '/'); i >= 0 {
@@ -565,7 +569,7 @@ func (r *Registry) Expire(now time.Time) {
 
 func (r *Registry) expire(now int64) {
 	var out []*Context
-	timeout := int64(r.cfg.Timeout)
+	timeout := int64(r.cfg.ContextTimeout)
 	for len(r.timeouts) > 0 && r.timeouts[0].deadline <= now {
 		c := r.timeouts[0]
 		if due := c.LastActivity + timeout; due > now {
@@ -583,13 +587,13 @@ func (r *Registry) expire(now int64) {
 }
 
 // forget drops the retained contexts past the retention, and the oldest
-// ones beyond MaxPerPod, so memory stays bounded.
+// ones beyond MaxContextsPerPod, so memory stays bounded.
 func (r *Registry) forget(now int64) {
-	retention := int64(r.cfg.Retention)
+	retention := int64(r.cfg.ContextRetention)
 	n := 0
 	for n < len(r.retained) {
 		c := r.retained[n]
-		if c.Concluded+retention > now && len(r.retained)-n <= r.cfg.MaxPerPod {
+		if c.Concluded+retention > now && len(r.retained)-n <= r.cfg.MaxContextsPerPod {
 			break
 		}
 		if r.byID[c.ID] == c {
@@ -668,7 +672,7 @@ func (r *Registry) schedule() {
 		next = r.timeouts[0].deadline
 	}
 	if len(r.retained) > 0 {
-		if at := r.retained[0].Concluded + int64(r.cfg.Retention); next == 0 || at < next {
+		if at := r.retained[0].Concluded + int64(r.cfg.ContextRetention); next == 0 || at < next {
 			next = at
 		}
 	}

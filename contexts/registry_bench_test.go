@@ -13,10 +13,12 @@ import (
 // benchRegistry is a registry whose caps and rates stay out of the way.
 func benchRegistry(n int) *Registry {
 	return NewRegistry(Config{
-		MaxDepth: 5, Timeout: time.Hour, Retention: time.Hour,
-		MaxPerParticipant: n, MaxPerPod: n,
-		ContextRate:     limits.Rate{Per: 1e9, Burst: 1 << 30},
-		ConclusionKinds: map[string]bool{"conclusion": true},
+		Contexts: limits.Contexts{
+			MaxDepth: 5, ContextTimeout: time.Hour, ContextRetention: time.Hour,
+			MaxContextsPerParticipant: n, MaxContextsPerPod: n,
+			ContextRate: 1e9, ContextBurst: 1 << 30,
+			ConclusionKinds: "conclusion",
+		},
 	}, nil)
 }
 

@@ -36,11 +36,13 @@ func newRegHarness(t *testing.T, edit func(*Config)) *regHarness {
 	t.Helper()
 	h := &regHarness{t: t, now: regStart, ancestors: map[string][]string{}, stats: map[string]Concluded{}}
 	cfg := Config{
-		MaxDepth: 5, Timeout: 10 * time.Second, Retention: time.Minute,
-		MaxPerParticipant: 256, MaxPerPod: 10000,
-		ContextRate:     limits.Rate{Per: 1000, Burst: 1000},
-		ConclusionKinds: map[string]bool{"conclusion": true, "reasoning/end": true},
-		Now:             func() time.Time { return h.clock() },
+		Contexts: limits.Contexts{
+			MaxDepth: 5, ContextTimeout: 10 * time.Second, ContextRetention: time.Minute,
+			MaxContextsPerParticipant: 256, MaxContextsPerPod: 10000,
+			ContextRate: 1000, ContextBurst: 1000,
+			ConclusionKinds: "conclusion,reasoning/end",
+		},
+		Now: func() time.Time { return h.clock() },
 	}
 	if edit != nil {
 		edit(&cfg)
@@ -387,14 +389,14 @@ func TestRegistryDepth(t *testing.T) {
 	}
 	h.refused(`"m/n/o"`, "x", "alice", wire.CodeContextDepthExceeded)
 	// Depth exceeded is reported before the caps.
-	h2 := newRegHarness(t, func(c *Config) { c.MaxDepth = 2; c.MaxPerPod = 1 })
+	h2 := newRegHarness(t, func(c *Config) { c.MaxDepth = 2; c.MaxContextsPerPod = 1 })
 	h2.ok(`"p"`, "x", "alice")
 	h2.refused(`"p/q/r"`, "x", "alice", wire.CodeContextDepthExceeded)
 	h2.refused(`"p/q"`, "x", "alice", wire.CodeContextLimitExceeded)
 }
 
 func TestRegistryCaps(t *testing.T) {
-	h := newRegHarness(t, func(c *Config) { c.MaxPerParticipant = 2; c.MaxPerPod = 3 })
+	h := newRegHarness(t, func(c *Config) { c.MaxContextsPerParticipant = 2; c.MaxContextsPerPod = 3 })
 	h.ok(`{"id":"a1"}`, "x", "alice")
 	h.ok(`{"id":"a2"}`, "x", "alice")
 	e := h.refused(`{"id":"a3"}`, "x", "alice", wire.CodeContextLimitExceeded)
@@ -416,14 +418,14 @@ func TestRegistryCaps(t *testing.T) {
 	h.refused(`{"id":"a4"}`, "x", "alice", wire.CodeContextLimitExceeded)
 	// Nor does a context that timed out.
 	h.expire(11 * time.Second)
-	h.counts(0, 3) // four concluded; MaxPerPod bounds the retained ones too
+	h.counts(0, 3) // four concluded; MaxContextsPerPod bounds the retained ones too
 	h.ok(`{"id":"a4"}`, "x", "alice")
 	h.ok(`{"id":"a5"}`, "x", "alice")
 	h.ok(`{"id":"b2"}`, "x", "bob")
 }
 
 func TestRegistryRates(t *testing.T) {
-	h := newRegHarness(t, func(c *Config) { c.ContextRate = limits.Rate{Per: 1, Burst: 2} })
+	h := newRegHarness(t, func(c *Config) { c.ContextRate, c.ContextBurst = 1, 2 })
 	h.ok(`{"id":"r"}`, "x", "alice")
 	h.ok(`{"id":"r"}`, "x", "bob")
 	e := h.refused(`{"id":"r"}`, "x", "carol", wire.CodeContextRateLimited)
@@ -586,8 +588,10 @@ func TestRegistryChildActivityKeepsParentsAlive(t *testing.T) {
 func TestRegistryRealTimer(t *testing.T) {
 	got := make(chan []string, 4)
 	r := NewRegistry(Config{
-		MaxDepth: 5, Timeout: 30 * time.Millisecond, Retention: 50 * time.Millisecond,
-		MaxPerParticipant: 10, MaxPerPod: 10, ContextRate: limits.Rate{Per: 100, Burst: 100},
+		Contexts: limits.Contexts{
+			MaxDepth: 5, ContextTimeout: 30 * time.Millisecond, ContextRetention: 50 * time.Millisecond,
+			MaxContextsPerParticipant: 10, MaxContextsPerPod: 10, ContextRate: 100, ContextBurst: 100,
+		},
 	}, func(cs []Concluded) {
 		var ids []string
 		for _, c := range cs {
@@ -766,8 +770,8 @@ func TestRegistryRetention(t *testing.T) {
 	}
 	h.counts(0, 0)
 
-	// Retained contexts are bounded by MaxPerPod as well: the oldest go.
-	h2 := newRegHarness(t, func(c *Config) { c.MaxPerPod = 3 })
+	// Retained contexts are bounded by MaxContextsPerPod as well: the oldest go.
+	h2 := newRegHarness(t, func(c *Config) { c.MaxContextsPerPod = 3 })
 	for i := 0; i < 5; i++ {
 		h2.ok(fmt.Sprintf(`{"id":"r%d"}`, i), "conclusion", "alice")
 		h2.advance(time.Millisecond)
@@ -865,7 +869,7 @@ func TestRegistryQuery(t *testing.T) {
 }
 
 func TestRegistryCompacts(t *testing.T) {
-	h := newRegHarness(t, func(c *Config) { c.MaxPerParticipant = 1 << 20; c.MaxPerPod = 1 << 20 })
+	h := newRegHarness(t, func(c *Config) { c.MaxContextsPerParticipant = 1 << 20; c.MaxContextsPerPod = 1 << 20 })
 	for i := 0; i < 5000; i++ {
 		h.ok(fmt.Sprintf(`{"id":"c%d","parent":"p%d"}`, i, i), "x", fmt.Sprintf("s%d", i))
 	}

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"path"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/mcpp/gateway/audit"
 	"github.com/mcpp/gateway/capability"
+	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/tokens"
 	"github.com/mcpp/gateway/wire"
@@ -57,30 +57,14 @@ type Config struct {
 	TLSCert string
 	TLSKey  string
 
-	MaxMessageBytes int
-	MaxContextBytes int
-	MaxDepth        int
+	// Config is every limit (package limits): its flags are
+	// mcpp-gateway's too, and its fields are read as the gateway's own
+	// (cfg.Rate, cfg.MaxPods).
+	limits.Config
 
-	ContextTimeout   time.Duration
-	ContextRetention time.Duration
-	ConclusionKinds  string
-
-	MaxContextsPerParticipant int
-	MaxContextsPerPod         int
-
-	Rate               float64
-	Burst              int
-	ContextRate        float64
-	ContextBurst       int
-	ContextCreateRate  float64
-	ContextCreateBurst int
-
-	SendQueue             int
-	SendQueueBytes        ByteSize
-	MaxMemory             ByteSize
-	MaxConnections        int
-	MaxParticipantsPerPod int
-	MaxPods               int
+	// MaxMemory is the soft limit of the process's memory, for Go's
+	// garbage collector (0: none).
+	MaxMemory limits.ByteSize
 
 	PingInterval     time.Duration
 	WriteTimeout     time.Duration
@@ -89,9 +73,9 @@ type Config struct {
 
 	NATSPort int
 
-	History         int
-	HistoryAge      time.Duration
-	HistoryBytes    ByteSize
+	// HistoryDir keeps the history on disk (History, HistoryAge and
+	// HistoryBytes, its limits, are in limits.Config); HistoryReplicas
+	// is its copies.
 	HistoryDir      string
 	HistoryReplicas int
 	// HistoryStore is where the embedded JetStream keeps a history that
@@ -106,21 +90,6 @@ type Config struct {
 	Routes           string
 	NATSURL          string
 	ClusterHeartbeat time.Duration
-
-	// MCPSessionTimeout ends an MCP session (docs/protocol.md section 9) that
-	// has made no request for this long; its participant leaves the pod.
-	MCPSessionTimeout time.Duration
-
-	// MCPRequestTimeout is how long the gateway waits for the answer to
-	// an mcp/request before it answers the requester itself
-	// (docs/protocol.md section 11); the Max… bound the requests in
-	// flight, per requester and per pod.
-	MCPRequestTimeout            time.Duration
-	MaxMCPRequestsPerParticipant int
-	MaxMCPRequestsPerPod         int
-	ProposalTimeout              time.Duration
-	MaxProposalsPerParticipant   int
-	MaxProposalsPerPod           int
 
 	// AuditLog is the file of the audit trail (docs/protocol.md section
 	// 7), "-" for standard output, "" for none; AuditLogMaxSize (in
@@ -140,50 +109,23 @@ type Config struct {
 	TracerProvider trace.TracerProvider `flag:"-"`
 }
 
-// DefaultConfig returns the defaults of docs/protocol.md sections 5 and 7.
+// DefaultConfig returns the defaults of docs/protocol.md sections 5 and 7
+// (the limits' are limits.Default).
 func DefaultConfig() Config {
 	return Config{
-		Listen:                       "127.0.0.1:8080",
-		MaxMessageBytes:              1 << 20,
-		MaxContextBytes:              4096,
-		MaxDepth:                     5,
-		ContextTimeout:               5 * time.Minute,
-		ContextRetention:             10 * time.Minute,
-		ConclusionKinds:              "conclusion,reasoning/conclusion,reasoning/end",
-		MaxContextsPerParticipant:    256,
-		MaxContextsPerPod:            10000,
-		Rate:                         100,
-		Burst:                        200,
-		ContextRate:                  50,
-		ContextBurst:                 100,
-		ContextCreateRate:            10,
-		ContextCreateBurst:           20,
-		SendQueue:                    1024,
-		SendQueueBytes:               8 << 20,
-		MaxConnections:               10000,
-		MaxParticipantsPerPod:        1000,
-		MaxPods:                      0, // what the node's memory holds (PodsMemoryHolds)
-		PingInterval:                 30 * time.Second,
-		WriteTimeout:                 10 * time.Second,
-		HandshakeTimeout:             10 * time.Second,
-		ShutdownTimeout:              10 * time.Second,
-		ClusterHeartbeat:             time.Second,
-		History:                      1000,
-		HistoryAge:                   24 * time.Hour,
-		HistoryBytes:                 256 << 20,
-		HistoryStore:                 HistoryStoreFile,
-		MCPSessionTimeout:            30 * time.Minute,
-		MCPRequestTimeout:            60 * time.Second,
-		MaxMCPRequestsPerParticipant: 128,
-		MaxMCPRequestsPerPod:         1024,
-		ProposalTimeout:              10 * time.Minute,
-		MaxProposalsPerParticipant:   32,
-		MaxProposalsPerPod:           256,
-		OAuthScopes:                  DefaultOAuthScopes,
-		OAuthParticipantClaim:        tokens.DefaultOAuthParticipantClaim,
-		AuditLogMaxSize:              DefaultAuditLogMaxSize,
-		AuditLogMaxBackups:           DefaultAuditLogMaxBackups,
-		MetricsMaxPods:               DefaultMetricsMaxPods,
+		Config:                limits.Default(),
+		Listen:                "127.0.0.1:8080",
+		PingInterval:          30 * time.Second,
+		WriteTimeout:          10 * time.Second,
+		HandshakeTimeout:      10 * time.Second,
+		ShutdownTimeout:       10 * time.Second,
+		ClusterHeartbeat:      time.Second,
+		HistoryStore:          HistoryStoreFile,
+		OAuthScopes:           DefaultOAuthScopes,
+		OAuthParticipantClaim: tokens.DefaultOAuthParticipantClaim,
+		AuditLogMaxSize:       DefaultAuditLogMaxSize,
+		AuditLogMaxBackups:    DefaultAuditLogMaxBackups,
+		MetricsMaxPods:        DefaultMetricsMaxPods,
 	}
 }
 
@@ -219,8 +161,9 @@ const (
 )
 
 // RegisterFlags defines one flag per setting on fs, with c's values as
-// defaults.
+// defaults: the limits' (limits.Config.RegisterFlags) and the others.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Config.RegisterFlags(fs)
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the HTTP/WebSocket server")
 	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "token file (JSON); without one the gateway runs open, for development")
 	fs.StringVar(&c.JWTSecretFile, "jwt-secret-file", c.JWTSecretFile, "file holding the HMAC secret of HS256/HS384/HS512 JWTs (at least 32 bytes)")
@@ -237,26 +180,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain: serve HTTPS and WSS (with --tls-key; reloaded on SIGHUP and when the files change)")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", c.AllowedOrigins, "browser origins allowed besides the gateway's own host (comma-separated host patterns, e.g. app.example.com,*.example.org)")
-	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest envelope accepted, in bytes")
-	fs.IntVar(&c.MaxContextBytes, "max-context-bytes", c.MaxContextBytes, "largest context field, in bytes")
-	fs.IntVar(&c.MaxDepth, "max-depth", c.MaxDepth, "deepest context nesting")
-	fs.DurationVar(&c.ContextTimeout, "context-timeout", c.ContextTimeout, "a context concludes after this long without an envelope")
-	fs.DurationVar(&c.ContextRetention, "context-retention", c.ContextRetention, "a concluded context stays queryable this long")
-	fs.StringVar(&c.ConclusionKinds, "conclusion-kinds", c.ConclusionKinds, "kinds that conclude their context (comma-separated)")
-	fs.IntVar(&c.MaxContextsPerParticipant, "max-contexts-per-participant", c.MaxContextsPerParticipant, "active contexts one participant may have created")
-	fs.IntVar(&c.MaxContextsPerPod, "max-contexts-per-pod", c.MaxContextsPerPod, "active contexts in one pod")
-	fs.Float64Var(&c.Rate, "rate", c.Rate, "envelopes a second one participant may send")
-	fs.IntVar(&c.Burst, "burst", c.Burst, "burst of --rate")
-	fs.Float64Var(&c.ContextRate, "context-rate", c.ContextRate, "envelopes a second in one context, all senders together")
-	fs.IntVar(&c.ContextBurst, "context-burst", c.ContextBurst, "burst of --context-rate")
-	fs.Float64Var(&c.ContextCreateRate, "context-create-rate", c.ContextCreateRate, "contexts a second one participant may open")
-	fs.IntVar(&c.ContextCreateBurst, "context-create-burst", c.ContextCreateBurst, "burst of --context-create-rate")
-	fs.IntVar(&c.SendQueue, "send-queue", c.SendQueue, "envelopes queued for one participant before it is cut as a slow consumer (4008)")
-	fs.Var(&c.SendQueueBytes, "send-queue-bytes", "bytes queued for one participant before it is cut as a slow consumer (4008), e.g. 8MiB")
 	fs.Var(&c.MaxMemory, "max-memory", "soft limit of the process's memory, for Go's garbage collector (debug.SetMemoryLimit), e.g. 2GiB (0: none)")
-	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "WebSocket connections in all")
-	fs.IntVar(&c.MaxParticipantsPerPod, "max-participants-per-pod", c.MaxParticipantsPerPod, "participants in one pod")
-	fs.IntVar(&c.MaxPods, "max-pods", c.MaxPods, "pods at once (0: what a quarter of the node's memory, or of --max-memory, holds at 64 KiB a pod with its connections)")
 	fs.DurationVar(&c.PingInterval, "ping-interval", c.PingInterval, "WebSocket ping interval (0 disables)")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "a write or ping to a participant may take this long before it is cut")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "time to send the HTTP upgrade request")
@@ -268,19 +192,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Routes, "routes", c.Routes, "other gateways' cluster addresses (comma-separated nats-route://host:port)")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "use this external NATS deployment instead of the embedded server (comma-separated nats:// URLs)")
 	fs.DurationVar(&c.ClusterHeartbeat, "cluster-heartbeat", c.ClusterHeartbeat, "with several gateways: how often each announces itself; one silent for 3 heartbeats is gone, and its participants with it")
-	fs.IntVar(&c.History, "history", c.History, "entries (envelopes and context events) of history kept per pod, in NATS JetStream (0 turns history off)")
-	fs.DurationVar(&c.HistoryAge, "history-age", c.HistoryAge, "history entries older than this are discarded")
-	fs.Var(&c.HistoryBytes, "history-bytes", "bytes of history kept for all pods together; the oldest go first (e.g. 256MiB)")
 	fs.StringVar(&c.HistoryDir, "history-dir", c.HistoryDir, "keep the history on disk in this directory, so that it survives a restart (default: in memory)")
 	fs.StringVar(&c.HistoryStore, "history-store", c.HistoryStore, "without --history-dir, where the embedded JetStream keeps the history: "+HistoryStoreFile+" (a temporary directory, removed at exit: out of the Go heap) or "+HistoryStoreMemory+" (the Go heap)")
 	fs.IntVar(&c.HistoryReplicas, "history-replicas", c.HistoryReplicas, "copies of the history over the embedded cluster's nodes (0: 1 alone, 3 or the cluster's size in a cluster)")
-	fs.DurationVar(&c.MCPSessionTimeout, "mcp-session-timeout", c.MCPSessionTimeout, "an MCP session (/mcp) with no request for this long ends, and its participant leaves the pod")
-	fs.DurationVar(&c.MCPRequestTimeout, "mcp-request-timeout", c.MCPRequestTimeout, "an mcp/request not answered within this long is answered by the gateway with a timeout error")
-	fs.IntVar(&c.MaxMCPRequestsPerParticipant, "max-mcp-requests-per-participant", c.MaxMCPRequestsPerParticipant, "mcp/requests one participant may have in flight in a pod (request_limit_exceeded past it)")
-	fs.IntVar(&c.MaxMCPRequestsPerPod, "max-mcp-requests-per-pod", c.MaxMCPRequestsPerPod, "mcp/requests in flight in one pod (request_limit_exceeded past it)")
-	fs.DurationVar(&c.ProposalTimeout, "proposal-timeout", c.ProposalTimeout, "a proposal (mcp/proposal) nobody decided within this long expires")
-	fs.IntVar(&c.MaxProposalsPerParticipant, "max-proposals-per-participant", c.MaxProposalsPerParticipant, "pending proposals of one participant in a pod (proposal_limit_exceeded past it)")
-	fs.IntVar(&c.MaxProposalsPerPod, "max-proposals-per-pod", c.MaxProposalsPerPod, "pending proposals in one pod (proposal_limit_exceeded past it)")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "write the audit trail (one JSON line per trust decision) to this file, or - for standard output (default: none)")
 	fs.IntVar(&c.AuditLogMaxSize, "audit-log-max-size", c.AuditLogMaxSize, "megabytes at which the audit file is rotated")
 	fs.IntVar(&c.AuditLogMaxBackups, "audit-log-max-backups", c.AuditLogMaxBackups, "rotated audit files kept (0: all)")
@@ -312,29 +226,13 @@ func EnvName(flagName string) string {
 	return "MCPP_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// Validate reports settings that cannot work.
+// Validate reports settings that cannot work: the limits first
+// (limits.Config.Validate), then the others.
 func (c *Config) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case c.MaxMessageBytes < 256:
-		return fmt.Errorf("--max-message-bytes must be at least 256")
-	case c.MaxContextBytes < 16:
-		return fmt.Errorf("--max-context-bytes must be at least 16")
-	case c.MaxDepth < 1:
-		return fmt.Errorf("--max-depth must be at least 1")
-	case c.ContextTimeout <= 0 || c.ContextRetention < 0:
-		return fmt.Errorf("--context-timeout must be positive and --context-retention not negative")
-	case c.ContextTimeout > maxContextLifetime || c.ContextRetention > maxContextLifetime:
-		// The registry adds them to the time of day in int64 nanoseconds;
-		// longer ones overflow and wrap its deadlines around.
-		return fmt.Errorf("--context-timeout and --context-retention must be at most %v", maxContextLifetime)
-	case c.SendQueue < 1:
-		return fmt.Errorf("--send-queue must be at least 1")
-	case c.SendQueueBytes < 1<<10:
-		return fmt.Errorf("--send-queue-bytes must be at least 1KiB")
-	case !positiveFinite(c.Rate) || c.Burst < 1 || !positiveFinite(c.ContextRate) || c.ContextBurst < 1 || !positiveFinite(c.ContextCreateRate) || c.ContextCreateBurst < 1:
-		// NaN and Inf parse as floats, but no bucket can use them and the
-		// welcome, which lists the limits in JSON, could not be written.
-		return fmt.Errorf("rates must be positive finite numbers and bursts at least 1")
 	case (c.ClusterName != "" || c.ClusterListen != "" || c.ClusterAdvertise != "" || c.Routes != "") && c.NATSURL != "":
 		return fmt.Errorf("--nats-url uses an external NATS; --cluster-name, --cluster-listen, --cluster-advertise and --routes are for the embedded one")
 	case (c.ClusterListen != "" || c.ClusterAdvertise != "" || c.Routes != "") && c.ClusterName == "":
@@ -349,28 +247,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--allowed-origins: a pattern is malformed (path.Match syntax)")
 	case c.ClusterHeartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--cluster-heartbeat must be at least 10ms")
-	case c.MaxConnections < 1 || c.MaxParticipantsPerPod < 1 || c.MaxContextsPerParticipant < 1 || c.MaxContextsPerPod < 1:
-		return fmt.Errorf("caps must be at least 1")
-	case c.MaxPods < 0:
-		return fmt.Errorf("--max-pods must be 0 (what the node's memory holds) or more")
-	case c.History < 0:
-		return fmt.Errorf("--history must be 0 (off) or more")
-	case c.History > 0 && (c.HistoryAge < time.Second || c.HistoryBytes < 1<<20):
-		return fmt.Errorf("--history-age must be at least 1s and --history-bytes at least 1MiB")
-	case c.History > 0 && c.HistoryBytes < ByteSize(maxFrameBytes(c)):
-		return fmt.Errorf("--history-bytes (%d) must hold at least one envelope's frame (%d bytes, twice --max-message-bytes plus 64 KiB)", c.HistoryBytes, maxFrameBytes(c))
 	case c.HistoryReplicas < 0 || c.HistoryReplicas > 5:
 		return fmt.Errorf("--history-replicas must be 0 (automatic) to 5")
 	case c.HistoryReplicas > 1 && c.ClusterName == "" && c.NATSURL == "":
 		return fmt.Errorf("--history-replicas above 1 needs a cluster (--cluster-name) or an external NATS (--nats-url)")
-	case c.MCPSessionTimeout <= 0:
-		return fmt.Errorf("--mcp-session-timeout must be positive")
-	case c.MCPRequestTimeout < 10*time.Millisecond || c.ProposalTimeout < time.Second:
-		return fmt.Errorf("--mcp-request-timeout must be at least 10ms and --proposal-timeout at least 1s")
-	case c.MCPRequestTimeout > maxContextLifetime || c.ProposalTimeout > maxContextLifetime:
-		return fmt.Errorf("--mcp-request-timeout and --proposal-timeout must be at most %v", maxContextLifetime)
-	case c.MaxMCPRequestsPerParticipant < 1 || c.MaxMCPRequestsPerPod < 1 || c.MaxProposalsPerParticipant < 1 || c.MaxProposalsPerPod < 1:
-		return fmt.Errorf("--max-mcp-requests-per-participant, --max-mcp-requests-per-pod, --max-proposals-per-participant and --max-proposals-per-pod must be at least 1")
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("--tls-cert and --tls-key go together")
 	case c.HistoryStore != HistoryStoreFile && c.HistoryStore != HistoryStoreMemory:
@@ -435,12 +315,6 @@ func (c *Config) jwtOn() bool {
 
 // historyOn reports whether pods keep a history.
 func (c *Config) historyOn() bool { return c.History > 0 }
-
-// maxContextLifetime bounds --context-timeout and --context-retention
-// (about 100 years).
-const maxContextLifetime = 100 * 365 * 24 * time.Hour
-
-func positiveFinite(f float64) bool { return f > 0 && !math.IsInf(f, 1) }
 
 func validPatterns(list string) bool {
 	for _, p := range splitComma(list) {

@@ -22,7 +22,9 @@
 //
 //	gateway.go   New, Serve, Shutdown, the janitor; the pod.Node it fills
 //	drain.go     a node's drain: on SIGTERM (Shutdown) or an operator's
-//	config.go    every setting, as a flag and an MCPP_ environment variable
+//	config.go    every setting, as a flag and an MCPP_ environment variable;
+//	             the limits are package limits' Config, which Config embeds
+//	             and the pods take whole (newNode)
 //	accept.go    the upgrade: its checks, answered in JSON, then the reader
 //	publish.go   POST /pods/NAME/envelopes
 //	auth.go      tokens, JWTs, refresh, expiry, revocation (SIGHUP)

@@ -23,7 +23,6 @@ import (
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/gateway/mcpendpoint"
 	"github.com/mcpp/gateway/history"
-	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/pod"
 	"github.com/mcpp/gateway/tokens"
@@ -204,7 +203,7 @@ func (g *Gateway) openHistory() error {
 	g.node.HistoryOpen = g.histReady // no pod opens before
 	cfg := history.Config{
 		Subjects: []string{pod.StreamSubjects}, Entries: g.cfg.History, MaxAge: g.cfg.HistoryAge,
-		MaxBytes: int64(g.cfg.HistoryBytes), MaxMsgSize: int32(maxFrameBytes(&g.cfg)),
+		MaxBytes: int64(g.cfg.HistoryBytes), MaxMsgSize: int32(g.cfg.MaxFrameBytes()),
 		Replicas: historyReplicas(&g.cfg),
 		// The embedded server keeps it in files (the temporary directory
 		// without --history-dir) unless told to keep it in the Go heap; an
@@ -226,7 +225,7 @@ func (g *Gateway) openHistory() error {
 		g.hist = stream
 		g.node.History = stream
 		g.node.Writer = history.NewWriter(stream, history.WriterOptions{
-			Node: g.nodeID, MaxBytes: min(maxFrameBytes(&g.cfg), historyBatchBytes), Logger: g.log, IDs: g.cfg.clustered(),
+			Node: g.nodeID, MaxBytes: min(g.cfg.MaxFrameBytes(), historyBatchBytes), Logger: g.log, IDs: g.cfg.clustered(),
 			OnHold: func() { g.metrics.historyHolds.Inc() },
 			OnLate: func(n int) { g.metrics.historyLate.Add(float64(n)) },
 		})
@@ -530,45 +529,23 @@ func (g *Gateway) closeAudit() {
 	}
 }
 
-// newNode is what the gateway's pods share.
+// newNode is what the gateway's pods share: its limits as they are, the
+// welcome's and the buckets derived from them.
 func (g *Gateway) newNode() *pod.Node {
 	c := &g.cfg
-	kinds := map[string]bool{}
-	for _, k := range splitComma(c.ConclusionKinds) {
-		kinds[k] = true
-	}
 	n := &pod.Node{
 		ID: g.nodeID,
 		Config: pod.Config{
-			MaxMessageBytes:           c.MaxMessageBytes,
-			MaxContextBytes:           c.MaxContextBytes,
-			MaxDepth:                  c.MaxDepth,
-			ContextTimeout:            c.ContextTimeout,
-			ContextRetention:          c.ContextRetention,
-			ConclusionKinds:           kinds,
-			MaxContextsPerParticipant: c.MaxContextsPerParticipant,
-			MaxContextsPerPod:         c.MaxContextsPerPod,
-			Rate:                      limits.Rate{Per: c.Rate, Burst: c.Burst},
-			ContextRate:               limits.Rate{Per: c.ContextRate, Burst: c.ContextBurst},
-			MaxParticipantsPerPod:     c.MaxParticipantsPerPod,
-			History:                   c.History,
-			HistoryAge:                c.HistoryAge,
+			Config: c.Config,
 			// Half the history, shared by the nodes that write into it.
 			FlightBytes: int64(c.HistoryBytes) / int64(2*clusterSize(c)),
-			Calls: pod.CallsConfig{
-				Timeout: c.MCPRequestTimeout, MaxPerParticipant: c.MaxMCPRequestsPerParticipant, MaxPerPod: c.MaxMCPRequestsPerPod,
-				ProposalTimeout: c.ProposalTimeout, MaxProposalsPerParticipant: c.MaxProposalsPerParticipant, MaxProposalsPerPod: c.MaxProposalsPerPod,
-			},
-			MaxPods: c.MaxPods,
 		},
-		Limits:  g.limitsPayload(),
+		Limits:  c.Welcome(),
 		Log:     g.log,
 		Metrics: pod.NewMetrics(),
 		Audit:   g.audit,
-		Buckets: limits.NewBucketSet(
-			limits.Rate{Per: c.Rate, Burst: c.Burst},
-			limits.Rate{Per: c.ContextCreateRate, Burst: c.ContextCreateBurst}),
-		Traces: pod.NewTraces(g.tracer()),
+		Buckets: c.NewBuckets(),
+		Traces:  pod.NewTraces(g.tracer()),
 	}
 	n.Metrics.Pods.SetMaxPods(c.MetricsMaxPods)
 	switch {
@@ -580,38 +557,4 @@ func (g *Gateway) newNode() *pod.Node {
 		n.Order = pod.OrderLocal
 	}
 	return n
-}
-
-// limitsPayload is the welcome's limits: the gateway's flags.
-func (g *Gateway) limitsPayload() wire.Limits {
-	c := &g.cfg
-	kinds := splitComma(c.ConclusionKinds)
-	if kinds == nil {
-		kinds = []string{}
-	}
-	return wire.Limits{
-		MaxMessageBytes:           c.MaxMessageBytes,
-		MaxContextBytes:           c.MaxContextBytes,
-		MaxDepth:                  c.MaxDepth,
-		Rate:                      c.Rate,
-		Burst:                     c.Burst,
-		ContextRate:               c.ContextRate,
-		ContextBurst:              c.ContextBurst,
-		ContextCreateRate:         c.ContextCreateRate,
-		ContextCreateBurst:        c.ContextCreateBurst,
-		ContextTimeoutMS:          c.ContextTimeout.Milliseconds(),
-		ContextRetentionMS:        c.ContextRetention.Milliseconds(),
-		ConclusionKinds:           kinds,
-		MaxContextsPerParticipant: c.MaxContextsPerParticipant,
-		MaxContextsPerPod:         c.MaxContextsPerPod,
-		MaxParticipantsPerPod:     c.MaxParticipantsPerPod,
-		MaxConnections:            c.MaxConnections,
-		MaxPods:                   c.MaxPods,
-		SendQueue:                 c.SendQueue,
-		SendQueueBytes:            int64(c.SendQueueBytes),
-		History:                   c.History,
-		HistoryAgeMS:              c.HistoryAge.Milliseconds(),
-		HistoryBytes:              int64(c.HistoryBytes),
-		MCPSessionTimeoutMS:       c.MCPSessionTimeout.Milliseconds(),
-	}
 }

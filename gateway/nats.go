@@ -16,11 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// maxFrameBytes bounds a frame: an accepted envelope (with the fields the
-// gateway fills) and its header, which can hold a "to" list as long as the
-// envelope, and the context's ancestry.
-func maxFrameBytes(cfg *Config) int { return 2*cfg.MaxMessageBytes + 64<<10 }
-
 // natsReadyWait is how long the gateway waits for its embedded NATS
 // server to listen before it gives up.
 const natsReadyWait = 30 * time.Second
@@ -128,7 +123,7 @@ func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, te
 		}
 		// An accepted envelope must never fail to publish: refuse to start
 		// rather than lose envelopes the deployment cannot carry.
-		if need := maxFrameBytes(cfg); nc.MaxPayload() < int64(need) {
+		if need := cfg.MaxFrameBytes(); nc.MaxPayload() < int64(need) {
 			nc.Close()
 			return nil, nil, "", fmt.Errorf("NATS %s carries messages of at most %d bytes; --max-message-bytes %d needs %d (twice the limit plus 64 KiB): raise max_payload in the NATS server or lower --max-message-bytes",
 				cfg.NATSURL, nc.MaxPayload(), cfg.MaxMessageBytes, need)
@@ -142,7 +137,7 @@ func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, te
 		DontListen: cfg.NATSPort == 0,
 		NoSigs:     true,
 		NoLog:      true,
-		MaxPayload: int32(maxFrameBytes(cfg)),
+		MaxPayload: int32(cfg.MaxFrameBytes()),
 		// The gateway's own client reads as fast as the server writes:
 		// its subscriptions have no pending limit and their callbacks
 		// never block, so the server must not cut it as slow.

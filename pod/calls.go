@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpp/gateway/capability"
 	"github.com/mcpp/gateway/envelope"
+	"github.com/mcpp/gateway/limits"
 	"github.com/mcpp/gateway/tracing"
 	"github.com/mcpp/gateway/wire"
 )
@@ -32,29 +33,6 @@ import (
 // it answers. The node that accepted a request (its origin) is the one
 // that answers for the recipient: it alone arms the timer, and answers
 // when the recipient leaves. Everything here runs with Pod.mu held.
-
-// Defaults of CallsConfig's fields left zero.
-const (
-	DefaultCallTimeout                = 60 * time.Second
-	DefaultMaxCallsPerParticipant     = 128
-	DefaultMaxCallsPerPod             = 1024
-	DefaultProposalTimeout            = 10 * time.Minute
-	DefaultMaxProposalsPerParticipant = 32
-	DefaultMaxProposalsPerPod         = 256
-)
-
-// CallsConfig bounds the MCP requests in flight and the pending proposals
-// of a pod (--mcp-request-timeout, --max-mcp-requests-per-participant,
-// --max-mcp-requests-per-pod, --proposal-timeout, --max-proposals-…).
-// A zero field takes its default.
-type CallsConfig struct {
-	Timeout                    time.Duration
-	MaxPerParticipant          int
-	MaxPerPod                  int
-	ProposalTimeout            time.Duration
-	MaxProposalsPerParticipant int
-	MaxProposalsPerPod         int
-}
 
 func orDefault[T comparable](v, d T) T {
 	var zero T
@@ -139,19 +117,21 @@ type calls struct {
 	byID         map[string]*call
 	byRequester  map[string]int
 	waiters      waits
-	cfg          CallsConfig
+	cfg          limits.Calls
 	sweepingFrom time.Time
 }
 
-func (t *calls) init(cfg CallsConfig) {
+// init takes the node's limits of calls (limits.Calls); a field left zero
+// takes its default.
+func (t *calls) init(cfg limits.Calls) {
 	t.byID, t.byRequester, t.waiters = map[string]*call{}, map[string]int{}, waits{}
-	t.cfg = CallsConfig{
-		Timeout:                    orDefault(cfg.Timeout, DefaultCallTimeout),
-		MaxPerParticipant:          orDefault(cfg.MaxPerParticipant, DefaultMaxCallsPerParticipant),
-		MaxPerPod:                  orDefault(cfg.MaxPerPod, DefaultMaxCallsPerPod),
-		ProposalTimeout:            orDefault(cfg.ProposalTimeout, DefaultProposalTimeout),
-		MaxProposalsPerParticipant: orDefault(cfg.MaxProposalsPerParticipant, DefaultMaxProposalsPerParticipant),
-		MaxProposalsPerPod:         orDefault(cfg.MaxProposalsPerPod, DefaultMaxProposalsPerPod),
+	t.cfg = limits.Calls{
+		MCPRequestTimeout:            orDefault(cfg.MCPRequestTimeout, limits.DefaultMCPRequestTimeout),
+		MaxMCPRequestsPerParticipant: orDefault(cfg.MaxMCPRequestsPerParticipant, limits.DefaultMaxMCPRequestsPerParticipant),
+		MaxMCPRequestsPerPod:         orDefault(cfg.MaxMCPRequestsPerPod, limits.DefaultMaxMCPRequestsPerPod),
+		ProposalTimeout:              orDefault(cfg.ProposalTimeout, limits.DefaultProposalTimeout),
+		MaxProposalsPerParticipant:   orDefault(cfg.MaxProposalsPerParticipant, limits.DefaultMaxProposalsPerParticipant),
+		MaxProposalsPerPod:           orDefault(cfg.MaxProposalsPerPod, limits.DefaultMaxProposalsPerPod),
 	}
 }
 
@@ -285,12 +265,12 @@ func (p *Pod) checkCall(ci *callInfo, sender string, to []string) *envelope.Erro
 				return envelope.Errorf(wire.CodeInvalidRecipient, "a server's question goes to the caller of a call in flight to it, correlated to that call: no request of %s to you with id %q is in flight", to[0], ci.correlation)
 			}
 		}
-		if n := t.byRequester[sender]; n >= t.cfg.MaxPerParticipant {
+		if n := t.byRequester[sender]; n >= t.cfg.MaxMCPRequestsPerParticipant {
 			return envelope.Errorf(wire.CodeRequestLimitExceeded, "you have %d mcp/requests in flight in this pod, the most there may be (--max-mcp-requests-per-participant): wait for their answers", n)
 		}
 		// The gateway's own requests (Ask) are not the participants':
 		// they never fill the pod's bound.
-		if n := len(t.byID) - t.byRequester[wire.GatewayID]; n >= t.cfg.MaxPerPod {
+		if n := len(t.byID) - t.byRequester[wire.GatewayID]; n >= t.cfg.MaxMCPRequestsPerPod {
 			return envelope.Errorf(wire.CodeRequestLimitExceeded, "the pod has %d mcp/requests in flight, the most there may be (--max-mcp-requests-per-pod): try again when some are answered", n)
 		}
 	case ci.response:
@@ -402,12 +382,12 @@ func (p *Pod) present(id string) bool {
 // armCall starts the timer of a call this node answers for. Call it with
 // Pod.mu held.
 func (p *Pod) armCall(id string, c *call) {
-	c.timer = time.AfterFunc(p.calls.cfg.Timeout, func() {
+	c.timer = time.AfterFunc(p.calls.cfg.MCPRequestTimeout, func() {
 		p.lock()
 		defer p.unlock()
 		if p.calls.byID[id] == c && !p.dead {
 			p.answerCall(id, c, wire.RPCRequestTimeout, wire.MCPReasonTimeout,
-				fmt.Sprintf("%s did not answer within %v (--mcp-request-timeout)", c.recipient, p.calls.cfg.Timeout))
+				fmt.Sprintf("%s did not answer within %v (--mcp-request-timeout)", c.recipient, p.calls.cfg.MCPRequestTimeout))
 		}
 	})
 }
@@ -521,7 +501,7 @@ func (p *Pod) callsMemberGone(id string) {
 // have waited far past the timeout: that node is gone, or its answer was
 // lost with it. Call it with Pod.mu held.
 func (p *Pod) sweepCalls(now time.Time) {
-	limit := 2*p.calls.cfg.Timeout + time.Minute
+	limit := 2*p.calls.cfg.MCPRequestTimeout + time.Minute
 	for id, c := range p.calls.byID {
 		if c.timer == nil && now.Sub(c.at) > limit {
 			p.calls.remove(id)
@@ -557,7 +537,7 @@ func (p *Pod) answerCall(id string, c *call, code int, reason, why string) {
 		callTrace = tracing.Of(c.span.SpanContext()) // the gateway's answer continues the call's span
 	}
 	endCall(c, tracing.ByGateway, nil, reason)
-	data, _ := json.Marshal(wire.RPCErrorData{Reason: reason, Recipient: c.recipient, TimeoutMS: timeoutMS(reason, p.calls.cfg.Timeout)})
+	data, _ := json.Marshal(wire.RPCErrorData{Reason: reason, Recipient: c.recipient, TimeoutMS: timeoutMS(reason, p.calls.cfg.MCPRequestTimeout)})
 	rpcID := c.rpcID
 	if rpcID == nil {
 		rpcID = json.RawMessage("null")

@@ -260,7 +260,7 @@ func TestCallRecipientLeft(t *testing.T) {
 // data.timeout_ms), and its answer afterwards is refused
 // no_pending_request and reaches nobody.
 func TestCallTimeout(t *testing.T) {
-	short := func(c *Config) { c.Calls.Timeout = 100 * time.Millisecond }
+	short := func(c *Config) { c.MCPRequestTimeout = 100 * time.Millisecond }
 	eachLayout(t, short, func(t *testing.T, l callLayout) {
 		files := l.join(l.b, "files", joinOpts{serves: []string{wire.ServesMCP}})
 		alice := l.join(l.a, "alice", joinOpts{})
@@ -311,7 +311,7 @@ func TestCallRecipientAbsent(t *testing.T) {
 // value) is no_pending_request; without params.requestId it is
 // invalid_envelope.
 func TestCallCancelled(t *testing.T) {
-	one := func(c *Config) { c.Calls.MaxPerParticipant = 1 }
+	one := func(c *Config) { c.MaxMCPRequestsPerParticipant = 1 }
 	eachLayout(t, one, func(t *testing.T, l callLayout) {
 		files := l.join(l.b, "files", joinOpts{serves: []string{wire.ServesMCP}})
 		alice := l.join(l.a, "alice", joinOpts{})

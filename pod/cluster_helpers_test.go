@@ -294,12 +294,18 @@ func newTestCluster(t testing.TB, n int, tune ...func(*Config)) *testCluster {
 // entries per pod (0: off).
 func testConfig(entries int) Config {
 	return Config{
-		MaxMessageBytes: 1 << 20, MaxContextBytes: 4096, MaxDepth: 5,
-		ContextTimeout: time.Minute, ContextRetention: time.Minute,
-		ConclusionKinds:   map[string]bool{"conclusion": true},
-		MaxContextsPerPod: 1000, MaxContextsPerParticipant: 100,
-		Rate: limits.Rate{Per: 1e6, Burst: 1e6}, ContextRate: limits.Rate{Per: 1e6, Burst: 1e6},
-		MaxParticipantsPerPod: 1000, History: entries, HistoryAge: time.Hour, FlightBytes: 64 << 20,
+		Config: limits.Config{
+			MaxMessageBytes: 1 << 20, MaxContextBytes: 4096,
+			Contexts: limits.Contexts{
+				MaxDepth: 5, ContextTimeout: time.Minute, ContextRetention: time.Minute,
+				ConclusionKinds:   "conclusion",
+				MaxContextsPerPod: 1000, MaxContextsPerParticipant: 100,
+				ContextRate: 1e6, ContextBurst: 1e6,
+			},
+			Rate: 1e6, Burst: 1e6,
+			MaxParticipantsPerPod: 1000, History: entries, HistoryAge: time.Hour,
+		},
+		FlightBytes: 64 << 20,
 	}
 }
 

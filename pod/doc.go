@@ -101,4 +101,13 @@
 // end of the burst it was queued in (Burst). A function that must be
 // called with a lock held says so last in its doc comment: "Call it with
 // Pod.mu held."
+//
+// # Limits
+//
+// Node.Config is the gateway's limits as its flags set them
+// (limits.Config, embedded: Config.MaxMessageBytes, Config.Rate), read
+// where each applies: ingress and the registry of each pod's contexts,
+// which takes the Contexts part; calls.go and proposals.go the Calls
+// part. Node.Limits (the welcome's) and Node.Buckets are derived from it
+// (limits.Config.Welcome, NewBuckets).
 package pod

@@ -33,12 +33,18 @@ func testNode(t testing.TB, entries int, tune func(*Config)) (*Node, *history.Me
 	n := &Node{
 		ID: "node-a",
 		Config: Config{
-			MaxMessageBytes: 1 << 20, MaxContextBytes: 4096, MaxDepth: 5,
-			ContextTimeout: time.Minute, ContextRetention: time.Minute,
-			ConclusionKinds:   map[string]bool{"conclusion": true},
-			MaxContextsPerPod: 1000, MaxContextsPerParticipant: 100,
-			Rate: limits.Rate{Per: 1e6, Burst: 1e6}, ContextRate: limits.Rate{Per: 1e6, Burst: 1e6},
-			MaxParticipantsPerPod: 100, History: entries, HistoryAge: time.Hour, FlightBytes: 64 << 20,
+			Config: limits.Config{
+				MaxMessageBytes: 1 << 20, MaxContextBytes: 4096,
+				Contexts: limits.Contexts{
+					MaxDepth: 5, ContextTimeout: time.Minute, ContextRetention: time.Minute,
+					ConclusionKinds:   "conclusion",
+					MaxContextsPerPod: 1000, MaxContextsPerParticipant: 100,
+					ContextRate: 1e6, ContextBurst: 1e6,
+				},
+				Rate: 1e6, Burst: 1e6,
+				MaxParticipantsPerPod: 100, History: entries, HistoryAge: time.Hour,
+			},
+			FlightBytes: 64 << 20,
 		},
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Buckets: limits.NewBucketSet(limits.Rate{Per: 1e6, Burst: 1e6}, limits.Rate{Per: 1e6, Burst: 1e6}),

@@ -167,7 +167,7 @@ func (in *ingress) handle(data []byte, binary bool) {
 	// the first rule broken.
 	var rateErr *envelope.Error
 	if ok, d := limits.Take(s.Buckets.Send, in.now); !ok {
-		rateErr = limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", n.Config.Rate.Per, n.Config.Rate.Burst)
+		rateErr = limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", n.Config.Rate, n.Config.Burst)
 	}
 	if binary {
 		in.refuse(envelope.Errorf(wire.CodeInvalidJSON, "binary messages are not envelopes; send JSON as text"), "")
@@ -315,7 +315,7 @@ func (in *ingress) frameMeta() {
 	n, env, m := in.pod.node, &in.env, &in.meta
 	m.Reset()
 	m.Kind, m.Origin, m.From, m.To = envelope.FrameEnvelope, n.ID, in.from.ID, append(m.To, env.To...)
-	if n.Config.ConclusionKinds[env.Kind] {
+	if in.pod.Registry.Concludes(env.Kind) {
 		m.Flags |= envelope.FlagConclusion
 	}
 	switch env.Mode {

@@ -41,33 +41,15 @@ func (o Order) String() string {
 	return [...]string{"local", "stream", "core"}[o]
 }
 
-// Config is what the pods enforce: the gateway's flags that concern one
-// pod (docs/protocol.md sections 3, 5 and 8).
+// Config is what the pods enforce: the gateway's limits as its flags set
+// them (limits.Config: docs/protocol.md sections 3, 5, 8 and 11), read
+// where each applies (the contexts' part by package contexts), and what
+// the node derives from them.
 type Config struct {
-	MaxMessageBytes           int
-	MaxContextBytes           int
-	MaxDepth                  int
-	ContextTimeout            time.Duration
-	ContextRetention          time.Duration
-	ConclusionKinds           map[string]bool
-	MaxContextsPerParticipant int
-	MaxContextsPerPod         int
-	Rate                      limits.Rate
-	ContextRate               limits.Rate
-	MaxParticipantsPerPod     int
-	// History is the entries kept per pod (0: history off), HistoryAge
-	// their age.
-	History    int
-	HistoryAge time.Duration
+	limits.Config
 	// FlightBytes bounds the bytes the history writer may hold unstored,
 	// all pods together: senders wait past it (flow.go).
 	FlightBytes int64
-	// Calls bounds the MCP requests in flight and the proposals
-	// (calls.go, proposals.go).
-	Calls CallsConfig
-	// MaxPods bounds the pods open on the node at once (--max-pods; 0: no
-	// bound): Node.Pod refuses to open more.
-	MaxPods int
 }
 
 // Metrics are the counters the pods move; the gateway registers them.
@@ -170,7 +152,7 @@ type Admitted struct {
 type Node struct {
 	ID      string
 	Config  Config
-	Limits  wire.Limits // the welcome's
+	Limits  wire.Limits // the welcome's: Config.Welcome()
 	Log     *slog.Logger
 	Metrics *Metrics
 	Order   Order

@@ -134,14 +134,8 @@ func New(node *Node, name string) *Pod {
 	empty := []*participant.Participant{}
 	p.snapshot.Store(&empty)
 	p.Registry = contexts.NewRegistry(contexts.Config{
-		MaxDepth:          cfg.MaxDepth,
-		Timeout:           cfg.ContextTimeout,
-		Retention:         cfg.ContextRetention,
-		MaxPerParticipant: cfg.MaxContextsPerParticipant,
-		MaxPerPod:         cfg.MaxContextsPerPod,
-		ContextRate:       cfg.ContextRate,
-		ConclusionKinds:   cfg.ConclusionKinds,
-		OnDue:             p.expireContexts,
+		Contexts: cfg.Contexts,
+		OnDue:    p.expireContexts,
 	}, p.publishConclusions)
 	if node.historyOn() {
 		p.index = history.NewIndex(cfg.History, cfg.HistoryAge)

@@ -183,7 +183,7 @@ func TestContextEvent(t *testing.T) {
 	roundTrip[ContextEvent](t, string(e.Payload))
 }
 
-// Section 5 and the gateway's limitsPayload: the welcome.
+// Section 5 and limits.Config.Welcome: the welcome.
 func TestWelcome(t *testing.T) {
 	const literal = `{"you": {"id": "alice", "capabilities": ["*"]},
  "participants": [{"id": "bob", "capabilities": ["mcp/*", "chat"]}],

@@ -327,7 +327,7 @@ func (e *Endpoint) park(hc *hostCall) {
 	e.rounds.mu.Lock()
 	defer e.rounds.mu.Unlock()
 	e.rounds.calls[hc.id] = hc
-	hc.idle = time.AfterFunc(e.g.Node.Config.Calls.Timeout, func() {
+	hc.idle = time.AfterFunc(e.g.Node.Config.MCPRequestTimeout, func() {
 		if e.unpark(hc.id, hc.m) == hc {
 			e.cancelCall(hc, "the MCP host did not come back with the input its server asked for")
 		}

@@ -79,7 +79,7 @@ func testServerToolCall(t *testing.T, version string) {
 // hears nothing of it: here the host's second call while its first is in
 // flight, over --max-mcp-requests-per-participant 1.
 func TestServerToolCallRefused(t *testing.T) {
-	tp := newTestPod(t, func(c *pod.Config) { c.Calls.MaxPerParticipant = 1 })
+	tp := newTestPod(t, func(c *pod.Config) { c.MaxMCPRequestsPerParticipant = 1 })
 	release := make(chan struct{})
 	s := mcp.NewServer(&mcp.Implementation{Name: "slow-server", Version: "1"}, nil)
 	s.AddTool(&mcp.Tool{Name: "slow", InputSchema: json.RawMessage(`{"type": "object"}`)},

@@ -63,14 +63,20 @@ func newTestPod(t *testing.T, tune ...func(*pod.Config)) *testPod {
 	node := &pod.Node{
 		ID: "node-a",
 		Config: pod.Config{
-			MaxMessageBytes: 1 << 20, MaxContextBytes: 1 << 20, MaxDepth: 5,
-			ContextTimeout: time.Minute, ContextRetention: time.Minute,
-			ConclusionKinds:   map[string]bool{wire.KindConclusion: true},
-			MaxContextsPerPod: 1000, MaxContextsPerParticipant: 100,
-			Rate: rate, ContextRate: rate,
-			MaxParticipantsPerPod: 100, History: 1000, HistoryAge: time.Hour, FlightBytes: 64 << 20,
-			Calls: pod.CallsConfig{Timeout: 20 * time.Second, MaxPerParticipant: 100, MaxPerPod: 1000,
-				ProposalTimeout: time.Minute, MaxProposalsPerParticipant: 100, MaxProposalsPerPod: 1000},
+			Config: limits.Config{
+				MaxMessageBytes: 1 << 20, MaxContextBytes: 1 << 20,
+				Contexts: limits.Contexts{
+					MaxDepth: 5, ContextTimeout: time.Minute, ContextRetention: time.Minute,
+					ConclusionKinds:   wire.KindConclusion,
+					MaxContextsPerPod: 1000, MaxContextsPerParticipant: 100,
+					ContextRate: rate.Per, ContextBurst: rate.Burst,
+				},
+				Rate: rate.Per, Burst: rate.Burst,
+				MaxParticipantsPerPod: 100, History: 1000, HistoryAge: time.Hour,
+				Calls: limits.Calls{MCPRequestTimeout: 20 * time.Second, MaxMCPRequestsPerParticipant: 100, MaxMCPRequestsPerPod: 1000,
+					ProposalTimeout: time.Minute, MaxProposalsPerParticipant: 100, MaxProposalsPerPod: 1000},
+			},
+			FlightBytes: 64 << 20,
 		},
 		Log:     log,
 		Metrics: pod.NewMetrics(),

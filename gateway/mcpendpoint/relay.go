@@ -113,7 +113,7 @@ func (e *Endpoint) contextBranch(ctx context.Context, m *member, _ *mcp.CallTool
 }
 
 func (e *Endpoint) contextReturn(ctx context.Context, m *member, _ *mcp.CallToolRequest, args returnArgs) (any, error) {
-	if !e.g.Node.Config.ConclusionKinds[wire.KindConclusion] {
+	if !m.pod.Registry.Concludes(wire.KindConclusion) {
 		return nil, refuse(envelope.Errorf(wire.CodeInvalidEnvelope,
 			"this gateway's --conclusion-kinds leave out %q, so a sub-context cannot be returned from here: send one of its conclusion kinds with pod_send", wire.KindConclusion))
 	}

@@ -202,7 +202,7 @@ func (e *Endpoint) taskQuestion(ctx context.Context, m *member, sid string, body
 		m.pod.AnswerFor(q.envID, m.id, jsonrpc.CodeMethodNotFound, wire.MCPReasonHostCannotAnswer, "Method not found")
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.g.Node.Config.Calls.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, e.g.Node.Config.MCPRequestTimeout)
 	defer cancel()
 	res, err := ss.Elicit(ctx, &params)
 	if err != nil {

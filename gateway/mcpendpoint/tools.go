@@ -192,8 +192,8 @@ func toolErrorText(r *mcp.CallToolResult) string {
 // through ingress).
 func (m *member) take() error {
 	if ok, d := limits.Take(m.buckets.Send, time.Now()); !ok {
-		rate := m.e.g.Node.Config.Rate
-		return refuse(limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", rate.Per, rate.Burst))
+		cfg := &m.e.g.Node.Config
+		return refuse(limits.RateError(wire.CodeRateLimited, d, "over your rate of %g envelopes a second (burst %d)", cfg.Rate, cfg.Burst))
 	}
 	return nil
 }
