@@ -6,9 +6,9 @@ import (
 	"fmt"
 )
 
-// Msg is one stored message of a pod's history: a frame, or a batch of
+// StoredMsg is one stored message of a pod's history: a frame, or a batch of
 // frames (Frames reads both).
-type Msg struct {
+type StoredMsg struct {
 	Seq  uint64
 	Time int64 // unix nanoseconds: when the stream stored it
 	Data []byte
@@ -32,14 +32,14 @@ type Backend interface {
 	// Read calls fn, in order, with the messages of subject at the
 	// sequences in want (ascending, no repeats). A sequence that is no
 	// longer there is a *MissingError; the ones before it were read.
-	Read(ctx context.Context, subject string, want []uint64, fn func(Msg) error) error
+	Read(ctx context.Context, subject string, want []uint64, fn func(StoredMsg) error) error
 	// Scan calls fn, in the stream's order, with every message stored on
 	// any of subjects from sequence from on.
-	Scan(ctx context.Context, subjects []string, from uint64, fn func(subject string, m Msg) error) error
+	Scan(ctx context.Context, subjects []string, from uint64, fn func(subject string, m StoredMsg) error) error
 	// Follow calls fn, on one goroutine and in the stream's order, with
 	// every message stored on subjects (a wildcard: "mcpp.pod.>") after
 	// the call, until stop is called (follow.go).
-	Follow(ctx context.Context, subjects []string, fn func(subject string, m Msg), onErr func(error)) (stop func(), err error)
+	Follow(ctx context.Context, subjects []string, fn func(subject string, m StoredMsg), onErr func(error)) (stop func(), err error)
 	// FirstSeq is the oldest sequence the stream still holds: what is
 	// below it was discarded by --history-bytes or --history-age.
 	FirstSeq(ctx context.Context) (uint64, error)

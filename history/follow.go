@@ -57,11 +57,11 @@ const (
 // vanished without deleting it (a killed node).
 const followInactive = 30 * time.Second
 
-// follower is one Follow: its consumer of the moment, and where it is.
-type follower struct {
+// streamConsumer is one Follow: its consumer of the moment, and where it is.
+type streamConsumer struct {
 	s        *Stream
 	subjects []string
-	fn       func(subject string, m Msg)
+	fn       func(subject string, m StoredMsg)
 	onErr    func(error)
 
 	// deliverMu makes the calls of fn one at a time, across the
@@ -82,12 +82,12 @@ type follower struct {
 // with every message stored on subjects (wildcards allowed) after the
 // call, until stop is called; onErr hears of the consumer's troubles (it
 // recovers from them by itself).
-func (s *Stream) Follow(ctx context.Context, subjects []string, fn func(subject string, m Msg), onErr func(error)) (stop func(), err error) {
+func (s *Stream) Follow(ctx context.Context, subjects []string, fn func(subject string, m StoredMsg), onErr func(error)) (stop func(), err error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
 	}
-	f := &follower{s: s, subjects: subjects, fn: fn, onErr: onErr, next: info.State.LastSeq + 1, stop: make(chan struct{})}
+	f := &streamConsumer{s: s, subjects: subjects, fn: fn, onErr: onErr, next: info.State.LastSeq + 1, stop: make(chan struct{})}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.startLocked(ctx); err != nil {
@@ -97,7 +97,7 @@ func (s *Stream) Follow(ctx context.Context, subjects []string, fn func(subject 
 }
 
 // startLocked makes a consumer from f.next on and consumes it.
-func (f *follower) startLocked(ctx context.Context) error {
+func (f *streamConsumer) startLocked(ctx context.Context) error {
 	cons, err := f.s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubjects: f.subjects, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: f.next,
 		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: followInactive,
@@ -122,7 +122,7 @@ func (f *follower) startLocked(ctx context.Context) error {
 // errGap is a delivery that skipped one of the consumer's messages.
 var errGap = errors.New("history: a gap in the delivery")
 
-func (f *follower) handle(gen int, m jetstream.Msg) {
+func (f *streamConsumer) handle(gen int, m jetstream.Msg) {
 	md, err := m.Metadata()
 	if err != nil {
 		return // not a stream message
@@ -143,12 +143,12 @@ func (f *follower) handle(gen int, m jetstream.Msg) {
 	f.delivered = md.Sequence.Consumer
 	f.next = md.Sequence.Stream + 1
 	f.mu.Unlock()
-	f.fn(m.Subject(), Msg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()})
+	f.fn(m.Subject(), StoredMsg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()})
 }
 
 // trouble hears of a consumer's error: the ones that mean it is lost
 // start a new one.
-func (f *follower) trouble(gen int, err error) {
+func (f *streamConsumer) trouble(gen int, err error) {
 	lost := errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
 		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, errGap)
@@ -171,7 +171,7 @@ func (f *follower) trouble(gen int, err error) {
 
 // restart makes a new consumer from the next sequence, every followRetry
 // until it works or the follower stops.
-func (f *follower) restart() {
+func (f *streamConsumer) restart() {
 	for {
 		f.mu.Lock()
 		if f.stopped {
@@ -198,7 +198,7 @@ func (f *follower) restart() {
 	}
 }
 
-func (f *follower) deleteAsync(cons jetstream.Consumer) {
+func (f *streamConsumer) deleteAsync(cons jetstream.Consumer) {
 	if cons == nil {
 		return
 	}
@@ -215,7 +215,7 @@ func (f *follower) deleteAsync(cons jetstream.Consumer) {
 
 // Stop ends the follower and deletes its consumer from the stream. A call
 // of fn in progress may still finish.
-func (f *follower) Stop() {
+func (f *streamConsumer) Stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {

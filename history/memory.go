@@ -31,12 +31,12 @@ type Memory struct {
 
 type memFollower struct {
 	prefix string // of the subjects followed ("" all)
-	fn     func(string, Msg)
+	fn     func(string, StoredMsg)
 }
 
 type memMsg struct {
 	subject string
-	Msg
+	StoredMsg
 }
 
 type memAppend struct {
@@ -88,7 +88,7 @@ func (s *Memory) Append(subject string, msg []byte, msgID string, done func(uint
 	}
 	s.seq++
 	seq, at := s.seq, time.Now().UnixNano()
-	s.msgs = append(s.msgs, memMsg{subject, Msg{Seq: seq, Time: at, Data: append([]byte(nil), msg...)}})
+	s.msgs = append(s.msgs, memMsg{subject, StoredMsg{Seq: seq, Time: at, Data: append([]byte(nil), msg...)}})
 	if msgID != "" {
 		s.ids[msgID] = seq
 	}
@@ -102,7 +102,7 @@ func (s *Memory) Append(subject string, msg []byte, msgID string, done func(uint
 			tell = append(tell, f)
 		}
 	}
-	stored := Msg{Seq: seq, Time: at, Data: s.msgs[len(s.msgs)-1].Data}
+	stored := StoredMsg{Seq: seq, Time: at, Data: s.msgs[len(s.msgs)-1].Data}
 	s.mu.Unlock()
 	done(seq, false, nil)
 	for _, f := range tell {
@@ -112,7 +112,7 @@ func (s *Memory) Append(subject string, msg []byte, msgID string, done func(uint
 
 // Follow implements Backend: fn is called from Append, after it stored;
 // subjects are one prefix pattern ("mcpp.pod.>").
-func (s *Memory) Follow(_ context.Context, subjects []string, fn func(string, Msg), _ func(error)) (func(), error) {
+func (s *Memory) Follow(_ context.Context, subjects []string, fn func(string, StoredMsg), _ func(error)) (func(), error) {
 	prefix := ""
 	if len(subjects) > 0 {
 		prefix = strings.TrimSuffix(subjects[0], ">")
@@ -148,7 +148,7 @@ func (s *Memory) dropOldest(subject string) {
 }
 
 // Read implements Backend.
-func (s *Memory) Read(ctx context.Context, subject string, want []uint64, fn func(Msg) error) error {
+func (s *Memory) Read(ctx context.Context, subject string, want []uint64, fn func(StoredMsg) error) error {
 	for _, seq := range want {
 		s.mu.Lock()
 		m, ok := s.at(seq)
@@ -156,7 +156,7 @@ func (s *Memory) Read(ctx context.Context, subject string, want []uint64, fn fun
 		if !ok || m.subject != subject {
 			return &MissingError{Seq: seq}
 		}
-		if err := fn(m.Msg); err != nil {
+		if err := fn(m.StoredMsg); err != nil {
 			return err
 		}
 	}
@@ -175,7 +175,7 @@ func (s *Memory) at(seq uint64) (memMsg, bool) {
 }
 
 // Scan implements Backend.
-func (s *Memory) Scan(ctx context.Context, subjects []string, from uint64, fn func(string, Msg) error) error {
+func (s *Memory) Scan(ctx context.Context, subjects []string, from uint64, fn func(string, StoredMsg) error) error {
 	s.mu.Lock()
 	var out []memMsg
 	for _, m := range s.msgs {
@@ -190,7 +190,7 @@ func (s *Memory) Scan(ctx context.Context, subjects []string, from uint64, fn fu
 	}
 	s.mu.Unlock()
 	for _, m := range out {
-		if err := fn(m.subject, m.Msg); err != nil {
+		if err := fn(m.subject, m.StoredMsg); err != nil {
 			return err
 		}
 	}

@@ -38,12 +38,12 @@ const lagWait = 2 * time.Second
 // the last of them. A replica that answers before it has caught up with
 // the leader is asked again, briefly; a sequence still absent then is a
 // *MissingError.
-func (s *Stream) Read(ctx context.Context, subject string, want []uint64, fn func(Msg) error) error {
+func (s *Stream) Read(ctx context.Context, subject string, want []uint64, fn func(StoredMsg) error) error {
 	deadline := time.Now().Add(lagWait)
 	for len(want) > 0 {
 		got := 0
 		n := int(min(want[len(want)-1]-want[0]+1, readBatch))
-		_, err := s.readBatch(ctx, subject, want[0], n, func(m Msg) (bool, error) {
+		_, err := s.readBatch(ctx, subject, want[0], n, func(m StoredMsg) (bool, error) {
 			if want[got] < m.Seq {
 				// A wanted sequence was skipped: it is no longer there.
 				return false, &MissingError{Seq: want[got]}
@@ -82,7 +82,7 @@ func (s *Stream) Read(ctx context.Context, subject string, want []uint64, fn fun
 // Scan calls fn with every message stored on subjects from sequence from
 // on, in the stream's order: one batched read per subject at a time,
 // merged by sequence, so that a pod's whole past never sits in memory.
-func (s *Stream) Scan(ctx context.Context, subjects []string, from uint64, fn func(subject string, m Msg) error) error {
+func (s *Stream) Scan(ctx context.Context, subjects []string, from uint64, fn func(subject string, m StoredMsg) error) error {
 	cursors := make([]*cursor, len(subjects))
 	for i, subj := range subjects {
 		cursors[i] = &cursor{s: s, subject: subj, next: max(from, 1)}
@@ -114,14 +114,14 @@ type cursor struct {
 	s       *Stream
 	subject string
 	next    uint64
-	buf     []Msg
+	buf     []StoredMsg
 	done    bool
 }
 
-func (c *cursor) peek(ctx context.Context) (*Msg, error) {
+func (c *cursor) peek(ctx context.Context) (*StoredMsg, error) {
 	if len(c.buf) == 0 && !c.done {
-		var got []Msg
-		more, err := c.s.readBatch(ctx, c.subject, c.next, readBatch, func(m Msg) (bool, error) {
+		var got []StoredMsg
+		more, err := c.s.readBatch(ctx, c.subject, c.next, readBatch, func(m StoredMsg) (bool, error) {
 			got = append(got, m)
 			return true, nil
 		})
@@ -137,7 +137,7 @@ func (c *cursor) peek(ctx context.Context) (*Msg, error) {
 				return nil, err
 			}
 			if m != nil {
-				got, more = []Msg{*m}, true
+				got, more = []StoredMsg{*m}, true
 			}
 		}
 		c.done = !more
@@ -155,7 +155,7 @@ func (c *cursor) peek(ctx context.Context) (*Msg, error) {
 // leaderNext is the first message stored on subject from seq on, asked of
 // the stream's leader (JetStream's message get, not a direct get that any
 // replica answers), or nil when there is none.
-func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*Msg, error) {
+func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*StoredMsg, error) {
 	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject})
 	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
 	if err != nil {
@@ -183,13 +183,13 @@ func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*M
 	case r.Message == nil:
 		return nil, errors.New("history: read from the leader: no message in the answer")
 	}
-	return &Msg{Seq: r.Message.Seq, Time: r.Message.Time.UnixNano(), Data: r.Message.Data}, nil
+	return &StoredMsg{Seq: r.Message.Seq, Time: r.Message.Time.UnixNano(), Data: r.Message.Data}, nil
 }
 
 // readBatch asks for up to n messages of subject from seq on and calls fn
 // with each until it returns false. more reports whether the stream held
 // more after the batch.
-func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n int, fn func(Msg) (bool, error)) (more bool, err error) {
+func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n int, fn func(StoredMsg) (bool, error)) (more bool, err error) {
 	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject, Batch: n, MaxBytes: readBatchBytes})
 	inbox := s.nc.NewRespInbox()
 	ch := make(chan *nats.Msg, readBatch+2)
@@ -229,7 +229,7 @@ func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n in
 			return false, errors.New("history: read: an answer without a sequence")
 		}
 		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		goOn, err := fn(Msg{Seq: seq, Time: ts.UnixNano(), Data: m.Data})
+		goOn, err := fn(StoredMsg{Seq: seq, Time: ts.UnixNano(), Data: m.Data})
 		if err != nil || !goOn {
 			return false, err
 		}

@@ -111,7 +111,7 @@ func TestWriterStoresInOrder(t *testing.T) {
 				// Read back the first and the last by location.
 				for _, n := range []int{0, each - 1} {
 					var got []byte
-					err := backend.Read(ctx, fmt.Sprintf("mcpp.pod.p%d", i), []uint64{locs[n].Seq}, func(m Msg) error {
+					err := backend.Read(ctx, fmt.Sprintf("mcpp.pod.p%d", i), []uint64{locs[n].Seq}, func(m StoredMsg) error {
 						f, err := Frame(m.Data, locs[n].Off)
 						got = f
 						return err

@@ -28,11 +28,11 @@ func (s *sinkStream) Append(_ string, _ []byte, _ string, done func(uint64, bool
 	done(seq, false, nil)
 }
 
-func (s *sinkStream) Read(context.Context, string, []uint64, func(Msg) error) error { return nil }
-func (s *sinkStream) Scan(context.Context, []string, uint64, func(string, Msg) error) error {
+func (s *sinkStream) Read(context.Context, string, []uint64, func(StoredMsg) error) error { return nil }
+func (s *sinkStream) Scan(context.Context, []string, uint64, func(string, StoredMsg) error) error {
 	return nil
 }
-func (s *sinkStream) Follow(context.Context, []string, func(string, Msg), func(error)) (func(), error) {
+func (s *sinkStream) Follow(context.Context, []string, func(string, StoredMsg), func(error)) (func(), error) {
 	return func() {}, nil
 }
 func (s *sinkStream) FirstSeq(context.Context) (uint64, error) { return 1, nil }

@@ -79,7 +79,7 @@ func TestWriterReusesBatches(t *testing.T) {
 				t.Fatalf("pod %d entry %d is not stored after Sync: %+v", i, k, l)
 			}
 			var got []byte
-			err := stream.Read(ctx, fmt.Sprintf("mcpp.pod.p%d", i), []uint64{l.Seq}, func(m Msg) error {
+			err := stream.Read(ctx, fmt.Sprintf("mcpp.pod.p%d", i), []uint64{l.Seq}, func(m StoredMsg) error {
 				f, err := Frame(m.Data, l.Off)
 				got = f
 				return err
@@ -144,7 +144,7 @@ func TestWriterKeepsAPodsOrderAcrossItsSubjects(t *testing.T) {
 	}
 	var got []string
 	messages := 0
-	err := mem.Scan(ctx, []string{pod, markers}, 1, func(_ string, m Msg) error {
+	err := mem.Scan(ctx, []string{pod, markers}, 1, func(_ string, m StoredMsg) error {
 		messages++
 		return Frames(m.Data, func(_ int, frame []byte) error {
 			var meta envelope.Meta
@@ -243,7 +243,7 @@ func TestWriterOneBatchOfAPodOnItsWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	err := mem.Scan(ctx, []string{pod}, 1, func(_ string, m Msg) error {
+	err := mem.Scan(ctx, []string{pod}, 1, func(_ string, m StoredMsg) error {
 		return Frames(m.Data, func(_ int, frame []byte) error {
 			var meta envelope.Meta
 			if _, err := envelope.DecodeFrame(frame, &meta); err != nil {
@@ -302,7 +302,7 @@ func TestWriterInProcessAskedAgain(t *testing.T) {
 	n := stream.n
 	stream.mu.Unlock()
 	msgs := 0
-	if err := mem.Scan(ctx, []string{"mcpp.pod.lab"}, 1, func(string, Msg) error { msgs++; return nil }); err != nil {
+	if err := mem.Scan(ctx, []string{"mcpp.pod.lab"}, 1, func(string, StoredMsg) error { msgs++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if n != 2 || msgs != 1 || holds != 0 {

@@ -36,7 +36,7 @@ type Broker interface {
 	// publisher's: fn runs with no lock of the publisher's held, on
 	// either broker (docs/locks.md). fn must not block. A message's Data
 	// is fn's to keep.
-	Subscribe(subject string, fn func(Msg)) (Subscription, error)
+	Subscribe(subject string, fn func(BrokerMsg)) (Subscription, error)
 	// Request publishes data on subject with a reply subject of its own
 	// and returns the first answer (a subscriber answers by publishing
 	// on the message's Reply). It fails at once with ErrNoResponders when
@@ -48,8 +48,8 @@ type Broker interface {
 	Close()
 }
 
-// Msg is a message a subscription brings.
-type Msg struct {
+// BrokerMsg is a message a subscription brings.
+type BrokerMsg struct {
 	Subject string
 	// Reply is where to answer a Request ("" when nobody waits).
 	Reply string

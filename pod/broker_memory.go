@@ -64,7 +64,7 @@ type MemoryBroker struct {
 type memorySub struct {
 	b       *MemoryBroker
 	subject string
-	fn      func(Msg)
+	fn      func(BrokerMsg)
 	lane    *memoryLane
 	// answer, for a Request's inbox, takes the first answer itself, on
 	// no lane (as nats.go's requests take theirs), so that a request
@@ -83,7 +83,7 @@ type memoryLane struct {
 
 type memoryDelivery struct {
 	s *memorySub
-	m Msg
+	m BrokerMsg
 }
 
 func (b *MemoryBroker) startLanes() {
@@ -142,11 +142,11 @@ func (l *memoryLane) run(done chan struct{}) {
 // Publish implements Broker: the message is queued for every subscriber,
 // each its own copy, as NATS's; none is called before it returns.
 func (b *MemoryBroker) Publish(subject string, data []byte) error {
-	b.bus.publish(Msg{Subject: subject, Data: data})
+	b.bus.publish(BrokerMsg{Subject: subject, Data: data})
 	return nil
 }
 
-func (bus *MemoryBus) publish(m Msg) {
+func (bus *MemoryBus) publish(m BrokerMsg) {
 	bus.mu.RLock()
 	subs := append([]*memorySub(nil), bus.subs[m.Subject]...)
 	drop := bus.drop
@@ -169,7 +169,7 @@ func (bus *MemoryBus) publish(m Msg) {
 }
 
 // Subscribe implements Broker.
-func (b *MemoryBroker) Subscribe(subject string, fn func(Msg)) (Subscription, error) {
+func (b *MemoryBroker) Subscribe(subject string, fn func(BrokerMsg)) (Subscription, error) {
 	s, err := b.add(&memorySub{b: b, subject: subject, fn: fn, lane: b.laneOf(subject)})
 	if err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (b *MemoryBroker) Request(ctx context.Context, subject string, data []byte)
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	b.bus.publish(Msg{Subject: subject, Reply: inbox, Data: data})
+	b.bus.publish(BrokerMsg{Subject: subject, Reply: inbox, Data: data})
 	select {
 	case a := <-answer:
 		return a, nil

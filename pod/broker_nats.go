@@ -37,7 +37,7 @@ type NATSBroker struct {
 type natsSub struct {
 	b       *NATSBroker
 	sub     *nats.Subscription
-	fn      func(Msg)
+	fn      func(BrokerMsg)
 	stopped atomic.Bool
 }
 
@@ -66,7 +66,7 @@ func (b *NATSBroker) run(q chan *nats.Msg) {
 			s := b.subs[m.Sub]
 			b.mu.RUnlock()
 			if s != nil && !s.stopped.Load() {
-				s.fn(Msg{Subject: m.Subject, Reply: m.Reply, Data: m.Data})
+				s.fn(BrokerMsg{Subject: m.Subject, Reply: m.Reply, Data: m.Data})
 			}
 		case <-b.done:
 			return
@@ -80,7 +80,7 @@ func (b *NATSBroker) Publish(subject string, data []byte) error {
 }
 
 // Subscribe implements Broker.
-func (b *NATSBroker) Subscribe(subject string, fn func(Msg)) (Subscription, error) {
+func (b *NATSBroker) Subscribe(subject string, fn func(BrokerMsg)) (Subscription, error) {
 	b.start.Do(b.startLanes)
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(subject))

@@ -46,8 +46,8 @@ func brokerContract(t *testing.T, a, b Broker) {
 	}
 	var mu sync.Mutex
 	var seen []got
-	record := func(who string) func(Msg) {
-		return func(m Msg) {
+	record := func(who string) func(BrokerMsg) {
+		return func(m BrokerMsg) {
 			mu.Lock()
 			seen = append(seen, got{who, string(m.Data)})
 			mu.Unlock()
@@ -94,7 +94,7 @@ func brokerContract(t *testing.T, a, b Broker) {
 	// the broker's goroutines, never the publisher's, so one that waits
 	// for the publisher to go on does not hold it up.
 	goOn, waited := make(chan struct{}), make(chan bool, 1)
-	if _, err := b.Subscribe("mcpp.live.wait", func(Msg) {
+	if _, err := b.Subscribe("mcpp.live.wait", func(BrokerMsg) {
 		select {
 		case <-goOn:
 			waited <- false
@@ -126,7 +126,7 @@ func brokerContract(t *testing.T, a, b Broker) {
 		t.Fatalf("a heard %d after it unsubscribed", n-100)
 	}
 
-	if _, err := b.Subscribe("mcpp.nodes.bodies.b", func(m Msg) {
+	if _, err := b.Subscribe("mcpp.nodes.bodies.b", func(m BrokerMsg) {
 		_ = b.Publish(m.Reply, append([]byte("body of "), m.Data...))
 	}); err != nil {
 		t.Fatal(err)

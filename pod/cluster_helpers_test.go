@@ -66,9 +66,9 @@ type heldAppend struct {
 }
 
 type followed struct {
-	fn      func(string, history.Msg)
+	fn      func(string, history.StoredMsg)
 	subject string
-	m       history.Msg
+	m       history.StoredMsg
 }
 
 func newTestStream(perSubject int) *testStream {
@@ -186,11 +186,11 @@ func (v *streamView) Append(subject string, msg []byte, msgID string, done func(
 	s.storeAppend(a)
 }
 
-func (v *streamView) Read(ctx context.Context, subject string, want []uint64, fn func(history.Msg) error) error {
+func (v *streamView) Read(ctx context.Context, subject string, want []uint64, fn func(history.StoredMsg) error) error {
 	return v.s.mem.Read(ctx, subject, want, fn)
 }
 
-func (v *streamView) Scan(ctx context.Context, subjects []string, from uint64, fn func(string, history.Msg) error) error {
+func (v *streamView) Scan(ctx context.Context, subjects []string, from uint64, fn func(string, history.StoredMsg) error) error {
 	err := v.s.mem.Scan(ctx, subjects, from, fn)
 	if h := v.s.scanned; h != nil {
 		h()
@@ -200,9 +200,9 @@ func (v *streamView) Scan(ctx context.Context, subjects []string, from uint64, f
 
 // Follow hands fn what is stored from now on, under the stream's lock
 // (in its order); while the leader is gone, it is queued.
-func (v *streamView) Follow(ctx context.Context, subjects []string, fn func(string, history.Msg), onErr func(error)) (func(), error) {
+func (v *streamView) Follow(ctx context.Context, subjects []string, fn func(string, history.StoredMsg), onErr func(error)) (func(), error) {
 	s := v.s
-	return s.mem.Follow(ctx, subjects, func(subject string, m history.Msg) {
+	return s.mem.Follow(ctx, subjects, func(subject string, m history.StoredMsg) {
 		// Called by mem.Append, which storeAppend calls with s.mu held.
 		if s.gone {
 			s.queued = append(s.queued, followed{fn, subject, m})

@@ -143,7 +143,7 @@ func TestClusterFailover(t *testing.T) {
 		t.Error("no writer held: the leader was not gone while they wrote")
 	}
 	seen := map[string]int{}
-	err := c.stream.mem.Scan(context.Background(), []string{Subject("lab")}, 1, func(_ string, m history.Msg) error {
+	err := c.stream.mem.Scan(context.Background(), []string{Subject("lab")}, 1, func(_ string, m history.StoredMsg) error {
 		return history.Frames(m.Data, func(_ int, frame []byte) error {
 			var meta envelope.Meta
 			if _, err := envelope.DecodeFrame(frame, &meta); err != nil {

@@ -38,7 +38,7 @@ type dispatch struct {
 // delivery is a message of one of the pods' subscriptions.
 type delivery struct {
 	s *dispatchSub
-	m Msg
+	m BrokerMsg
 }
 
 // dispatchSub is one subscription of a pod: its messages go to the
@@ -46,7 +46,7 @@ type delivery struct {
 type dispatchSub struct {
 	sub     Subscription
 	queue   chan delivery
-	fn      func(Msg, *Burst)
+	fn      func(BrokerMsg, *Burst)
 	stopped atomic.Bool
 }
 
@@ -112,9 +112,9 @@ func (d *dispatch) run(key string, t task) {
 // key (the pod's name), with that goroutine's burst. The broker's own
 // goroutine only queues it there, and drops it when the queue is full
 // rather than wait: a broker's delivery must not block.
-func (d *dispatch) subscribe(key, subject string, fn func(Msg, *Burst)) (*dispatchSub, error) {
+func (d *dispatch) subscribe(key, subject string, fn func(BrokerMsg, *Burst)) (*dispatchSub, error) {
 	s := &dispatchSub{queue: d.queues[d.shard(key)], fn: fn}
-	sub, err := d.broker.Subscribe(subject, func(m Msg) {
+	sub, err := d.broker.Subscribe(subject, func(m BrokerMsg) {
 		select {
 		case s.queue <- delivery{s, m}:
 		default:

@@ -48,7 +48,7 @@ func benchFollow(b *testing.B, way string, pods, served, window int) {
 				d := newDispatch(NewNATSBroker(nc))
 				defer d.close()
 				for i := range served {
-					if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(Msg, *Burst) { got.Add(1) }); err != nil {
+					if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(BrokerMsg, *Burst) { got.Add(1) }); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -126,7 +126,7 @@ func BenchmarkFollowLatency(b *testing.B) {
 				d := newDispatch(NewNATSBroker(nc))
 				defer d.close()
 				for i := range pods {
-					if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(m Msg, _ *Burst) { record(m.Data) }); err != nil {
+					if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(m BrokerMsg, _ *Burst) { record(m.Data) }); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -233,7 +233,7 @@ func BenchmarkFollowCluster(b *testing.B) {
 					d := newDispatch(NewNATSBroker(nc))
 					defer d.close()
 					for i := range pods {
-						if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(Msg, *Burst) { got.Add(1) }); err != nil {
+						if _, err := d.subscribe(fmt.Sprint(i), fmt.Sprintf("mcpp.deliver.p%d", i), func(BrokerMsg, *Burst) { got.Add(1) }); err != nil {
 							b.Fatal(err)
 						}
 					}

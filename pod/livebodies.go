@@ -147,7 +147,7 @@ func (s *liveBodies) evictOld(now time.Time) {
 // answerBodies answers the other nodes' requests for this node's bodies:
 // the frame, or nothing when it is no longer kept.
 func (n *Node) answerBodies() error {
-	_, err := n.Broker.Subscribe(bodiesSubject(n.ID), func(m Msg) {
+	_, err := n.Broker.Subscribe(bodiesSubject(n.ID), func(m BrokerMsg) {
 		if m.Reply == "" {
 			return
 		}

@@ -59,7 +59,7 @@ func (p *Pod) subjects() []string { return []string{p.subject, markerSubject(p.N
 // readPast hands applyPast every frame the history stream holds of the
 // pod, in the stream's order.
 func (p *Pod) readPast(ctx context.Context) error {
-	return p.node.History.Scan(ctx, p.subjects(), 1, func(_ string, m history.Msg) error {
+	return p.node.History.Scan(ctx, p.subjects(), 1, func(_ string, m history.StoredMsg) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return history.Frames(m.Data, func(off int, frame []byte) error {
@@ -132,7 +132,7 @@ func (l *coreLog) here() bool { return true }
 
 func (l *coreLog) open(context.Context) error {
 	p := l.p
-	sub, err := p.node.dispatch.subscribe(p.Name, p.subject, func(m Msg, burst *Burst) {
+	sub, err := p.node.dispatch.subscribe(p.Name, p.subject, func(m BrokerMsg, burst *Burst) {
 		p.fromLog(m.Data, history.Loc{}, 0, burst)
 	})
 	if err != nil {

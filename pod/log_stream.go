@@ -151,7 +151,7 @@ func (l *streamLog) close() {
 
 // onMsg takes a message of the stream (the past, then what the follower
 // brings), in the stream's order.
-func (l *streamLog) onMsg(_ string, m history.Msg, burst *Burst) {
+func (l *streamLog) onMsg(_ string, m history.StoredMsg, burst *Burst) {
 	err := history.Frames(m.Data, func(off int, frame []byte) error {
 		l.take(parkedFrame{frame: frame, loc: history.Loc{Seq: m.Seq, Off: off}, at: m.Time}, burst)
 		return nil
@@ -363,7 +363,7 @@ func (l *streamLog) ask(wait uint64) {
 
 // onBody keeps another node's live frame until its marker comes, and
 // lets parked frames go when it is the one they wait for.
-func (l *streamLog) onBody(msg Msg, burst *Burst) {
+func (l *streamLog) onBody(msg BrokerMsg, burst *Burst) {
 	var meta envelope.Meta
 	if _, err := envelope.DecodeFrame(msg.Data, &meta); err != nil || meta.Origin == l.p.node.ID {
 		return // this node's own are kept when published

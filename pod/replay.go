@@ -169,7 +169,7 @@ func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
 	defer cancel()
 	done, err := s.p.Render(ctx, s.r.Protocol, chunk, func(b []byte) { dst = append(dst, b) })
-	var missing *MissingError
+	var missing *EntryGoneError
 	switch {
 	case errors.As(err, &missing) && !s.resume:
 		// Discarded by --history-bytes or --history-age since the welcome
@@ -188,12 +188,12 @@ func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
 	return dst, nil
 }
 
-// MissingError is returned by Render when a selected entry is no longer
+// EntryGoneError is returned by Render when a selected entry is no longer
 // in the history stream (discarded by a limit since it was selected, or
 // never stored): the ones before it were rendered.
-type MissingError struct{ Pos uint64 }
+type EntryGoneError struct{ Pos uint64 }
 
-func (e *MissingError) Error() string {
+func (e *EntryGoneError) Error() string {
 	return fmt.Sprintf("pod: the history entry at %d is no longer in the stream", e.Pos)
 }
 
@@ -220,7 +220,7 @@ func (p *Pod) Render(ctx context.Context, protocol string, sel []history.Selecte
 	seqs = slices.Compact(seqs)
 	msgs := make(map[uint64][]byte, len(seqs))
 	for len(seqs) > 0 {
-		err := p.node.History.Read(ctx, p.subject, seqs, func(m history.Msg) error {
+		err := p.node.History.Read(ctx, p.subject, seqs, func(m history.StoredMsg) error {
 			msgs[m.Seq] = m.Data
 			return nil
 		})
@@ -241,7 +241,7 @@ func (p *Pod) Render(ctx context.Context, protocol string, sel []history.Selecte
 		if frame == nil {
 			data, ok := msgs[l.Seq]
 			if !ok {
-				return i, &MissingError{Pos: sel[i].Pos}
+				return i, &EntryGoneError{Pos: sel[i].Pos}
 			}
 			var err error
 			if frame, err = history.Frame(data, l.Off); err != nil {
@@ -291,7 +291,7 @@ func (p *Pod) HistoryPage(q history.PageQuery, f *filter.Filter, self, protocol 
 		// An entry expired since the index chose it, or the stream did not
 		// answer: the page is what could be read, oldest first, and says
 		// that there is more to ask for.
-		var missing *MissingError
+		var missing *EntryGoneError
 		if !errors.As(err, &missing) {
 			p.node.Log.Error("reading history", "pod", p.Name, "err", err)
 		}

@@ -65,7 +65,7 @@ func (n *Node) follower(ctx context.Context) (*Follower, error) {
 
 // take hands a message of the stream to its pod's tail, if the pod is
 // open here.
-func (f *Follower) take(subject string, m history.Msg) {
+func (f *Follower) take(subject string, m history.StoredMsg) {
 	f.handled.Store(m.Seq)
 	f.lastMove.Store(time.Now().UnixNano())
 	f.mu.RLock()
@@ -118,7 +118,7 @@ type Tail struct {
 	f        *Follower
 	key      string
 	subjects []string
-	fn       func(subject string, m history.Msg, burst *Burst)
+	fn       func(subject string, m history.StoredMsg, burst *Burst)
 
 	// order makes the calls of fn one at a time, in the stream's order,
 	// whoever hands them (the dispatcher, Follow).
@@ -134,7 +134,7 @@ type Tail struct {
 type tailMsg struct {
 	t       *Tail
 	subject string
-	m       history.Msg
+	m       history.StoredMsg
 }
 
 func (tm tailMsg) run(burst *Burst) { tm.t.handle(tm, burst) }
@@ -144,7 +144,7 @@ func (tm tailMsg) run(burst *Burst) { tm.t.handle(tm, burst) }
 // messages stored before Follow returns (the pod's past) are handed
 // before it returns. key names the pod for the dispatcher. fn's burst is
 // the dispatcher's (nil for the past, handed on the caller's goroutine).
-func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.Msg, burst *Burst)) (*Tail, error) {
+func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.StoredMsg, burst *Burst)) (*Tail, error) {
 	tl := &Tail{f: f, key: key, subjects: subjects, fn: fn, last: map[string]uint64{}}
 	// Listen first: what is stored while the past is read arrives here
 	// and is handed after it.
@@ -155,7 +155,7 @@ func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn
 	f.mu.Unlock()
 	tl.order.Lock()
 	defer tl.order.Unlock()
-	err := f.n.History.Scan(ctx, subjects, 1, func(subject string, m history.Msg) error {
+	err := f.n.History.Scan(ctx, subjects, 1, func(subject string, m history.StoredMsg) error {
 		tl.deliver(subject, m, nil)
 		return nil
 	})
@@ -213,7 +213,7 @@ func (tl *Tail) handle(tm tailMsg, burst *Burst) {
 
 // deliver hands m unless it was handed already. Call it with Tail.order
 // held.
-func (tl *Tail) deliver(subject string, m history.Msg, burst *Burst) {
+func (tl *Tail) deliver(subject string, m history.StoredMsg, burst *Burst) {
 	tl.mu.Lock()
 	if m.Seq <= tl.last[subject] || tl.stopped {
 		tl.mu.Unlock()

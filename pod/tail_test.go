@@ -45,7 +45,7 @@ func TestTailPastMeetsLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl, err := f.Follow(ctx, "lab", []string{Subject("lab")}, func(subject string, m history.Msg, _ *Burst) {
+	tl, err := f.Follow(ctx, "lab", []string{Subject("lab")}, func(subject string, m history.StoredMsg, _ *Burst) {
 		mu.Lock()
 		got = append(got, string(m.Data))
 		mu.Unlock()

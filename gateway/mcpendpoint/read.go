@@ -88,7 +88,7 @@ func (m *member) readOnce(ctx context.Context, x *history.Index, limit, maxToken
 	for _, e := range sel.Entries[:len(answer.Envelopes)] {
 		answer.Tokens += e.Tokens
 	}
-	var missing *pod.MissingError
+	var missing *pod.EntryGoneError
 	switch got := len(answer.Envelopes); {
 	case err == nil:
 		m.cursor = sel.Last
