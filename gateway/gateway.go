@@ -550,11 +550,11 @@ func (g *Gateway) newNode() *pod.Node {
 	n.Metrics.Pods.SetMaxPods(c.MetricsMaxPods)
 	switch {
 	case c.clustered() && c.historyOn():
-		n.Order = pod.OrderStream
+		n.Ordering = pod.OrderStream
 	case c.clustered():
-		n.Order = pod.OrderCore
+		n.Ordering = pod.OrderCore
 	default:
-		n.Order = pod.OrderLocal
+		n.Ordering = pod.OrderLocal
 	}
 	return n
 }

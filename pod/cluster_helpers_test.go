@@ -258,10 +258,10 @@ func newTestCluster(t testing.TB, n int, tune ...func(*Config)) *testCluster {
 		id := "node-" + string(rune('a'+i))
 		sink := &logSink{}
 		node := &Node{
-			ID:     id,
-			Config: testConfig(1000),
-			Log:    slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Order:  OrderStream,
+			ID:       id,
+			Config:   testConfig(1000),
+			Log:      slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Ordering: OrderStream,
 			Buckets: limits.NewBucketSet(limits.Rate{Per: 1e6, Burst: 1e6},
 				limits.Rate{Per: 1e6, Burst: 1e6}),
 			Broker:  c.bus.Broker(),

@@ -516,7 +516,7 @@ func TestCoreLogAcrossNodes(t *testing.T) {
 	bus := NewMemoryBus()
 	nodes := make([]*Node, 2)
 	for i := range nodes {
-		n := &Node{ID: fmt.Sprint("core-", i), Config: testConfig(0), Order: OrderCore, Broker: bus.Broker(),
+		n := &Node{ID: fmt.Sprint("core-", i), Config: testConfig(0), Ordering: OrderCore, Broker: bus.Broker(),
 			Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Buckets: limits.NewBucketSet(limits.Rate{Per: 1e6, Burst: 1e6}, limits.Rate{Per: 1e6, Burst: 1e6})}
 		n.Start()

@@ -88,7 +88,7 @@
 // history's, the gateway's and those taken under them, is in
 // docs/locks.md; its spine:
 //
-//	tableShard.mu (the node's pod table), or Tail.order → streamLog.deliver
+//	tableShard.mu (the node's pod table), or Tail.serial → streamLog.serial
 //	  → Pod.mu, the order lock
 //	    → contexts.Registry.mu (committing a frame under it takes what follows)
 //	    → liveBodies.mu → history.Writer.mu → history.Index.mu (or one alone)
@@ -96,7 +96,7 @@
 //	    → leaves: history.Index.mu, flow.mu, participant.Queue.mu, the memory
 //	      broker's, gateway.cluster.mu
 //
-// streamLog.mu is taken under streamLog.deliver, never under Pod.mu.
+// streamLog.mu is taken under streamLog.serial, never under Pod.mu.
 // A participant's writer is woken after the order lock is let go, at the
 // end of the burst it was queued in (Burst). A function that must be
 // called with a lock held says so last in its doc comment: "Call it with

@@ -11,7 +11,7 @@ import (
 
 // podLog is where a pod's order comes from and how its frames reach the
 // other nodes and the history (doc.go). There are three, one for each
-// Order of the node:
+// Ordering of the node:
 //
 //   - localLog (OrderLocal): the node orders the pod itself. What it
 //     accepts is delivered at once and written behind into the history.
@@ -43,7 +43,7 @@ type podLog interface {
 }
 
 func newLog(p *Pod) podLog {
-	switch p.node.Order {
+	switch p.node.Ordering {
 	case OrderStream:
 		return &streamLog{p: p, bodies: map[liveKey]liveBody{}, gone: map[liveKey]lostBody{}}
 	case OrderCore:

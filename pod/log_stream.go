@@ -35,11 +35,11 @@ type streamLog struct {
 	sub      *dispatchSub
 	lost     atomic.Bool // its order was found lost
 
-	// deliver makes the frames reach the pod one at a time, in order,
+	// serial makes the frames reach the pod one at a time, in order,
 	// whoever hands them (the dispatcher, or the goroutine of a wait).
-	deliver sync.Mutex
-	mu      sync.Mutex
-	bodies  map[liveKey]liveBody // other nodes' bodies, until their markers come
+	serial sync.Mutex
+	mu     sync.Mutex
+	bodies map[liveKey]liveBody // other nodes' bodies, until their markers come
 	// parked are the frames that came after a marker whose body has not:
 	// they wait for it, in order.
 	parked []parkedFrame
@@ -164,8 +164,8 @@ func (l *streamLog) onMsg(_ string, m history.StoredMsg, burst *Burst) {
 // take hands the pod one frame of the stream: a marker is replaced by its
 // body; one whose body has not come parks it and what follows.
 func (l *streamLog) take(f parkedFrame, burst *Burst) {
-	l.deliver.Lock()
-	defer l.deliver.Unlock()
+	l.serial.Lock()
+	defer l.serial.Unlock()
 	l.mu.Lock()
 	if len(l.parked) == 0 {
 		body, key, waiting := l.bodyOf(f.frame)
@@ -187,15 +187,15 @@ func (l *streamLog) take(f parkedFrame, burst *Burst) {
 // release hands the pod the parked frames whose bodies have come (or were
 // found lost). burst is the dispatcher's, or nil off the dispatcher.
 func (l *streamLog) release(burst *Burst) {
-	l.deliver.Lock()
-	defer l.deliver.Unlock()
+	l.serial.Lock()
+	defer l.serial.Unlock()
 	l.flush(burst)
 }
 
 // flush hands the pod the parked frames, in order, as far as their
 // bodies have come: a body lost (gone) hands its marker as it is, and the
 // members that may have missed it are told. Call it with
-// streamLog.deliver held.
+// streamLog.serial held.
 func (l *streamLog) flush(burst *Burst) {
 	for {
 		l.mu.Lock()

@@ -18,14 +18,14 @@ import (
 	"github.com/mcpp/gateway/wire"
 )
 
-// Order says where the order of a node's pods comes from (doc.go).
-type Order int
+// Ordering says where the order of a node's pods comes from (doc.go).
+type Ordering int
 
 const (
 	// OrderLocal: one node. A pod's order is the order in which the node
 	// accepts its envelopes; they are delivered at once and written
 	// behind into the history stream.
-	OrderLocal Order = iota
+	OrderLocal Ordering = iota
 	// OrderStream: several nodes (a cluster, or an external NATS) with
 	// history. A pod's order is the history stream's, which every node
 	// follows with one ordered consumer (Follower), so that every node
@@ -37,7 +37,7 @@ const (
 	OrderCore
 )
 
-func (o Order) String() string {
+func (o Ordering) String() string {
 	return [...]string{"local", "stream", "core"}[o]
 }
 
@@ -150,12 +150,12 @@ type Admitted struct {
 // limits, its history and its connection to the other nodes. Fill it,
 // then call Start.
 type Node struct {
-	ID      string
-	Config  Config
-	Limits  wire.Limits // the welcome's: Config.Welcome()
-	Log     *slog.Logger
-	Metrics *Metrics
-	Order   Order
+	ID       string
+	Config   Config
+	Limits   wire.Limits // the welcome's: Config.Welcome()
+	Log      *slog.Logger
+	Metrics  *Metrics
+	Ordering Ordering
 	// History keeps the pods' history, and Writer writes into it; both
 	// nil when history is off.
 	History history.Backend
@@ -220,7 +220,7 @@ type Node struct {
 // closed records that pod name closed (OrderLocal with history).
 func (n *Node) closed(name string) {
 	w := n.Writer
-	if n.Order != OrderLocal || w == nil {
+	if n.Ordering != OrderLocal || w == nil {
 		return
 	}
 	mark := w.Mark()
@@ -260,11 +260,11 @@ func (n *Node) Start() {
 		n.Traces = NewTraces(nil)
 	}
 	n.stop = make(chan struct{})
-	if n.Order == OrderLocal {
+	if n.Ordering == OrderLocal {
 		return
 	}
 	n.dispatch = newDispatch(n.Broker)
-	if n.Order == OrderStream {
+	if n.Ordering == OrderStream {
 		n.bodies = newLiveBodies(n.storedUpTo)
 		if err := n.answerBodies(); err != nil {
 			// The other nodes then count this node's bodies they miss as lost.

@@ -144,7 +144,7 @@ func New(node *Node, name string) *Pod {
 	p.calls.init(cfg.Calls)
 	p.proposals.init()
 	p.order = newLog(p)
-	p.framed = node.historyOn() || node.Order != OrderLocal
+	p.framed = node.historyOn() || node.Ordering != OrderLocal
 	// Nothing may conclude before the past is in the registry.
 	p.Registry.Pause(true)
 	go p.open()

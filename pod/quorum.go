@@ -57,7 +57,7 @@ func (n *Node) NoQuorum() bool {
 // when the stream has formed, after Start. reach is Reach's function, nil
 // without an embedded cluster.
 func (n *Node) WatchQuorum(reach func() (reached, needed int)) {
-	if n.Order != OrderStream || n.History == nil || n.Writer == nil || !n.watching.CompareAndSwap(false, true) {
+	if n.Ordering != OrderStream || n.History == nil || n.Writer == nil || !n.watching.CompareAndSwap(false, true) {
 		return
 	}
 	go n.watchQuorum(reach)

@@ -120,9 +120,9 @@ type Tail struct {
 	subjects []string
 	fn       func(subject string, m history.StoredMsg, burst *Burst)
 
-	// order makes the calls of fn one at a time, in the stream's order,
+	// serial makes the calls of fn one at a time, in the stream's serial,
 	// whoever hands them (the dispatcher, Follow).
-	order    sync.Mutex
+	serial   sync.Mutex
 	mu       sync.Mutex
 	ready    bool
 	buffered []tailMsg
@@ -153,8 +153,8 @@ func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn
 		f.tails[s] = tl
 	}
 	f.mu.Unlock()
-	tl.order.Lock()
-	defer tl.order.Unlock()
+	tl.serial.Lock()
+	defer tl.serial.Unlock()
 	err := f.n.History.Scan(ctx, subjects, 1, func(subject string, m history.StoredMsg) error {
 		tl.deliver(subject, m, nil)
 		return nil
@@ -206,12 +206,12 @@ func (tl *Tail) handle(tm tailMsg, burst *Burst) {
 		return
 	}
 	tl.mu.Unlock()
-	tl.order.Lock()
-	defer tl.order.Unlock()
+	tl.serial.Lock()
+	defer tl.serial.Unlock()
 	tl.deliver(tm.subject, tm.m, burst)
 }
 
-// deliver hands m unless it was handed already. Call it with Tail.order
+// deliver hands m unless it was handed already. Call it with Tail.serial
 // held.
 func (tl *Tail) deliver(subject string, m history.StoredMsg, burst *Burst) {
 	tl.mu.Lock()
