@@ -339,6 +339,15 @@ func validHostPort(s string) bool {
 // clustered reports whether other gateway nodes may share the pods.
 func (c *Config) clustered() bool { return c.ClusterName != "" || c.NATSURL != "" }
 
+// ownsHistory reports whether this node's history stream is written by
+// its writer alone (history.Config.Own), which then sends rounds with one
+// acknowledgement each: a node alone, whose embedded server has no port
+// (--nats-port) through which anyone else could publish into the stream.
+// A round's messages are placed by counting the stream's sequences, and
+// a message of someone else's could make up for one the stream refused
+// without a word.
+func (c *Config) ownsHistory() bool { return !c.clustered() && c.NATSPort == 0 }
+
 // readLimit is the largest message read before the connection is closed
 // with 1009: twice the envelope limit, and at least the limit plus 64 KiB,
 // so that a moderately oversized envelope gets message_too_large and the

@@ -161,3 +161,33 @@ func TestConfigAuditAndMetricsFlags(t *testing.T) {
 		t.Fatalf("defaults: %q %d %d %d", d.AuditLog, d.AuditLogMaxSize, d.AuditLogMaxBackups, d.MetricsMaxPods)
 	}
 }
+
+// TestHistoryOwnedOnlyAlone: the history writer's rounds (one
+// acknowledgement a round, placed by counting the stream's sequences)
+// are for a node whose stream nobody else can publish into: not across
+// a cluster or an external NATS, and not with the embedded server's port
+// open (a client of it publishing while the stream refused one of a
+// round's messages would make the count come out right and every message
+// of the round be told a sequence one off).
+func TestHistoryOwnedOnlyAlone(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		own  bool
+	}{
+		{nil, true},
+		{[]string{"--history-dir", t.TempDir()}, true},
+		{[]string{"--nats-port", "4333"}, false},
+		{[]string{"--cluster-name", "c"}, false},
+		{[]string{"--nats-url", "nats://127.0.0.1:4222"}, false},
+	} {
+		cfg := DefaultConfig()
+		fs := flag.NewFlagSet("mcpp-gateway", flag.ContinueOnError)
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.ownsHistory(); got != c.own {
+			t.Errorf("%v: the node writes its own history alone: %v, want %v", c.args, got, c.own)
+		}
+	}
+}

@@ -210,6 +210,9 @@ func (g *Gateway) openHistory() error {
 		// external deployment's memory is not the gateway's heap.
 		File:      g.cfg.HistoryDir != "" || g.cfg.NATSURL == "" && g.cfg.HistoryStore == HistoryStoreFile,
 		Temporary: g.cfg.HistoryDir == "" && g.cfg.NATSURL == "",
+		// A node alone writes its own embedded stream, alone: the
+		// writer's rounds are acknowledged once each.
+		Own: g.cfg.ownsHistory(),
 	}
 	if g.cfg.clustered() {
 		// Across a network a leader may die with what it was sent: the

@@ -28,6 +28,8 @@ type Backend interface {
 	// that must not be blocked for long. msgID, when not empty, names the
 	// message: an Append of an id stored in the last two minutes stores
 	// nothing, and done gets the first one's sequence, and duplicate set.
+	// (A Stream of the node's own also takes a writer's whole round at
+	// once, with one acknowledgement: roundBackend, round.go.)
 	Append(subject string, msg []byte, msgID string, done func(seq uint64, duplicate bool, err error))
 	// Read calls fn, in order, with the messages of subject at the
 	// sequences in want (ascending, no repeats). A sequence that is no

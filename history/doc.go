@@ -9,7 +9,9 @@
 // and bytes), Memory the in-process one the pod's unit tests use. A
 // Writer stores each pod's frames behind the fan-out, in the order it is
 // given them, packed into batches (batch.go) so that a burst costs few
-// stream messages; Sync waits until everything appended is stored. Read
+// stream messages; on a node's own stream it sends them in rounds, each
+// acknowledged once, and lets a pod's batch take its frames of a second
+// (round.go); Sync waits until everything appended is stored. Read
 // and Scan read messages back by sequence (direct gets, no consumer);
 // Follow is a node's one ordered consumer of the whole stream, which a
 // cluster's nodes deliver in the order of.

@@ -43,7 +43,7 @@ func (s *Stream) Read(ctx context.Context, subject string, want []uint64, fn fun
 	for len(want) > 0 {
 		got := 0
 		n := int(min(want[len(want)-1]-want[0]+1, readBatch))
-		_, err := s.readBatch(ctx, subject, want[0], n, func(m StoredMsg) (bool, error) {
+		_, err := s.readBatch(ctx, subject, want[0], n, func(_ string, m StoredMsg) (bool, error) {
 			if want[got] < m.Seq {
 				// A wanted sequence was skipped: it is no longer there.
 				return false, &MissingError{Seq: want[got]}
@@ -121,7 +121,7 @@ type cursor struct {
 func (c *cursor) peek(ctx context.Context) (*StoredMsg, error) {
 	if len(c.buf) == 0 && !c.done {
 		var got []StoredMsg
-		more, err := c.s.readBatch(ctx, c.subject, c.next, readBatch, func(m StoredMsg) (bool, error) {
+		more, err := c.s.readBatch(ctx, c.subject, c.next, readBatch, func(_ string, m StoredMsg) (bool, error) {
 			got = append(got, m)
 			return true, nil
 		})
@@ -186,10 +186,10 @@ func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*S
 	return &StoredMsg{Seq: r.Message.Seq, Time: r.Message.Time.UnixNano(), Data: r.Message.Data}, nil
 }
 
-// readBatch asks for up to n messages of subject from seq on and calls fn
-// with each until it returns false. more reports whether the stream held
-// more after the batch.
-func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n int, fn func(StoredMsg) (bool, error)) (more bool, err error) {
+// readBatch asks for up to n messages of subject (a wildcard too) from seq
+// on and calls fn with each, and the subject it is on, until it returns
+// false. more reports whether the stream held more after the batch.
+func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n int, fn func(subject string, m StoredMsg) (bool, error)) (more bool, err error) {
 	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject, Batch: n, MaxBytes: readBatchBytes})
 	inbox := s.nc.NewRespInbox()
 	ch := make(chan *nats.Msg, readBatch+2)
@@ -229,7 +229,7 @@ func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n in
 			return false, errors.New("history: read: an answer without a sequence")
 		}
 		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		goOn, err := fn(StoredMsg{Seq: seq, Time: ts.UnixNano(), Data: m.Data})
+		goOn, err := fn(m.Header.Get(jetstream.SubjectHeader), StoredMsg{Seq: seq, Time: ts.UnixNano(), Data: m.Data})
 		if err != nil || !goOn {
 			return false, err
 		}

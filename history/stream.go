@@ -52,6 +52,11 @@ type Config struct {
 	// the gateway's own process, which always answers, waits as long as
 	// it takes.
 	AckWait time.Duration
+	// Own says the stream is this process's own: in its embedded server,
+	// not replicated, and written by this process's Writer alone (a
+	// gateway node without a cluster or --nats-url). The writer's rounds
+	// are then acknowledged once each, not once a message (round.go).
+	Own bool
 }
 
 // Slack is how many messages per pod the stream keeps beyond --history,
@@ -85,14 +90,34 @@ type Stream struct {
 	mu        sync.Mutex
 	token     uint64
 	waiting   []pendingAck // appended, not acknowledged, oldest first
-	stop      chan struct{}
-	stopOnce  sync.Once
+	waitArray []pendingAck // waiting's array from its start, for reuse
+	// last is the highest sequence the stream answered with for a message
+	// of this Stream's (and the stream's last when it was opened): a round
+	// of messages stored after it, with nothing between, ends at last plus
+	// its length (round.go).
+	last     uint64
+	groups   []*group // settled, for reuse (round.go)
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
+// pendingAck is an Append, or a group of a round's messages (round.go),
+// waiting for its answer.
 type pendingAck struct {
 	token uint64
 	at    time.Time
 	done  func(seq uint64, duplicate bool, err error)
+	group *group // instead of done: the messages the answer is for
+}
+
+// failAck ends p without an answer: a group's messages are looked for in
+// the stream, since some may be stored.
+func (s *Stream) failAck(p pendingAck, base uint64, err error) {
+	if p.group != nil {
+		s.resolve(p.group, base, 0, err)
+		return
+	}
+	p.done(0, false, err)
 }
 
 // ErrNoJetStream is returned by Open when the NATS server has no
@@ -151,6 +176,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		}
 	}
 	s := &Stream{nc: nc, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{})}
+	if cfg.Own {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("history: stream %s: %w", StreamName, err)
+		}
+		s.last = info.State.LastSeq
+	}
 	if s.ackSub, err = nc.Subscribe(s.ackPrefix+"*", s.onAck); err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
@@ -174,11 +206,11 @@ func (s *Stream) Close() {
 		close(s.stop)
 		_ = s.ackSub.Unsubscribe()
 		s.mu.Lock()
-		waiting := s.waiting
+		waiting, base := s.waiting, s.last
 		s.waiting = nil
 		s.mu.Unlock()
 		for _, p := range waiting {
-			p.done(0, false, errors.New("history: closed"))
+			s.failAck(p, base, errClosed)
 		}
 	})
 }
@@ -189,18 +221,36 @@ func (s *Stream) Close() {
 // come in the order of the Appends; one that never comes is failed after
 // Config.AckWait.
 func (s *Stream) Append(subject string, msg []byte, msgID string, done func(seq uint64, duplicate bool, err error)) {
-	s.mu.Lock()
-	s.token++
-	token := s.token
-	s.waiting = append(s.waiting, pendingAck{token: token, at: time.Now(), done: done})
-	s.mu.Unlock()
-	m := &nats.Msg{Subject: subject, Reply: s.ackPrefix + strconv.FormatUint(token, 10), Data: msg}
-	if msgID != "" {
-		m.Header = nats.Header{jetstream.MsgIDHeader: []string{msgID}}
+	token := s.wait(pendingAck{done: done})
+	var err error
+	if msgID == "" {
+		err = s.nc.PublishRequest(subject, s.reply(token), msg)
+	} else {
+		err = s.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: s.reply(token), Data: msg,
+			Header: nats.Header{jetstream.MsgIDHeader: []string{msgID}}})
 	}
-	if err := s.nc.PublishMsg(m); err != nil {
+	if err != nil {
 		s.fail(token, fmt.Errorf("history: publish: %w", err))
 	}
+}
+
+// wait numbers p and queues it for its answer.
+func (s *Stream) wait(p pendingAck) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.token++
+	p.token, p.at = s.token, time.Now()
+	had := cap(s.waiting)
+	if s.waiting = append(s.waiting, p); cap(s.waiting) != had {
+		s.waitArray = s.waiting // a new array, which starts here
+	}
+	return p.token
+}
+
+// reply is the reply subject of the Append numbered token.
+func (s *Stream) reply(token uint64) string {
+	var b [64]byte
+	return string(strconv.AppendUint(append(b[:0], s.ackPrefix...), token, 10))
 }
 
 // onAck handles the stream's answer to one Append: the ones before it
@@ -213,21 +263,34 @@ func (s *Stream) onAck(m *nats.Msg) {
 	seq, dup, ackErr := parseAck(m)
 	s.mu.Lock()
 	var lost []pendingAck
-	var mine *pendingAck
+	var mine pendingAck
+	found := false
 	for len(s.waiting) > 0 && s.waiting[0].token <= token {
 		p := s.waiting[0]
 		s.popWaiting()
 		if p.token == token {
-			mine = &p
+			mine, found = p, true
 			break
 		}
 		lost = append(lost, p)
 	}
+	base := s.last
+	if found && ackErr == nil && !dup {
+		s.last = max(s.last, seq)
+	}
 	s.mu.Unlock()
 	for _, p := range lost {
-		p.done(0, false, errors.New("history: no acknowledgement (the stream's leader changed?)"))
+		s.failAck(p, base, errors.New("history: no acknowledgement (the stream's leader changed?)"))
 	}
-	if mine != nil {
+	switch {
+	case !found:
+	case mine.group != nil && len(lost) > 0:
+		// What was lost before it may be stored in the group's span, and
+		// base does not count it: the count proves nothing (round.go).
+		s.resolve(mine.group, base, seq, ackErr)
+	case mine.group != nil:
+		s.settleGroup(mine.group, base, seq, ackErr)
+	default:
 		mine.done(seq, dup, ackErr)
 	}
 }
@@ -238,25 +301,28 @@ func (s *Stream) popWaiting() {
 	s.waiting[0] = pendingAck{}
 	s.waiting = s.waiting[1:]
 	if len(s.waiting) == 0 {
-		s.waiting = nil
+		s.waiting = s.waitArray[:0] // its array, reused
 	}
 }
 
 // fail ends the Append of token with err.
 func (s *Stream) fail(token uint64, err error) {
 	s.mu.Lock()
-	var p *pendingAck
+	var p pendingAck
+	found := false
 	for i := range s.waiting {
 		if s.waiting[i].token == token {
-			pa := s.waiting[i]
-			p = &pa
+			p, found = s.waiting[i], true
+			n := len(s.waiting)
 			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+			s.waiting[:n][n-1] = pendingAck{}
 			break
 		}
 	}
+	base := s.last
 	s.mu.Unlock()
-	if p != nil {
-		p.done(0, false, err)
+	if found {
+		s.failAck(p, base, err)
 	}
 }
 
@@ -276,9 +342,10 @@ func (s *Stream) watchAcks() {
 				late = append(late, s.waiting[0])
 				s.popWaiting()
 			}
+			base := s.last
 			s.mu.Unlock()
 			for _, p := range late {
-				p.done(0, false, fmt.Errorf("history: the stream did not acknowledge within %v", ackWait))
+				s.failAck(p, base, fmt.Errorf("history: the stream did not acknowledge within %v", ackWait))
 			}
 		}
 	}
@@ -292,12 +359,7 @@ func parseAck(m *nats.Msg) (seq uint64, duplicate bool, err error) {
 		return 0, false, fmt.Errorf("history: the stream did not answer (status %s %s)", status, m.Header.Get("Description"))
 	}
 	if i := bytes.Index(m.Data, []byte(`"seq":`)); i >= 0 {
-		d := m.Data[i+len(`"seq":`):]
-		n := 0
-		for n < len(d) && d[n] >= '0' && d[n] <= '9' {
-			n++
-		}
-		if seq, err := strconv.ParseUint(string(d[:n]), 10, 64); err == nil && seq > 0 {
+		if seq := leadingUint(m.Data[i+len(`"seq":`):]); seq > 0 {
 			return seq, bytes.Contains(m.Data, []byte(`"duplicate":true`)), nil
 		}
 	}
@@ -321,6 +383,22 @@ func parseAck(m *nats.Msg) (seq uint64, duplicate bool, err error) {
 		return 0, false, &RejectedError{Reason: a.Error.Description}
 	}
 	return 0, false, fmt.Errorf("history: an acknowledgement that does not parse: %q", m.Data)
+}
+
+// leadingUint is the decimal number d starts with (0: none, or one too
+// large): an acknowledgement's sequence, read without a copy of it.
+func leadingUint(d []byte) uint64 {
+	var n uint64
+	for i, c := range d {
+		if c < '0' || c > '9' {
+			break
+		}
+		if i == 19 {
+			return 0 // more digits than a sequence has
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n
 }
 
 // Ready reports whether the stream answers and, in a cluster, has a

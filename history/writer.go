@@ -26,6 +26,17 @@ import (
 // WriterOptions.IDs), so that one sent again after its acknowledgement
 // was lost is stored once.
 //
+// On a node's own stream (Config.Own, round.go) the writer sends rounds:
+// every roundEvery at most, one at a time, all it has packed since, with
+// one acknowledgement for the round; and where the history does not
+// outlive the process, a pod's batch stays open for podLinger, taking the
+// pod's frames of that second. Both spare the stream (NATS's connection,
+// JetStream's store, the collector) the cost of a message and an answer
+// per envelope (issue 39); neither delays delivery, which a node alone
+// makes at once. Sync and WaitFor send what they wait for in the next
+// round. Rounds are for a stream without IDs only; with IDs a pod has one
+// batch on its way at a time instead (holdBack).
+//
 // When the stream stops acknowledging (its leader died; an election takes
 // seconds), the writer holds: it sends nothing new, waits until the stream
 // answers, then sends again, in order, every message not acknowledged.
@@ -37,6 +48,15 @@ type Writer struct {
 	log    *slog.Logger
 	opts   WriterOptions
 	prefix string // of the messages' ids
+	// rounds is set when b takes a round of messages at once (round.go):
+	// the writer then keeps one round on its way, sends one at most every
+	// roundEvery, and lets each pod's batch take frames for linger.
+	rounds roundBackend
+	linger time.Duration
+	// lastRound is when the last round was sent, and tick the writer's
+	// wake for the next (the writer's goroutine's).
+	lastRound time.Time
+	tick      *time.Timer
 
 	mu        sync.Mutex
 	queue     []item            // appended, not sent yet
@@ -46,10 +66,14 @@ type Writer struct {
 	bytes     int64             // of the frames queued and sent, not settled
 	appended  uint64            // items appended, numbered from 1
 	batches   uint64            // batches made: their ordinals, and their ids
-	open      map[string]*batch // pack's, by the pod's subject (item.order), reused
-	flying    map[string]int    // batches on their way, by the pod's subject (with IDs: holdBack)
-	waiting   map[string][]item // items of the pods flying, by the pod's subject, in order
-	ready     []item            // items of pods no longer flying, to send before the queue
+	open      map[string]*batch // each pod's batch that takes its next frames, by item.order
+	ready     []*batch          // no longer open, not sent: they go in the next round
+	lingering []lingerRef       // the open batches, in the order made, from lhead on (due)
+	lhead     int
+	urgent    uint64            // the items up to it are waited for (WaitFor): sent at once
+	flying    map[string]int    // batches made and not settled, by item.order (with IDs: holdBack)
+	waiting   map[string][]item // items of the pods flying, by item.order, in order (with IDs)
+	released  []item            // items of pods no longer flying, to send before the queue (with IDs)
 	storedMax uint64            // the ordinal of the last batch stored
 	storedSeq uint64            // the highest stream sequence stored
 	holding   bool
@@ -89,6 +113,20 @@ const inProcessRetry = 200 * time.Millisecond
 // reading one frame of it back.
 const maxBatchFrames = 1024
 
+// roundEvery is how long a writer whose backend takes rounds (round.go)
+// waits after a round before it sends the next: what the node accepts
+// meanwhile goes in one round, so that the stream's costs of a round (the
+// flushes, reads and wakes of NATS's connection and of the stream, and
+// the acknowledgement) are shared by the frames of many pods. Delivery
+// never waits for it (a node alone delivers at once, and writes behind):
+// only what waits for the history to be stored does (Sync, a pod opened
+// again after its earlier life on the node), and that at most a round.
+const roundEvery = 20 * time.Millisecond
+
+// maxLingerBytes bounds the frames a writer keeps in its pods' open
+// batches (linger): past it, every batch goes in the next round.
+const maxLingerBytes = 8 << 20
+
 // The writer reuses the batches the stream has settled, their arrays
 // included, so that appending a frame allocates nothing (issue 32): at
 // most maxFreeBatches of them (one for each pod a busy moment of a
@@ -99,6 +137,7 @@ const maxBatchFrames = 1024
 const (
 	maxFreeBatches = 4096
 	maxFreeBuffer  = 64 << 10
+	minBatchBuffer = 1 << 10
 )
 
 type item struct {
@@ -118,7 +157,10 @@ type item struct {
 // batch is one message of the stream: frames of one subject.
 type batch struct {
 	subject string
-	order   string // the pod's subject (item.order)
+	order   string    // its items' order (item.order): its pod's
+	open    bool      // it is its pod's open batch (Writer.open)
+	gen     uint32    // counts its uses (newBatch): a lingerRef of an earlier one is stale
+	since   time.Time // when it was made
 	items   []item
 	data    []byte
 	buf     []byte // data's array when the batch is several frames, kept for reuse
@@ -150,6 +192,16 @@ func NewWriter(b Backend, opts WriterOptions) *Writer {
 	w := &Writer{
 		b: b, log: opts.Logger, opts: opts, prefix: opts.Node + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
 		wake: make(chan struct{}, 1), done: make(chan struct{}), flying: map[string]int{}, waiting: map[string][]item{},
+	}
+	// Rounds and IDs exclude each other: a stream that takes rounds is a
+	// node's own, which needs no ids (nothing is lost between two
+	// messages of one connection to an in-process server), and a stream
+	// across a network, which does, keeps one batch of a pod on its way
+	// at a time (holdBack) and is acknowledged message by message.
+	if r, ok := b.(roundBackend); ok && r.rounds() && !opts.IDs {
+		w.rounds, w.linger = r, r.linger()
+		w.tick = time.NewTimer(time.Hour)
+		w.tick.Stop()
 	}
 	go w.run()
 	return w
@@ -193,6 +245,11 @@ func (w *Writer) add(it item) {
 	w.queue = append(w.queue, it)
 	w.bytes += int64(len(it.frame))
 	w.mu.Unlock()
+	w.wakeUp()
+}
+
+// wakeUp tells the writer's goroutine there is something to do.
+func (w *Writer) wakeUp() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -259,9 +316,16 @@ func (w *Writer) WaitFor(ctx context.Context, target uint64) error {
 	for {
 		w.mu.Lock()
 		low, ch, closed := w.lowestUnsettled(), w.progressLocked(), w.closed
+		hurry := low <= target && target > w.urgent
+		if hurry {
+			w.urgent = target // sent in the next round, lingering or not
+		}
 		w.mu.Unlock()
 		if low > target || closed {
 			return nil
+		}
+		if hurry {
+			w.wakeUp()
 		}
 		select {
 		case <-ch:
@@ -280,10 +344,19 @@ func (w *Writer) lowestUnsettled() uint64 {
 			low = b.items[0].n
 		}
 	}
+	for _, b := range w.ready {
+		low = min(low, b.items[0].n)
+	}
+	for _, r := range w.lingering[w.lhead:] {
+		if r.live() {
+			low = min(low, r.b.items[0].n) // made in order: the first live one is the oldest
+			break
+		}
+	}
 	if len(w.queue) > 0 && w.queue[0].n < low {
 		low = w.queue[0].n
 	}
-	for _, it := range w.ready {
+	for _, it := range w.released {
 		low = min(low, it.n)
 	}
 	for _, items := range w.waiting {
@@ -313,12 +386,18 @@ func (w *Writer) notifyLocked() {
 }
 
 // run sends what is appended, batch by batch, and holds while the stream
-// does not answer.
+// does not answer. A backend that takes rounds gets one at a time, at most
+// one every roundEvery.
 func (w *Writer) run() {
-	var batches []*batch
+	var out []*batch
+	var tick <-chan time.Time
+	if w.tick != nil {
+		tick = w.tick.C
+	}
 	for {
 		select {
 		case <-w.wake:
+		case <-tick:
 		case <-w.done:
 			return
 		}
@@ -328,16 +407,44 @@ func (w *Writer) run() {
 			w.recover()
 			continue
 		}
+		if w.rounds != nil {
+			if len(w.sent) > 0 {
+				// The round on its way wakes the writer when it is settled.
+				w.mu.Unlock()
+				continue
+			}
+			if wait := roundEvery - time.Since(w.lastRound); wait > 0 {
+				// What comes meanwhile goes in this round.
+				w.tick.Reset(wait)
+				w.mu.Unlock()
+				continue
+			}
+		}
+		now := time.Now()
 		items := w.queue
 		w.queue, w.spare = w.spare[:0], nil
 		if w.opts.IDs {
 			items = w.holdBack(items)
 		}
-		batches = w.pack(items, batches[:0])
-		w.sent = append(w.sent, batches...)
+		w.pack(items, now)
+		out = w.due(out[:0], now)
+		w.sent = append(w.sent, out...)
+		if w.rounds != nil {
+			if len(out) > 0 {
+				w.lastRound = now
+			} else if w.lhead < len(w.lingering) {
+				w.tick.Reset(roundEvery) // the open batches come due
+			}
+		}
 		w.mu.Unlock()
-		for _, b := range batches {
-			w.b.Append(b.subject, b.data, b.id, b.done)
+		if w.rounds != nil {
+			if len(out) > 0 {
+				w.rounds.appendRound(out)
+			}
+		} else {
+			for _, b := range out {
+				w.b.Append(b.subject, b.data, b.id, b.done)
+			}
 		}
 		clear(items)
 		w.mu.Lock()
@@ -345,24 +452,26 @@ func (w *Writer) run() {
 			w.spare = items[:0]
 		}
 		w.mu.Unlock()
-		clear(batches)
+		clear(out)
 	}
 }
 
 // holdBack sets aside the items of the pods that have a batch on its way
 // to the stream (flying), each pod's in its order (waiting), and returns
 // the others, after the items of the pods whose batch was stored since
-// (ready, which come before their pods' later items): across a network
+// (released, which come before their pods' later items): across a network
 // one message may be lost while the next one is stored (a route that
 // drops between them), so that a pod whose messages were both on their
 // way could have its later frames stored before its earlier ones. With
 // one batch of a pod on its way at a time, a batch is sent once the one
 // before it is stored, and the stream holds each pod's frames in the
 // order they were appended whatever is lost. A busy pod's frames wait in
-// its next batch meanwhile. Call it with mu held.
+// its next batch meanwhile. Only with IDs (a stream across a network):
+// a node's own stream, which takes rounds instead (round.go), loses
+// nothing between two messages of one connection. Call it with mu held.
 func (w *Writer) holdBack(items []item) []item {
-	out := w.ready
-	w.ready = nil
+	out := w.released
+	w.released = nil
 	for _, it := range items {
 		if w.flying[it.order] > 0 {
 			w.waiting[it.order] = append(w.waiting[it.order], it)
@@ -374,60 +483,106 @@ func (w *Writer) holdBack(items []item) []item {
 	return out
 }
 
-// pack makes batches of items: the frames appended in a row to one
-// subject of a pod, in their order, up to maxBatchFrames and MaxBytes; an
-// item with an id alone. A pod has one batch open at a time, so that an
-// item for its other subject (an entry after a marker, a marker after an
-// entry) starts a batch made after the one before it, and the stream
-// stores them in the order they were appended. A batch of one frame is
-// the frame itself, not a copy. Call it with mu held.
-func (w *Writer) pack(items []item, out []*batch) []*batch {
-	open := w.open
-	if open == nil {
-		open = map[string]*batch{}
-		w.open = open
+// pack puts items in batches: the frames appended in a row to one subject
+// of a pod, in their order, up to maxBatchFrames and MaxBytes; an item
+// with an id alone. A pod has one batch open at a time (w.open), which
+// takes its frames until one does not fit it: an item for the pod's other
+// subject (an entry after a marker, a marker after an entry) starts a
+// batch made after the one before it, which is then ready, so that the
+// stream stores them in the order they were appended. With IDs a pod's
+// batch counts as flying from the moment it is made (it goes out in this
+// round: no linger), and the pod's items that do not fit it wait for it
+// to be stored (holdBack) instead of starting another. Call it with mu
+// held.
+func (w *Writer) pack(items []item, now time.Time) {
+	if w.open == nil {
+		w.open = map[string]*batch{}
 	}
-	defer clear(open)
 	for _, it := range items {
-		b := open[it.order]
+		b := w.open[it.order]
 		fits := b != nil && it.msgID == "" && b.subject == it.subject && len(b.items) < maxBatchFrames && int(b.size)+len(it.frame)+16 <= w.opts.MaxBytes
-		if w.opts.IDs && (w.flying[it.order] > 0 || b != nil && !fits) {
+		if fits {
+			b.items = append(b.items, it)
+			b.size += int64(len(it.frame))
+			continue
+		}
+		if b != nil {
+			b.open = false
+			delete(w.open, it.order)
+			w.ready = append(w.ready, b)
+		}
+		if w.opts.IDs && w.flying[it.order] > 0 {
 			// One batch of a pod on its way at a time (holdBack): the
 			// rest of the pod's frames wait for it.
-			if b != nil {
-				delete(open, it.order)
-				w.flying[it.order]++
-			}
 			w.waiting[it.order] = append(w.waiting[it.order], it)
 			continue
 		}
-		if !fits {
-			b = w.newBatch(it.subject)
-			b.order = it.order
-			out = append(out, b)
-			open[it.order] = b
+		b = w.newBatch(it.subject)
+		b.order, b.since = it.order, now
+		if w.opts.IDs {
+			w.flying[it.order]++
+		}
+		if it.msgID == "" {
+			b.open = true
+			w.open[it.order] = b
+			w.lingering = append(w.lingering, lingerRef{b, b.gen})
+		} else {
+			w.ready = append(w.ready, b) // sent alone, under its own id
 		}
 		b.items = append(b.items, it)
 		b.size += int64(len(it.frame))
-		if it.msgID != "" {
-			// Sent alone, under its own id.
-			delete(open, it.order)
-			if w.opts.IDs {
-				w.flying[it.order]++
-			}
-		}
 	}
-	if w.opts.IDs {
-		for order := range open {
-			w.flying[order]++
+}
+
+// lingerRef is an open batch in the order made (Writer.lingering): stale
+// once the batch is no longer open, or is in use again.
+type lingerRef struct {
+	b   *batch
+	gen uint32
+}
+
+func (r lingerRef) live() bool { return r.b.gen == r.gen && r.b.open }
+
+// due appends to out the batches to send now: every ready one, then, in
+// the order made, each open one made w.linger ago, or holding an item
+// someone waits for (WaitFor), or every one when they hold more than
+// maxLingerBytes. A pod's ready batches were made before its open one,
+// and go before it. A batch of one frame is the frame itself, not a copy.
+// Call it with mu held.
+func (w *Writer) due(out []*batch, now time.Time) []*batch {
+	out = append(out, w.ready...)
+	clear(w.ready)
+	w.ready = w.ready[:0]
+	all := w.linger == 0 || w.bytes > maxLingerBytes
+	for w.lhead < len(w.lingering) {
+		r := w.lingering[w.lhead]
+		if r.live() {
+			if !all && now.Sub(r.b.since) < w.linger && r.b.items[0].n > w.urgent {
+				break // and so are the ones made after it
+			}
+			r.b.open = false
+			delete(w.open, r.b.order)
+			out = append(out, r.b)
 		}
+		w.lingering[w.lhead] = lingerRef{}
+		w.lhead++
+	}
+	switch {
+	case w.lhead == len(w.lingering):
+		w.lingering, w.lhead = w.lingering[:0], 0
+	case w.lhead > 1024 && 2*w.lhead > len(w.lingering):
+		n := copy(w.lingering, w.lingering[w.lhead:])
+		clear(w.lingering[n:])
+		w.lingering, w.lhead = w.lingering[:n], 0
 	}
 	for _, b := range out {
 		if len(b.items) == 1 {
 			b.data = b.items[0].frame
 		} else {
 			if size := batchSize(b.items); cap(b.buf) < size {
-				b.buf = make([]byte, 0, size)
+				// Room for a little more: the next use of b, for any pod,
+				// is most often about as large.
+				b.buf = make([]byte, 0, max(minBatchBuffer, size+size/2))
 			}
 			b.data = appendBatch(b.buf[:0], b.items)
 			b.buf = b.data[:0]
@@ -456,6 +611,7 @@ func (w *Writer) newBatch(subject string) *batch {
 		b.done = b.complete
 	}
 	b.subject = subject
+	b.gen++
 	return b
 }
 
@@ -470,7 +626,8 @@ func (w *Writer) recycle(b *batch) {
 	if cap(b.buf) > maxFreeBuffer {
 		b.buf = nil
 	}
-	b.subject, b.order, b.data, b.id, b.size, b.ord, b.resent, b.state = "", "", nil, "", 0, 0, false, batchSending
+	b.subject, b.order, b.open, b.since = "", "", false, time.Time{}
+	b.data, b.id, b.size, b.ord, b.resent, b.state = nil, "", 0, 0, false, batchSending
 	w.free = append(w.free, b)
 }
 
@@ -525,7 +682,7 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		if w.flying[b.order]--; w.flying[b.order] <= 0 {
 			delete(w.flying, b.order)
 			if next := w.waiting[b.order]; len(next) > 0 {
-				w.ready = append(w.ready, next...)
+				w.released = append(w.released, next...)
 				delete(w.waiting, b.order)
 				select {
 				case w.wake <- struct{}{}:
@@ -561,6 +718,9 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		w.sent = nil // a hold's worth
 	default:
 		w.sent = w.sent[:0] // its array, reused: most batches settle alone
+	}
+	if w.rounds != nil && len(w.sent) == 0 && (len(w.queue) > 0 || w.lhead < len(w.lingering)) {
+		w.wakeUp() // the next round
 	}
 	w.notifyLocked()
 	w.mu.Unlock()
