@@ -335,6 +335,23 @@ func (w *Writer) WaitFor(ctx context.Context, target uint64) error {
 	}
 }
 
+// Hurry sends everything appended so far in the next round, lingering or
+// not (as WaitFor does for what it waits for): for one who waits for the
+// writer's bytes to go down (a sender held by the node's flow control,
+// pod.Throttle), which the bytes of the pods' open batches would
+// otherwise keep up for podLinger.
+func (w *Writer) Hurry() {
+	w.mu.Lock()
+	hurry := w.appended > w.urgent
+	if hurry {
+		w.urgent = w.appended
+	}
+	w.mu.Unlock()
+	if hurry {
+		w.wakeUp()
+	}
+}
+
 // lowestUnsettled is the number of the oldest item not settled, or one
 // past the last appended. Call it with mu held.
 func (w *Writer) lowestUnsettled() uint64 {

@@ -108,13 +108,25 @@ func (f *flow) over() bool {
 
 // Throttle waits while the sender is ahead of its bounds, or until the
 // pod is closed; the burst it sends in, b (nil: none), is flushed first.
+// While it waits, the writer sends all it holds in its next round: the
+// bytes of the pods' open batches, which a node's own temporary store lets
+// linger for a second (history.Writer.Hurry), count in what the sender
+// waits for.
 func (p *Pod) Throttle(b *Burst) {
 	f := &p.flow
 	if !f.over() {
 		return
 	}
 	b.Flush()
-	f.wait(func() bool { return !f.over() }, nil)
+	f.wait(func() bool {
+		if !f.over() {
+			return true
+		}
+		if w := p.node.Writer; w != nil {
+			w.Hurry()
+		}
+		return false
+	}, nil)
 }
 
 // Settle waits, at most settleWait, until the frames this node sent into
