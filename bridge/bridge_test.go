@@ -15,6 +15,7 @@ import (
 	"github.com/mcpp/gateway/bridge"
 	"github.com/mcpp/gateway/bridge/bridgetest"
 	"github.com/mcpp/gateway/gateway/gatewaytest"
+	"github.com/mcpp/gateway/internal/wait"
 	"github.com/mcpp/gateway/wire"
 )
 
@@ -189,6 +190,13 @@ func TestCapabilitiesDeclared(t *testing.T) {
 			startBridge(t, gw, "caps", "srv", func(c *bridge.Config) {
 				c.Server.Transport = inMemory(t, srv, nil)
 				c.ProtocolVersion = version
+			})
+			// The server sees who its client is with the first request
+			// that carries it, which may come after the bridge is in the pod.
+			wait.Until(t, 10*time.Second, "a request of the bridge's at the server", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return client != nil
 			})
 			mu.Lock()
 			p, methods := client, strings.Join(seen, " ")
