@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -161,15 +160,12 @@ func TestAdminCluster(t *testing.T) {
 
 	// Node 2 stops answering (its process is frozen): node 1's listing
 	// names it as a node that did not answer, and says it is incomplete.
-	pid := nodes[1].Cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	nodes[1].Pause()
 	resumed := false
 	resume := func() {
 		if !resumed {
 			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
+			nodes[1].Resume()
 		}
 	}
 	t.Cleanup(resume)

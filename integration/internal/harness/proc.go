@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"net/http"
@@ -223,7 +224,19 @@ func (p *GatewayProc) Start(within time.Duration) {
 func (p *GatewayProc) Pause() {
 	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		p.t.Errorf("SIGSTOP: %v", err)
+		return
 	}
+	// The signal is delivered after kill returns: until the process is
+	// seen stopped (state T), it may still answer.
+	stat := fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		// The state follows the command's name in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+	}
+	p.t.Errorf("the gateway's process was not seen stopped 5 s after SIGSTOP")
 }
 
 // Resume lets a paused gateway go on (SIGCONT).
