@@ -135,7 +135,12 @@ type Request struct {
 
 // Accepted is what the registry recorded for an accepted envelope.
 type Accepted struct {
-	Context   *Context
+	// Context is the registry's own, which other senders change under
+	// the registry's lock: read it only in Accept's commit.
+	Context *Context
+	// Depth is the context's depth as the envelope was accepted, for
+	// whoever reads it after the lock is let go.
+	Depth     int
 	Ancestors []string    // parent first
 	Concluded []Concluded // contexts the envelope concluded, in event order
 }
@@ -237,7 +242,7 @@ func (r *Registry) Accept(req *Request, acc *Accepted, commit func(*Accepted)) *
 	// older than what another sender already recorded.
 	cur.LastActivity = max(cur.LastActivity, now)
 	cur.addSender(req.Sender)
-	acc.Context = cur
+	acc.Context, acc.Depth = cur, cur.Depth
 	acc.Ancestors = r.ancestors(cur, acc.Ancestors[:0], now)
 	acc.Concluded = acc.Concluded[:0]
 	if r.conclusions[req.Kind] {

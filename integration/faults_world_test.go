@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -164,8 +165,20 @@ func startFaultWorld(t *testing.T, size faultSize) *faultWorld {
 		// MCPP_FAULT_LOGS=1 shows the nodes' logs of a run that passed too.
 		if t.Failed() || os.Getenv("MCPP_FAULT_LOGS") != "" {
 			t.Logf("seed %d (MCPP_FAULT_SEED=%d replays it)", w.seed, w.seed)
+			// The whole logs go to files (a full-size run's are hundreds
+			// of megabytes), their ends to the test's output.
+			dir, err := os.MkdirTemp("", "mcpp-faults-")
+			if err != nil {
+				dir = ""
+			}
 			for i, n := range w.nodes {
 				log := n.Stderr.String()
+				if dir != "" {
+					name := filepath.Join(dir, fmt.Sprintf("node%d.log", i+1))
+					if err := os.WriteFile(name, []byte(log), 0o644); err == nil {
+						t.Logf("node %d's whole log: %s", i+1, name)
+					}
+				}
 				if len(log) > 200_000 {
 					log = "…" + log[len(log)-200_000:]
 				}
@@ -357,7 +370,7 @@ func (w *faultWorld) inexact() string {
 		members[k] = append([]*fmember(nil), v...)
 	}
 	w.mu.Unlock()
-	var bad []string
+	var bad, badPods []string
 	for _, pod := range pods {
 		views := map[*fmember]map[string]bool{}
 		for _, m := range members[pod] {
@@ -386,11 +399,23 @@ func (w *faultWorld) inexact() string {
 				sort.Strings(got)
 				sort.Strings(want)
 				bad = append(bad, fmt.Sprintf("%s sees %v, want %v", m.name(), got, want))
+				if len(badPods) < 2 && !slices.Contains(badPods, pod) {
+					badPods = append(badPods, pod)
+				}
 			}
 		}
 	}
 	if len(bad) > 5 {
 		bad = append(bad[:5], fmt.Sprintf("and %d more", len(bad)-5))
+	}
+	// What the members of the first pods seen wrong did, to read beside
+	// the nodes' logs.
+	for _, pod := range badPods {
+		for _, m := range members[pod] {
+			m.mu.Lock()
+			bad = append(bad, fmt.Sprintf("\n%s's trace:\n  %s", m.name(), strings.Join(m.trace, "\n  ")))
+			m.mu.Unlock()
+		}
 	}
 	return strings.Join(bad, "; ")
 }
@@ -443,44 +468,76 @@ func (w *faultWorld) settleDeliveries(d time.Duration) *report {
 // envelope published (and stored) after the run: a node still catching up
 // replays what it has, and delivers the rest live, after.
 func (w *faultWorld) histories(i int) map[string][]received {
-	out := map[string][]received{}
-	for _, pod := range w.pods {
-		q := "pod=" + pod + "&participant=reader&history=all&observe=1"
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		conn, err := mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
-		// A node whose routes just came back may still refuse (no_quorum,
-		// a pod reading its past): tried again, as a client does.
-		for err != nil && strings.Contains(err.Error(), "503") && ctx.Err() == nil {
-			time.Sleep(200 * time.Millisecond)
-			conn, err = mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
-		}
-		if err != nil {
-			cancel()
-			w.t.Fatalf("reading %s's history on node %d: %v", pod, i+1, err)
-		}
-		status, body, err := postJSON(w.http(i)+"/pods/"+pod+"/envelopes?participant=end", `{"id": "end", "kind": "end"}`)
-		if err != nil || status != 200 || !strings.Contains(body, `"id":"end"`) {
-			w.t.Fatalf("the end of %s on node %d: %d %s %v", pod, i+1, status, body, err)
-		}
-		var got []received
-		for end := false; !end; {
-			b, err := conn.Read(ctx, nil)
-			if err != nil {
-				w.t.Fatalf("reading %s's history on node %d: %v after %d envelopes", pod, i+1, err, len(got))
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				r := gjson.Parse(line)
-				switch r.Get("kind").String() {
-				case faultKind:
-					got = append(got, received{r.Get("from").String(), int(r.Get("payload.n").Int())})
-				case "end":
-					end = true
+	// Read 16 at a time: one after the other, 1,000 pods' histories took
+	// longer than the faults.
+	const readers = 16
+	var (
+		mu   sync.Mutex
+		out  = map[string][]received{}
+		errs []error
+		wg   sync.WaitGroup
+		next = make(chan string)
+	)
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for pod := range next {
+				got, err := w.history(i, pod)
+				mu.Lock()
+				out[pod] = got
+				if err != nil {
+					errs = append(errs, err)
 				}
+				mu.Unlock()
 			}
-		}
-		cancel()
-		_ = conn.CloseNow()
-		out[pod] = got
+		}()
+	}
+	for _, pod := range w.pods {
+		next <- pod
+	}
+	close(next)
+	wg.Wait()
+	if len(errs) > 0 {
+		w.t.Fatalf("reading the histories on node %d: %d pods failed, the first: %v", i+1, len(errs), errs[0])
 	}
 	return out
+}
+
+// history reads one pod's history on node i (histories).
+func (w *faultWorld) history(i int, pod string) ([]received, error) {
+	q := "pod=" + pod + "&participant=reader&history=all&observe=1"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
+	// A node whose routes just came back may still refuse (no_quorum,
+	// a pod reading its past): tried again, as a client does.
+	for err != nil && strings.Contains(err.Error(), "503") && ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		conn, err = mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s's history on node %d: %w", pod, i+1, err)
+	}
+	defer func() { _ = conn.CloseNow() }()
+	status, body, err := postJSON(w.http(i)+"/pods/"+pod+"/envelopes?participant=end", `{"id": "end", "kind": "end"}`)
+	if err != nil || status != 200 || !strings.Contains(body, `"id":"end"`) {
+		return nil, fmt.Errorf("the end of %s on node %d: %d %s %v", pod, i+1, status, body, err)
+	}
+	var got []received
+	for {
+		b, err := conn.Read(ctx, nil)
+		if err != nil {
+			return got, fmt.Errorf("reading %s's history on node %d: %w after %d envelopes", pod, i+1, err, len(got))
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			r := gjson.Parse(line)
+			switch r.Get("kind").String() {
+			case faultKind:
+				got = append(got, received{r.Get("from").String(), int(r.Get("payload.n").Int())})
+			case "end":
+				return got, nil
+			}
+		}
+	}
 }

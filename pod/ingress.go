@@ -143,7 +143,7 @@ func (p *Pod) Handle(s *Sender, b *Burst, data []byte, binary bool) Outcome {
 	in.handle(data, binary)
 	var out Outcome
 	if in.acc.Context != nil {
-		out.Depth = in.acc.Context.Depth
+		out.Depth = in.acc.Depth
 		out.Concluded = append(out.Concluded, in.acc.Concluded...)
 	}
 	in.release()
