@@ -44,8 +44,9 @@ type Gateway struct {
 
 	ns      *server.Server // nil with --nats-url
 	nc      *nats.Conn
-	tempDir string   // the embedded JetStream's own directory, removed at shutdown
-	cluster *cluster // nil when the gateway serves its pods alone
+	reads   *nats.Conn // the history's reads (startNATS)
+	tempDir string     // the embedded JetStream's own directory, removed at shutdown
+	cluster *cluster   // nil when the gateway serves its pods alone
 	metrics *metrics
 	mcp     *mcpendpoint.Endpoint // /mcp
 
@@ -136,13 +137,13 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState, g.audit)
 	g.metrics.registry.MustRegister(g.node.Traces.Dropped)
-	ns, nc, tempDir, err := startNATS(&g.cfg, g.nodeID)
+	ns, nc, reads, tempDir, err := startNATS(&g.cfg, g.nodeID)
 	if err != nil {
 		g.endLife()
 		g.closeAudit()
 		return nil, err
 	}
-	g.ns, g.nc, g.tempDir = ns, nc, tempDir
+	g.ns, g.nc, g.reads, g.tempDir = ns, nc, reads, tempDir
 	g.node.Broker = pod.NewNATSBroker(nc)
 	g.node.Start()
 	stop := func() {
@@ -150,6 +151,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.closeAudit()
 		g.node.Stop()
 		nc.Close()
+		reads.Close()
 		if ns != nil {
 			ns.Shutdown()
 		}
@@ -212,7 +214,8 @@ func (g *Gateway) openHistory() error {
 		Temporary: g.cfg.HistoryDir == "" && g.cfg.NATSURL == "",
 		// A node alone writes its own embedded stream, alone: the
 		// writer's rounds are acknowledged once each.
-		Own: g.cfg.ownsHistory(),
+		Own:   g.cfg.ownsHistory(),
+		Reads: g.reads,
 	}
 	if g.cfg.clustered() {
 		// Across a network a leader may die with what it was sent: the
@@ -511,6 +514,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.node.Stop()
 	_ = g.nc.Flush()
 	g.nc.Close()
+	g.reads.Close()
 	if g.ns != nil {
 		g.ns.Shutdown()
 		g.ns.WaitForShutdown()

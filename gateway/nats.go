@@ -111,7 +111,39 @@ func historyReplicas(cfg *Config) int {
 
 // With history on, the embedded server runs JetStream in tempDir (when it
 // is not --history-dir), which the caller removes when it stops.
-func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, tempDir string, err error) {
+//
+// reads is a second connection, for the history's reads (history.Config.Reads):
+// a NATS server answers a direct get on the reading connection's own
+// goroutine, so that a node reading much history (pods opened in a storm,
+// many replays) on its one connection held up its writer's
+// acknowledgements, its follower and its heartbeats behind the reads:
+// the writer held, and the node refused envelopes for minutes (issue 38's
+// full-size fault run).
+func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc, reads *nats.Conn, tempDir string, err error) {
+	ns, nc, tempDir, err = startNATSConn(cfg, nodeID)
+	if err != nil {
+		return ns, nil, nil, tempDir, err
+	}
+	opts := []nats.Option{nats.Name("mcpp-gateway " + nodeID + " history reads"),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	if ns != nil {
+		reads, err = nats.Connect("", append(opts, nats.InProcessServer(ns))...)
+	} else {
+		reads, err = nats.Connect(cfg.NATSURL, opts...)
+	}
+	if err != nil {
+		nc.Close()
+		if ns != nil {
+			ns.Shutdown()
+		}
+		return nil, nil, nil, tempDir, fmt.Errorf("NATS: the history's reading connection: %w", err)
+	}
+	return ns, nc, reads, tempDir, nil
+}
+
+// startNATSConn starts the embedded server (unless --nats-url) and the
+// node's connection to it.
+func startNATSConn(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, tempDir string, err error) {
 	connectOpts := []nats.Option{
 		nats.Name("mcpp-gateway " + nodeID),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(64 << 20),

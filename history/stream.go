@@ -57,6 +57,11 @@ type Config struct {
 	// gateway node without a cluster or --nats-url). The writer's rounds
 	// are then acknowledged once each, not once a message (round.go).
 	Own bool
+	// Reads is the connection reads go on (nil: the stream's own). A NATS
+	// server answers a direct get on the goroutine of the connection that
+	// asked, so that reads on the writer's connection delay its
+	// acknowledgements, and a follower on it, behind them.
+	Reads *nats.Conn
 }
 
 // Slack is how many messages per pod the stream keeps beyond --history,
@@ -81,6 +86,7 @@ const AckWait = 2 * time.Second
 // pod: the Backend the gateway runs on.
 type Stream struct {
 	nc     *nats.Conn
+	reads  *nats.Conn // Config.Reads, or nc
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	cfg    Config
@@ -175,7 +181,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	s := &Stream{nc: nc, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{})}
+	s := &Stream{nc: nc, reads: nc, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{})}
+	if cfg.Reads != nil {
+		s.reads = cfg.Reads
+	}
 	if cfg.Own {
 		info, err := stream.Info(ctx)
 		if err != nil {

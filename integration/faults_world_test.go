@@ -478,22 +478,30 @@ func (w *faultWorld) histories(i int) map[string][]received {
 		wg   sync.WaitGroup
 		next = make(chan string)
 	)
+	// The first pod that cannot be read ends the reading: the node is
+	// not well, and the test says so now rather than in an hour.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	for range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for pod := range next {
-				got, err := w.history(i, pod)
+				got, err := w.history(ctx, i, pod)
 				mu.Lock()
 				out[pod] = got
-				if err != nil {
+				if err != nil && ctx.Err() == nil {
 					errs = append(errs, err)
+					stop()
 				}
 				mu.Unlock()
 			}
 		}()
 	}
 	for _, pod := range w.pods {
+		if ctx.Err() != nil {
+			break
+		}
 		next <- pod
 	}
 	close(next)
@@ -505,9 +513,9 @@ func (w *faultWorld) histories(i int) map[string][]received {
 }
 
 // history reads one pod's history on node i (histories).
-func (w *faultWorld) history(i int, pod string) ([]received, error) {
+func (w *faultWorld) history(ctx context.Context, i int, pod string) ([]received, error) {
 	q := "pod=" + pod + "&participant=reader&history=all&observe=1"
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	conn, err := mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
 	// A node whose routes just came back may still refuse (no_quorum,
