@@ -287,15 +287,23 @@ func (m *fmember) present() (bool, map[string]bool) {
 	return true, v
 }
 
-// halt stops the member and closes its connection.
-func (m *fmember) halt() {
-	m.mu.Lock()
-	m.stop = true
-	conn := m.conn
-	m.mu.Unlock()
-	<-m.done
-	if conn != nil {
-		_ = conn.CloseNow()
+// halt stops the members and closes their connections: all told at once,
+// for each stops within its sending interval (one after the other, 4,000
+// members took hours).
+func halt(members []*fmember) {
+	for _, m := range members {
+		m.mu.Lock()
+		m.stop = true
+		m.mu.Unlock()
+	}
+	for _, m := range members {
+		<-m.done
+		m.mu.Lock()
+		conn := m.conn
+		m.mu.Unlock()
+		if conn != nil {
+			_ = conn.CloseNow()
+		}
 	}
 }
 

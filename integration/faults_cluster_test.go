@@ -82,9 +82,7 @@ func TestClusterFaults(t *testing.T) {
 		}
 		rep = w.ledger.check(w.seed, w.histories(reader))
 	}
-	for _, m := range w.allMembers() {
-		m.halt()
-	}
+	halt(w.allMembers())
 	t.Logf("checker: %v", rep)
 	if !rep.ok() {
 		t.Errorf("the checker found faults (MCPP_FAULT_SEED=%d replays the run)", w.seed)

@@ -64,9 +64,6 @@ type Participant struct {
 	Protocol string
 	// Since is when its connection was accepted (New), for an operator.
 	Since time.Time
-	// JoinSeq is the node's frame sequence when it joined (set by the
-	// pod before the participant is in its fan-out).
-	JoinSeq uint64
 	// BurstSeq is the pod fan-out's: the number of the burst (pod.Burst)
 	// that last queued something for the participant, so that the burst
 	// wakes its writer once.

@@ -37,9 +37,10 @@ func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
 	switch m.Kind {
 	case envelope.FrameJoin, envelope.FrameLeave:
 		for _, r := range members {
-			// A joiner's welcome lists who was there: it is not told of
-			// the joins of this node that came before it.
-			if r.ID == m.From || (local && m.Seq <= r.JoinSeq) {
+			// A joiner's welcome lists whom the members had been told
+			// of (Pod.told): it is told every change after it, but of
+			// itself.
+			if r.ID == m.From {
 				continue
 			}
 			if take(r) {

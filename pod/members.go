@@ -35,12 +35,9 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 	oldGuest := p.dropGuest(r.ID)
 	_, elsewhere := p.remote[r.ID]
 	delete(p.remote, r.ID)
-	others := p.identities(r.ID)
+	others := p.told(r.ID)
 	info, rep := p.replayFor(r, want)
 	welcome := p.welcome(r, others, info)
-	// This node's presence frames up to here are reflected in the
-	// welcome: the member skips them (deliver).
-	r.JoinSeq = p.node.frameSeq.Load()
 	p.members[r.ID] = r
 	p.rebuildSnapshot()
 	startWith(r, welcome, rep)
@@ -64,10 +61,9 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 // presence is told, it replaces no one and no list names it. Call it with
 // Pod.mu held.
 func (p *Pod) joinObserver(r *participant.Participant, want HistoryWant) {
-	others := p.identities("")
+	others := p.told("")
 	info, rep := p.replayFor(r, want)
 	welcome := p.welcome(r, others, info)
-	r.JoinSeq = p.node.frameSeq.Load()
 	p.observers[r] = struct{}{}
 	p.rebuildSnapshot()
 	startWith(r, welcome, rep)

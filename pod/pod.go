@@ -63,9 +63,10 @@ type Pod struct {
 	// since are when the local members (connections and guests) joined,
 	// by the ts of their join event (remote.go: the newest join wins).
 	since map[string]time.Time
-	// shown are, by id, the node whose join the local members were told
-	// last, with no leave since (remote.go: what they are told follows it).
-	shown   map[string]string
+	// shown are, by id, the join the local members were told last, with
+	// no leave since (remote.go: what they are told follows it, and a
+	// welcome lists it).
+	shown   map[string]shownJoin
 	synced  sync.Once
 	pending int // upgrades admitted but not yet joined
 	// publishers are the senders with no connection at work in the pod
@@ -122,7 +123,7 @@ func New(node *Node, name string) *Pod {
 		remote:     map[string]remoteMember{},
 		heard:      map[string]uint64{},
 		since:      map[string]time.Time{},
-		shown:      map[string]string{},
+		shown:      map[string]shownJoin{},
 		sending:    map[string]struct{}{},
 		bans:       map[string]ban{},
 		publishers: map[*Sender]struct{}{},

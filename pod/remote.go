@@ -112,18 +112,64 @@ func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 // the id joined elsewhere, is told to nobody). So each change is told
 // once, and what the members were told ends where the pod's state is.
 
-// tellJoin reports whether the members are to be told of id's join on
-// node, and records it shown. Call it with Pod.mu held.
-func (p *Pod) tellJoin(id, node string) bool {
-	_, known := p.shown[id]
-	p.shown[strings.Clone(id)] = strings.Clone(node)
+// A member's welcome lists what the members were told (shown), not the
+// pod's state: the two differ while this node's own presence frames are
+// on their way through the stream (a member joined here, or left, and the
+// stream has not brought it back yet), and a view that began as the state
+// and then followed what is told went wrong when such a frame and another
+// node's came in another order (issue 38's full-size run: a member that
+// joined here, was closed, and joined another node in the same seconds
+// was never told to one that joined here meanwhile). So a member's view
+// is what the pod told, from its welcome on, and ends where the pod's
+// state is once the frames are through.
+
+// shownJoin is a join the members were told of: its node, and who joined
+// as its event said.
+type shownJoin struct {
+	node string
+	who  wire.Identity
+}
+
+// tellJoin reports whether the members are to be told of a join on node,
+// whose presence event is body, and records it shown. Call it with Pod.mu
+// held.
+func (p *Pod) tellJoin(node string, body []byte) bool {
+	who, ok := presenceIdentity(body)
+	if !ok {
+		return false
+	}
+	_, known := p.shown[who.ID]
+	p.shown[strings.Clone(who.ID)] = shownJoin{node: strings.Clone(node), who: who}
 	return !known
+}
+
+// told lists whom the members were told is present, but except: a
+// welcome's list. Each is as the pod has it now (its capabilities may
+// have changed since its join), or as its join said when the pod no
+// longer has it (its leave is on its way). Call it with Pod.mu held.
+func (p *Pod) told(except string) []wire.Identity {
+	out := make([]wire.Identity, 0, len(p.shown))
+	for id, s := range p.shown {
+		if id == except {
+			continue
+		}
+		if m := p.members[id]; m != nil {
+			out = append(out, identityOf(m))
+		} else if g, ok := p.guests[id]; ok {
+			out = append(out, g.Identity)
+		} else if r, ok := p.remote[id]; ok {
+			out = append(out, r.Identity)
+		} else {
+			out = append(out, s.who)
+		}
+	}
+	return out
 }
 
 // tellLeave reports whether the members are to be told that id left
 // node, and records it no longer shown. Call it with Pod.mu held.
 func (p *Pod) tellLeave(id, node string) bool {
-	if n, ok := p.shown[id]; !ok || n != node {
+	if s, ok := p.shown[id]; !ok || s.node != node {
 		return false
 	}
 	delete(p.shown, id)
@@ -174,7 +220,7 @@ func (p *Pod) remoteGone(id string, r remoteMember, reason string) {
 func (p *Pod) remoteCame(r remoteMember) {
 	p.remote[r.ID] = r
 	body, _ := presenceMessage(wire.PresenceJoin, r.Identity, "")
-	if p.tellJoin(r.ID, r.node) {
+	if p.tellJoin(r.node, body) {
 		m := envelope.Meta{Kind: envelope.FrameJoin, Origin: r.node, From: r.ID, Protocol: protocolSpan}
 		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
 	}
@@ -207,18 +253,25 @@ func (p *Pod) lateMembers(r NodeMembers) {
 	}
 }
 
-// askAgain bounds how many times a node whose lists keep coming stale is
-// asked again, and how long between two asks.
+// askAgainFor bounds how long a node whose lists keep coming stale is
+// asked again: every askAgainWait at first, then less often (up to
+// askAgainMax). Five asks 100 ms apart were too few in a busy pod, whose
+// node numbers new presence frames between each list and its arrival.
 const (
-	askAgain     = 5
+	askAgainFor  = 30 * time.Second
 	askAgainWait = 100 * time.Millisecond
+	askAgainMax  = 2 * time.Second
 )
 
 // AskMembers asks node for its members of the pod again, until its list
-// applies (askAgain times at most).
+// applies (for askAgainFor at most), or the pod is closed here.
 func (p *Pod) AskMembers(node string) {
-	for range askAgain {
-		time.Sleep(askAgainWait)
+	deadline := time.Now().Add(askAgainFor)
+	for wait := askAgainWait; time.Now().Before(deadline); wait = min(2*wait, askAgainMax) {
+		time.Sleep(wait)
+		if p.Dead() {
+			return
+		}
 		lists, err := p.node.Cluster.Ask(node, []string{p.Name})
 		if err != nil || len(lists) != 1 {
 			continue
@@ -228,7 +281,7 @@ func (p *Pod) AskMembers(node string) {
 		}
 	}
 	p.node.Log.Warn("a node's member lists of a pod stayed older than its presence here; its members are as its presence said",
-		"pod", p.Name, "node", node)
+		"pod", p.Name, "node", node, "asked_for", askAgainFor.String())
 }
 
 // ApplyMembers makes the pod's members of r.Node exactly r.Members, as of
