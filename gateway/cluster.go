@@ -348,7 +348,7 @@ func (c *cluster) resync(node string) {
 		}
 		lists, err := c.askUntil(node, names)
 		if err != nil {
-			c.g.log.Warn("a gateway node heard again did not answer for its members; they are as its presence says", "node", node, "err", err)
+			c.g.log.Warn("a gateway node heard again is gone again before it answered for its members", "node", node, "err", err)
 			return
 		}
 		for i, p := range batch {
@@ -359,15 +359,18 @@ func (c *cluster) resync(node string) {
 	}
 }
 
-// resyncFor bounds how long resync asks a node heard again that does not
-// answer yet: right after routes come back, NATS may not have carried the
-// node's subscriptions over them yet ("no responders").
-const resyncFor = 30 * time.Second
+// resyncWarn is how long resync asks a node heard again that does not
+// answer before it logs so (right after routes come back, NATS may not
+// have carried the node's subscriptions over them yet, "no responders";
+// a node busy reading its stream again answers late). It goes on asking
+// while the node is known: until it answers, the node's members that
+// this node took for gone are missing from the views here.
+const resyncWarn = 30 * time.Second
 
-// askUntil is Ask, asked again (every 100 ms at first, then less often)
-// while it fails, for up to resyncFor and while node is known.
+// askUntil is Ask, asked again (every 100 ms at first, then every 2 s)
+// while it fails and node is known.
 func (c *cluster) askUntil(node string, names []string) ([]pod.NodeMembers, error) {
-	deadline := time.Now().Add(resyncFor)
+	warn := time.Now().Add(resyncWarn)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		lists, err := c.Ask(node, names)
 		if err == nil && len(lists) != len(names) {
@@ -379,8 +382,12 @@ func (c *cluster) askUntil(node string, names []string) ([]pod.NodeMembers, erro
 		c.mu.Lock()
 		_, known := c.nodes[node]
 		c.mu.Unlock()
-		if !known || time.Now().After(deadline) {
+		if !known {
 			return nil, err
+		}
+		if !warn.IsZero() && time.Now().After(warn) {
+			warn = time.Time{}
+			c.g.log.Warn("a gateway node heard again does not answer for its members yet; asking on", "node", node, "err", err)
 		}
 		select {
 		case <-c.stop:

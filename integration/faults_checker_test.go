@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The checker of the cluster's fault suite (faults_cluster_test.go), in
@@ -46,6 +47,10 @@ type sentEnvelope struct {
 	side    bool
 	outcome outcome
 	code    string // the refusal's code
+	// node is the node it was sent to (1-based), sent and told when it
+	// was sent and answered: what a lost one's report says.
+	node       int
+	sent, told time.Time
 }
 
 // ledger is what the senders of the whole run sent and were told, and
@@ -72,7 +77,7 @@ func newLedger() *ledger {
 
 // send records that sender sent its envelope n (they are numbered from 0,
 // one after another).
-func (l *ledger) send(pod, sender string, n int, side bool) {
+func (l *ledger) send(pod, sender string, n int, side bool, node int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sent[pod] == nil {
@@ -82,7 +87,7 @@ func (l *ledger) send(pod, sender string, n int, side bool) {
 	if n != len(s) {
 		panic(fmt.Sprintf("%s/%s: envelope %d sent after %d", pod, sender, n, len(s)))
 	}
-	l.sent[pod][sender] = append(s, sentEnvelope{n: n, side: side})
+	l.sent[pod][sender] = append(s, sentEnvelope{n: n, side: side, node: node + 1, sent: time.Now()})
 }
 
 // tell records what sender was told of its envelope n. An answer never
@@ -92,7 +97,7 @@ func (l *ledger) tell(pod, sender string, n int, o outcome, code string) {
 	defer l.mu.Unlock()
 	s := l.sent[pod][sender]
 	if n < len(s) && s[n].outcome == outcomePending {
-		s[n].outcome, s[n].code = o, code
+		s[n].outcome, s[n].code, s[n].told = o, code, time.Now()
 	}
 }
 
@@ -242,7 +247,15 @@ func (l *ledger) checkStream(r *report, pod, who string, st []received, filtered
 			}
 		}
 		if len(missing) > 0 {
-			r.Lost = append(r.Lost, fmt.Sprintf("%s lacks %d acknowledged envelopes of %s: %s", who, len(missing), sender, ranges(missing)))
+			// Where and when the first few went: to read beside the
+			// nodes' logs.
+			var where []string
+			for _, n := range missing[:min(3, len(missing))] {
+				e := sent[sender][n]
+				where = append(where, fmt.Sprintf("%d to node %d at %s, acknowledged at %s", n, e.node,
+					e.sent.UTC().Format("15:04:05.000"), e.told.UTC().Format("15:04:05.000")))
+			}
+			r.Lost = append(r.Lost, fmt.Sprintf("%s lacks %d acknowledged envelopes of %s: %s (%s)", who, len(missing), sender, ranges(missing), strings.Join(where, "; ")))
 		}
 	}
 }
@@ -294,12 +307,12 @@ func TestFaultChecker(t *testing.T) {
 			l.member("p", id, id == "watch")
 		}
 		for n := range 6 {
-			l.send("p", "a", n, n == 2)
+			l.send("p", "a", n, n == 2, 0)
 			l.tell("p", "a", n, outcomeAcked, "")
 		}
-		l.send("p", "b", 0, false)
+		l.send("p", "b", 0, false, 0)
 		l.tell("p", "b", 0, outcomeRefused, "no_quorum")
-		l.send("p", "b", 1, false) // never answered
+		l.send("p", "b", 1, false, 0) // never answered
 		return l
 	}
 	deliver := func(l *ledger, id string, items ...received) {

@@ -135,7 +135,7 @@ func (m *fmember) dial() bool {
 // sendOne sends the member's next envelope.
 func (m *fmember) sendOne() {
 	m.mu.Lock()
-	n, conn, epoch := m.next, m.conn, m.epoch
+	n, conn, epoch, node := m.next, m.conn, m.epoch, m.node
 	if conn == nil || !m.welcomed {
 		m.mu.Unlock()
 		return // dropped meanwhile
@@ -144,7 +144,7 @@ func (m *fmember) sendOne() {
 	m.inFlight[n] = epoch
 	m.mu.Unlock()
 	side := n%sideEvery == sideEvery-1
-	m.w.ledger.send(m.pod, m.id, n, side)
+	m.w.ledger.send(m.pod, m.id, n, side, node)
 	env := map[string]any{"id": fmt.Sprintf("%s.%s.%d", m.pod, m.id, n), "kind": faultKind, "payload": map[string]any{"n": n}}
 	if side {
 		env["context"] = map[string]any{"id": "side", "type": "task"}
@@ -335,7 +335,7 @@ func (p *publisher) run(every time.Duration) {
 		n := p.n
 		p.n++
 		side := n%sideEvery == sideEvery-1
-		p.w.ledger.send(p.pod, p.id, n, side)
+		p.w.ledger.send(p.pod, p.id, n, side, i)
 		env := map[string]any{"id": fmt.Sprintf("%s.%s.%d", p.pod, p.id, n), "kind": faultKind, "payload": map[string]any{"n": n}}
 		if side {
 			env["context"] = map[string]any{"id": "side", "type": "task"}

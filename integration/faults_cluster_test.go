@@ -60,6 +60,14 @@ func TestClusterFaults(t *testing.T) {
 			kind = kinds[w.intn(len(kinds))]
 		}
 		time.Sleep(w.between(size.gapMin, size.gapMax))
+		if len(runs) > 0 {
+			whole, ok := w.replicated(2 * time.Minute)
+			runs[len(runs)-1].whole = whole
+			if !ok {
+				t.Errorf("after %s the history stream's replicas were not all current within 2 minutes", runs[len(runs)-1].name())
+				break
+			}
+		}
 		before, began := w.ledger.counts(), time.Now()
 		r := w.inject(kind)
 		took, ok := w.exact(bound)
@@ -75,12 +83,17 @@ func TestClusterFaults(t *testing.T) {
 
 	w.stopTraffic()
 	rep := w.settleDeliveries(30 * time.Second)
-	if rep.ok() {
+	// The histories are read whatever the members got, so that an
+	// envelope a member lacks is known stored or not; but only from a
+	// cluster that is well again.
+	if w.healthy(60 * time.Second) {
 		reader := 0
 		for !w.up(reader) {
 			reader++
 		}
 		rep = w.ledger.check(w.seed, w.histories(reader))
+	} else {
+		t.Errorf("the nodes were not all healthy 60 s after the traffic stopped: the histories were not read")
 	}
 	halt(w.allMembers())
 	t.Logf("checker: %v", rep)
@@ -99,7 +112,11 @@ type faultRun struct {
 	// fromStart is from its start until every member's view was exact.
 	fromStart time.Duration
 	acked     int // envelopes acknowledged from its start until then
-	note      string
+	// whole is how long, after the gap that followed it, the history
+	// stream took to have every replica current again (the next fault
+	// waits for it).
+	whole time.Duration
+	note  string
 }
 
 func (r faultRun) name() string { return fmt.Sprintf("%s of node %d", r.kind, r.node+1) }
@@ -107,6 +124,9 @@ func (r faultRun) name() string { return fmt.Sprintf("%s of node %d", r.kind, r.
 func (r faultRun) String() string {
 	s := fmt.Sprintf("%-11s node %d for %v: views exact %v after its end (%v after its start); %d envelopes acknowledged meanwhile",
 		r.kind, r.node+1, r.held.Round(time.Millisecond), r.exact.Round(time.Millisecond), r.fromStart.Round(time.Millisecond), r.acked)
+	if r.whole > time.Second {
+		s += fmt.Sprintf("; the stream whole again %v after the gap", r.whole.Round(time.Millisecond))
+	}
 	if r.note != "" {
 		s += "; " + r.note
 	}
@@ -209,14 +229,14 @@ func (w *faultWorld) summary(runs []faultRun, took time.Duration) {
 	}
 	var lines []string
 	for kind, rs := range byKind {
-		var worst, worstStart time.Duration
+		var worst, worstStart, whole time.Duration
 		acked := 0
 		for _, r := range rs {
-			worst, worstStart = max(worst, r.exact), max(worstStart, r.fromStart)
+			worst, worstStart, whole = max(worst, r.exact), max(worstStart, r.fromStart), max(whole, r.whole)
 			acked += r.acked
 		}
-		lines = append(lines, fmt.Sprintf("%s: %d, views exact within %v of the fault's end, %v of its start (the slowest), %d acknowledged meanwhile",
-			kind, len(rs), worst.Round(time.Millisecond), worstStart.Round(time.Millisecond), acked))
+		lines = append(lines, fmt.Sprintf("%s: %d, views exact within %v of the fault's end, %v of its start (the slowest), %d acknowledged meanwhile; the stream whole again at most %v after the gap",
+			kind, len(rs), worst.Round(time.Millisecond), worstStart.Round(time.Millisecond), acked, whole.Round(time.Millisecond)))
 	}
 	sort.Strings(lines)
 	w.t.Logf("faults injected: %d in %v\n  %s", len(runs), took.Round(time.Second), strings.Join(lines, "\n  "))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -288,6 +289,56 @@ func (w *faultWorld) leaderNow() int {
 	return -1
 }
 
+// replicated waits until the history stream has a leader and every other
+// replica is current, at most d, and says how long that took. A stream of
+// three replicas tolerates one fault at a time, as JetStream states: the
+// suite injects the next fault once the stream is whole again (a node
+// started again on its directory catches up first; at full size, tens of
+// seconds), not while a second replica is still behind.
+func (w *faultWorld) replicated(d time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		if w.streamWhole() {
+			return time.Since(start), true
+		}
+		if time.Since(start) > d {
+			return time.Since(start), false
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (w *faultWorld) streamWhole() bool {
+	for i := range w.nodes {
+		if !w.up(i) {
+			continue
+		}
+		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, "MCPP_HISTORY")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != w.nodeCount()-1 {
+			return false
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current || r.Offline {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
 // addMember starts a member of pod whose home is node home.
 func (w *faultWorld) addMember(pod, id string, home int, sends, filtered bool) *fmember {
 	m := &fmember{w: w, pod: pod, id: id, home: home, sends: sends, filtered: filtered, node: -1,
@@ -460,6 +511,30 @@ func (w *faultWorld) settleDeliveries(d time.Duration) *report {
 			return r
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// healthy waits until every node that is up answers /healthz with 200,
+// at most d, and reports whether they did.
+func (w *faultWorld) healthy(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		well := true
+		for i := range w.nodeCount() {
+			if !w.up(i) {
+				continue
+			}
+			if status, _, err := harness.HTTPGet(w.http(i) + "/healthz"); err != nil || status != http.StatusOK {
+				well = false
+			}
+		}
+		if well {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
