@@ -219,7 +219,8 @@ func (p *Pod) applyPast(frame []byte, loc history.Loc, at int64) {
 
 // orderLost is told by the pod's log that this node no longer knows the
 // pod's order: its follower of the history stream stayed behind what the
-// stream stored of this node's for lostAfter (checkFollower). It must not
+// stream stored of this node's for behindAfter, or the node was cut off
+// for cutAfter (checkFollower). It must not
 // deliver the pod any more. Its connections are closed with 4503
 // (they resume, here once the pod is opened again, or on another node),
 // its MCP participants end, and the pod is dead, so that the next join

@@ -25,8 +25,8 @@ import (
 
 // liveRetain is how long a node keeps the body of a live frame of its own
 // once the stream has stored its marker: another node whose follower is
-// further behind than lostAfter loses the pod's order anyway.
-const liveRetain = lostAfter
+// further behind than behindAfter loses the pod's order anyway.
+const liveRetain = behindAfter
 
 // liveRetainBytes bounds the bodies a node keeps for others, all pods
 // together: past it the oldest go first, even unstored (a node that asks

@@ -379,7 +379,7 @@ func (l *streamLog) onBody(msg BrokerMsg, burst *Burst) {
 // is lost then.
 func (l *streamLog) tick(now time.Time, sweep bool) {
 	if f := l.follower.Load(); f != nil && l.p.node.checkFollower(now) != f && l.lost.CompareAndSwap(false, true) {
-		go l.p.orderLost(fmt.Errorf("the node's follower of the history stream stayed behind for %v", lostAfter))
+		go l.p.orderLost(fmt.Errorf("the node's follower of the history stream stayed behind for %v, or the node was cut off from a quorum for %v", behindAfter, cutAfter))
 	}
 	if !sweep {
 		return

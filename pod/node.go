@@ -297,7 +297,8 @@ func (n *Node) Stop() {
 }
 
 // checkFollower gives up on the node's follower when it has stayed behind
-// what the stream stored of this node's for lostAfter (the stream took
+// what the stream stored of this node's for behindAfter, or the node has
+// been cut off from a quorum for cutAfter (the stream took
 // the frames, and nothing brought them back): the pods it served lost
 // their order (Pod.Tick), and the next pod to open starts a new one.
 func (n *Node) checkFollower(now time.Time) *Follower {
@@ -307,12 +308,12 @@ func (n *Node) checkFollower(now time.Time) *Follower {
 	if f == nil || n.Writer == nil {
 		return f
 	}
-	if cut := n.cutFor(now); cut > lostAfter {
+	if cut := n.cutFor(now); cut > cutAfter {
 		n.Log.Error("this node has been cut off from a quorum of the history stream for a while; its pods lost their order here",
 			"cut_off", cut.Round(time.Millisecond).String())
 		f.close()
 		n.follow = nil
-	} else if behind := f.behind(now, n.Writer.StoredSeq()); behind > lostAfter {
+	} else if behind := f.behind(now, n.Writer.StoredSeq()); behind > behindAfter {
 		last := ""
 		if e := f.lastError.Load(); e != nil {
 			last = *e

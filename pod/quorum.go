@@ -11,7 +11,7 @@ import (
 // replicas: a node cut off from the others (a partition) stores nothing,
 // and delivers nothing new. Such a node must neither take envelopes it
 // may never store (it refuses them with the retryable no_quorum:
-// ingress.go) nor keep members it does not deliver to (after lostAfter
+// ingress.go) nor keep members it does not deliver to (after cutAfter
 // cut off its pods lose their order, and their connections are closed
 // with 4503 to resume elsewhere: checkFollower), and it refuses new
 // members meanwhile (the gateway's upgrades, 503).

@@ -19,13 +19,22 @@ import (
 // ordered consumer never skips a message: a pod's tail sees its messages
 // once, in the stream's order, from the moment it opened.
 
-// lostAfter is how long the follower may stay behind what this node
+// behindAfter is how long the follower may stay behind what this node
 // stored (the stream acknowledged it, and the follower did not bring it
 // back) before the node counts the order of its pods lost. It leaves
 // room for the follower's own recovery when its consumer's server died
-// (two missed heartbeats, then a new consumer, which may wait for the
-// stream's new leader).
-const lostAfter = 10 * time.Second
+// (two missed heartbeats, then a new consumer, which waits for the
+// stream's new leader, and JetStream's elections take up to 9 s): 10 s
+// was too short at issue 38's full size, where a kill of the node that
+// held the consumer made a node that was not cut off close its 1,333
+// members, whose resumes then stormed the cluster. Its members see a
+// pause meanwhile, as a NATS client does while the stream fails over.
+const behindAfter = 30 * time.Second
+
+// cutAfter is how long a node cut off from a quorum (it knows: its routes
+// are down, quorum.go) keeps its members before its pods lose their
+// order: they resume on a node that has a quorum.
+const cutAfter = 10 * time.Second
 
 // Follower is the node's reader of the history stream.
 type Follower struct {
