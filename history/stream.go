@@ -50,7 +50,8 @@ type Config struct {
 	// message before it counts as not stored (a stream without a leader
 	// answers nothing): 2s is right across a network; 0, for a stream in
 	// the gateway's own process, which always answers, waits as long as
-	// it takes.
+	// it takes. The wait grows while the stream answers later than it
+	// (maxAckWait), and comes back as it answers in time again.
 	AckWait time.Duration
 	// Own says the stream is this process's own: in its embedded server,
 	// not replicated, and written by this process's Writer alone (a
@@ -82,6 +83,16 @@ const dedupWindow = 2 * time.Minute
 // the seconds an election takes.
 const AckWait = 2 * time.Second
 
+// maxAckWait bounds how far the acknowledgement wait grows. A stream
+// alive but slower than the wait (a cluster loaded by a storm of
+// resumes, a replica catching up) answered each message after the writer
+// had given up on it: the writer held, sent again everything it had not
+// seen stored, which loaded the stream more, and gave up again 2 s
+// later, every time (issue 38's full-size run: up to 1,000 messages sent
+// again every 2.5 s, for minutes). An answer that comes after its wait
+// doubles the wait; answers in time bring it back down.
+const maxAckWait = 16 * time.Second
+
 // Stream is the pods' history in one JetStream stream, one subject per
 // pod: the Backend the gateway runs on.
 type Stream struct {
@@ -101,10 +112,17 @@ type Stream struct {
 	// of this Stream's (and the stream's last when it was opened): a round
 	// of messages stored after it, with nothing between, ends at last plus
 	// its length (round.go).
-	last     uint64
-	groups   []*group // settled, for reuse (round.go)
-	stop     chan struct{}
-	stopOnce sync.Once
+	last   uint64
+	groups []*group // settled, for reuse (round.go)
+	// ackWait is the acknowledgement wait of the moment (Config.AckWait,
+	// grown up to maxAckWait while answers come late), under mu.
+	ackWait time.Duration
+	// gaveUp is the newest token failed for its wait, and grownAt the
+	// newest token when the wait last grew: a late answer grows it once
+	// for what was sent before it grew.
+	gaveUp, grownAt uint64
+	stop            chan struct{}
+	stopOnce        sync.Once
 }
 
 // pendingAck is an Append, or a group of a round's messages (round.go),
@@ -181,7 +199,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	s := &Stream{nc: nc, reads: nc, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{})}
+	s := &Stream{nc: nc, reads: nc, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{}),
+		ackWait: cfg.AckWait}
 	if cfg.Reads != nil {
 		s.reads = cfg.Reads
 	}
@@ -287,6 +306,7 @@ func (s *Stream) onAck(m *nats.Msg) {
 	if found && ackErr == nil && !dup {
 		s.last = max(s.last, seq)
 	}
+	s.adaptWait(token, found, mine.at)
 	s.mu.Unlock()
 	for _, p := range lost {
 		s.failAck(p, base, errors.New("history: no acknowledgement (the stream's leader changed?)"))
@@ -301,6 +321,22 @@ func (s *Stream) onAck(m *nats.Msg) {
 		s.settleGroup(mine.group, base, seq, ackErr)
 	default:
 		mine.done(seq, dup, ackErr)
+	}
+}
+
+// adaptWait grows the acknowledgement wait when the answer to token came
+// after it was given up on (a stream alive but slower than the wait), and
+// brings it back down as answers come well within it. Call it with mu
+// held.
+func (s *Stream) adaptWait(token uint64, found bool, sent time.Time) {
+	base := s.cfg.AckWait
+	switch {
+	case base == 0:
+	case !found && token <= s.gaveUp && token > s.grownAt:
+		s.ackWait = min(2*s.ackWait, maxAckWait)
+		s.grownAt = s.token
+	case found && s.ackWait > base && time.Since(sent) < s.ackWait/4:
+		s.ackWait = max(base, s.ackWait-s.ackWait/8)
 	}
 }
 
@@ -337,8 +373,7 @@ func (s *Stream) fail(token uint64, err error) {
 
 // watchAcks fails the Appends that stay unanswered for AckWait.
 func (s *Stream) watchAcks() {
-	ackWait := s.cfg.AckWait
-	t := time.NewTicker(ackWait / 4)
+	t := time.NewTicker(s.cfg.AckWait / 4)
 	defer t.Stop()
 	for {
 		select {
@@ -347,8 +382,10 @@ func (s *Stream) watchAcks() {
 		case now := <-t.C:
 			s.mu.Lock()
 			var late []pendingAck
+			ackWait := s.ackWait
 			for len(s.waiting) > 0 && now.Sub(s.waiting[0].at) > ackWait {
 				late = append(late, s.waiting[0])
+				s.gaveUp = max(s.gaveUp, s.waiting[0].token)
 				s.popWaiting()
 			}
 			base := s.last
