@@ -150,8 +150,27 @@ func (r *report) ok() bool {
 
 func (r *report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d acknowledged, %d refused, %d never answered; %d deliveries; lost %d, duplicated %d, reordered %d, refused but delivered %d, delivered against the filter %d",
-		r.Seed, r.Acked, r.Refused, r.Open, r.Deliveries, len(r.Lost), len(r.Duplicated), len(r.Reordered), len(r.RefusedDelivered), len(r.NotAdmitted))
+	// A history that lacks an envelope is a loss of the stream's; a member
+	// that lacks one the history holds, of the delivery: the histories'
+	// lines come first, and are counted apart.
+	histories := 0
+	slices.SortStableFunc(r.Lost, func(a, b string) int {
+		ha, hb := strings.Contains(a, ": the history "), strings.Contains(b, ": the history ")
+		switch {
+		case ha && !hb:
+			return -1
+		case hb && !ha:
+			return 1
+		}
+		return 0
+	})
+	for _, l := range r.Lost {
+		if strings.Contains(l, ": the history ") {
+			histories++
+		}
+	}
+	fmt.Fprintf(&b, "seed %d: %d acknowledged, %d refused, %d never answered; %d deliveries; lost %d (streams lacking acknowledged envelopes, of which %d pods' histories), duplicated %d, reordered %d, refused but delivered %d, delivered against the filter %d",
+		r.Seed, r.Acked, r.Refused, r.Open, r.Deliveries, len(r.Lost), histories, len(r.Duplicated), len(r.Reordered), len(r.RefusedDelivered), len(r.NotAdmitted))
 	for _, list := range []struct {
 		name  string
 		items []string
