@@ -123,23 +123,32 @@ func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
 // is what the pod told, from its welcome on, and ends where the pod's
 // state is once the frames are through.
 
-// shownJoin is a join the members were told of: its node, and who joined
-// as its event said.
+// shownJoin is a join the members were told of: its node, who joined as
+// its event said, and when (its event's ts).
 type shownJoin struct {
 	node string
 	who  wire.Identity
+	at   time.Time
 }
 
 // tellJoin reports whether the members are to be told of a join on node,
-// whose presence event is body, and records it shown. Call it with Pod.mu
-// held.
+// whose presence event is body, and records it shown, unless a newer join
+// of the id on another node is shown: the newest join wins here too (a
+// node that stored its frames late, its writer held, brought its join
+// back after the member had joined another node; made the one shown, it
+// let its leave that followed tell everyone the member had gone, issue
+// 38's full-size run). Call it with Pod.mu held.
 func (p *Pod) tellJoin(node string, body []byte) bool {
 	who, ok := presenceIdentity(body)
 	if !ok {
 		return false
 	}
-	_, known := p.shown[who.ID]
-	p.shown[strings.Clone(who.ID)] = shownJoin{node: strings.Clone(node), who: who}
+	at := presenceTime(body)
+	s, known := p.shown[who.ID]
+	if known && s.node != node && at.Before(s.at) {
+		return false // older than the join shown: stale
+	}
+	p.shown[strings.Clone(who.ID)] = shownJoin{node: strings.Clone(node), who: who, at: at}
 	return !known
 }
 

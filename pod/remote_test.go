@@ -212,3 +212,44 @@ func TestClusterOwnLeaveAfterAMove(t *testing.T) {
 		t.Fatalf("a's pod lists %v", ids)
 	}
 }
+
+// TestStaleJoinShownReplacesNobody: what the members are told follows the
+// newest join too. A node whose writer held stores its join of a member
+// late, after the member joined another node (which the members were told
+// of): that join is told to nobody and stays the one shown, so that the
+// old node's leave that follows is told to nobody either (issue 38's
+// full-size run: the members were told the member left, and it was on the
+// other node).
+func TestStaleJoinShownReplacesNobody(t *testing.T) {
+	c := newTestCluster(t, 1)
+	p := c.open(c.nodes[0], "lab")
+	alice := c.join(p, "alice", joinOpts{})
+	alice.next()
+
+	at := func(d time.Duration) []byte {
+		ts := time.Now().Add(d).UTC().Format(wire.TimeFormat)
+		b, _ := presenceMessage(wire.PresenceJoin, wire.Identity{ID: "s4", Capabilities: []wire.Capability{}}, "")
+		return []byte(strings.Replace(string(b), `"ts":"`, `"ts":"`+ts+`","was":"`, 1))
+	}
+	p.lock()
+	newer := p.tellJoin("node-new", at(0))            // s4 joined the new node: told
+	stale := p.tellJoin("node-old", at(-time.Second)) // its older join on the old node, stored late
+	left := p.tellLeave("s4", "node-old")             // the old node's leave that followed
+	shown := p.shown["s4"].node
+	p.unlock()
+	if !newer || stale || left {
+		t.Fatalf("told the newer join %v (want true), the stale one %v, the old node's leave %v (want false)", newer, stale, left)
+	}
+	if shown != "node-new" {
+		t.Fatalf("shown on %s, want node-new", shown)
+	}
+	// A join after it on the old node (the member went back) is the newest
+	// and is shown; it is a move, told to nobody.
+	p.lock()
+	back := p.tellJoin("node-old", at(time.Second))
+	shown = p.shown["s4"].node
+	p.unlock()
+	if back || shown != "node-old" {
+		t.Fatalf("a newer join on the old node: told %v, shown on %s; want a move shown on node-old", back, shown)
+	}
+}
