@@ -64,6 +64,11 @@ type Participant struct {
 	Protocol string
 	// Since is when its connection was accepted (New), for an operator.
 	Since time.Time
+	// Expect are the joins of the pod's members on this node that were on
+	// their way through the stream when it joined, by id, with their
+	// frame numbers: its welcome listed them, and it is not told of them
+	// again when they come (set and read by the pod under its lock).
+	Expect map[string]uint64
 	// BurstSeq is the pod fan-out's: the number of the burst (pod.Burst)
 	// that last queued something for the participant, so that the burst
 	// wakes its writer once.

@@ -152,6 +152,9 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 		// Another node's join changes who is where, unless it is stale;
 		// the members are told what they were not told yet (a
 		// replacement or a move is told to nobody: remote.go, shown).
+		if local && p.inflight[m.From] == m.Seq {
+			delete(p.inflight, m.From)
+		}
 		if !local && !p.remoteJoin(m, body) || !p.tellJoin(m.Origin, body) {
 			return 0
 		}

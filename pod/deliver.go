@@ -38,10 +38,17 @@ func (p *Pod) deliver(m *envelope.Meta, body []byte, local bool) int {
 	case envelope.FrameJoin, envelope.FrameLeave:
 		for _, r := range members {
 			// A joiner's welcome lists whom the members had been told
-			// of (Pod.told): it is told every change after it, but of
-			// itself.
+			// of and the joins here still on their way (Pod.told): it
+			// is told every change after it, but of itself and of those
+			// joins.
 			if r.ID == m.From {
 				continue
+			}
+			if local && r.Expect != nil && m.Kind == envelope.FrameJoin {
+				if seq, ok := r.Expect[m.From]; ok && seq == m.Seq {
+					delete(r.Expect, m.From)
+					continue
+				}
 			}
 			if take(r) {
 				n++

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"strings"
 	"time"
 
 	"github.com/mcpp/gateway/envelope"
@@ -35,7 +36,7 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 	oldGuest := p.dropGuest(r.ID)
 	_, elsewhere := p.remote[r.ID]
 	delete(p.remote, r.ID)
-	others := p.told(r.ID)
+	others := p.told(r, r.ID)
 	info, rep := p.replayFor(r, want)
 	welcome := p.welcome(r, others, info)
 	p.members[r.ID] = r
@@ -61,7 +62,7 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 // presence is told, it replaces no one and no list names it. Call it with
 // Pod.mu held.
 func (p *Pod) joinObserver(r *participant.Participant, want HistoryWant) {
-	others := p.told("")
+	others := p.told(r, "")
 	info, rep := p.replayFor(r, want)
 	welcome := p.welcome(r, others, info)
 	p.observers[r] = struct{}{}
@@ -109,6 +110,9 @@ func (p *Pod) publishPresenceWhy(kind envelope.FrameKind, who wire.Identity, fla
 	frame := envelope.Frame(&m, body)
 	if kind == envelope.FrameJoin {
 		p.since[who.ID] = presenceTime(body)
+		p.inflight[strings.Clone(who.ID)] = m.Seq // until it comes back (handleFrame)
+	} else {
+		delete(p.inflight, who.ID)
 	}
 	p.commit(&m, body, frame, 0, timeNow())
 }

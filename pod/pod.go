@@ -66,9 +66,12 @@ type Pod struct {
 	// shown are, by id, the join the local members were told last, with
 	// no leave since (remote.go: what they are told follows it, and a
 	// welcome lists it).
-	shown   map[string]shownJoin
-	synced  sync.Once
-	pending int // upgrades admitted but not yet joined
+	shown map[string]shownJoin
+	// inflight are this node's joins whose frames have not come back from
+	// the stream yet, by id, with their frame numbers (remote.go, told).
+	inflight map[string]uint64
+	synced   sync.Once
+	pending  int // upgrades admitted but not yet joined
 	// publishers are the senders with no connection at work in the pod
 	// (Acquire: POSTs), so that a kick reaches what they send next.
 	publishers map[*Sender]struct{}
@@ -124,6 +127,7 @@ func New(node *Node, name string) *Pod {
 		heard:      map[string]uint64{},
 		since:      map[string]time.Time{},
 		shown:      map[string]shownJoin{},
+		inflight:   map[string]uint64{},
 		sending:    map[string]struct{}{},
 		bans:       map[string]ban{},
 		publishers: map[*Sender]struct{}{},

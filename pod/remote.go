@@ -152,12 +152,32 @@ func (p *Pod) tellJoin(node string, body []byte) bool {
 	return !known
 }
 
-// told lists whom the members were told is present, but except: a
-// welcome's list. Each is as the pod has it now (its capabilities may
-// have changed since its join), or as its join said when the pod no
-// longer has it (its leave is on its way). Call it with Pod.mu held.
-func (p *Pod) told(except string) []wire.Identity {
-	out := make([]wire.Identity, 0, len(p.shown))
+// told lists, but except, whom the members were told is present, and
+// this node's members whose joins are still on their way (inflight): r's
+// welcome. r expects those joins (participant.Expect) and is not told of
+// them when they come; of everything else it is told as the others are.
+// Each is as the pod has it now (its capabilities may have changed since
+// its join), or as its join said when the pod no longer has it (its
+// leave is on its way). Call it with Pod.mu held.
+func (p *Pod) told(r *participant.Participant, except string) []wire.Identity {
+	out := make([]wire.Identity, 0, len(p.shown)+len(p.inflight))
+	r.Expect = nil
+	for id, seq := range p.inflight {
+		if _, shown := p.shown[id]; shown || id == except {
+			continue
+		}
+		if m := p.members[id]; m != nil {
+			out = append(out, identityOf(m))
+		} else if g, ok := p.guests[id]; ok {
+			out = append(out, g.Identity)
+		} else {
+			continue
+		}
+		if r.Expect == nil {
+			r.Expect = map[string]uint64{}
+		}
+		r.Expect[id] = seq
+	}
 	for id, s := range p.shown {
 		if id == except {
 			continue
