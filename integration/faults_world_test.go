@@ -589,9 +589,24 @@ func (w *faultWorld) histories(i int) map[string][]received {
 
 // history reads one pod's history on node i (histories).
 func (w *faultWorld) history(ctx context.Context, i int, pod string) ([]received, error) {
-	q := "pod=" + pod + "&participant=reader&history=all&observe=1"
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	for attempt := 1; ; attempt++ {
+		got, err := w.historyOnce(ctx, i, pod, attempt)
+		// A replay interrupted (1011: the stream did not answer a read in
+		// time, a node still catching up) is read again from the start,
+		// as a client does.
+		if err == nil || !strings.Contains(err.Error(), "1011") || ctx.Err() != nil {
+			return got, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// historyOnce is one reading of history: a watcher's whole replay, up to
+// an envelope published after it (end-ATTEMPT).
+func (w *faultWorld) historyOnce(ctx context.Context, i int, pod string, attempt int) ([]received, error) {
+	q := "pod=" + pod + "&participant=reader&history=all&observe=1"
 	conn, err := mcpp.DialConn(ctx, w.ws(i)+"?"+q, mcpp.Options{Pod: pod, ReadLimit: 64 << 20})
 	// A node whose routes just came back may still refuse (no_quorum,
 	// a pod reading its past): tried again, as a client does.
@@ -603,8 +618,9 @@ func (w *faultWorld) history(ctx context.Context, i int, pod string) ([]received
 		return nil, fmt.Errorf("reading %s's history on node %d: %w", pod, i+1, err)
 	}
 	defer func() { _ = conn.CloseNow() }()
-	status, body, err := postJSON(w.http(i)+"/pods/"+pod+"/envelopes?participant=end", `{"id": "end", "kind": "end"}`)
-	if err != nil || status != 200 || !strings.Contains(body, `"id":"end"`) {
+	end := fmt.Sprintf("end-%d", attempt)
+	status, body, err := postJSON(w.http(i)+"/pods/"+pod+"/envelopes?participant=end", `{"id": "`+end+`", "kind": "end"}`)
+	if err != nil || status != 200 || !strings.Contains(body, `"id":"`+end+`"`) {
 		return nil, fmt.Errorf("the end of %s on node %d: %d %s %v", pod, i+1, status, body, err)
 	}
 	var got []received
@@ -615,10 +631,10 @@ func (w *faultWorld) history(ctx context.Context, i int, pod string) ([]received
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			r := gjson.Parse(line)
-			switch r.Get("kind").String() {
-			case faultKind:
+			switch {
+			case r.Get("kind").String() == faultKind:
 				got = append(got, received{r.Get("from").String(), int(r.Get("payload.n").Int())})
-			case "end":
+			case r.Get("id").String() == end:
 				return got, nil
 			}
 		}
