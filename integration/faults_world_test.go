@@ -265,21 +265,10 @@ func (w *faultWorld) leaderNow() int {
 		if !w.up(i) {
 			continue
 		}
-		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
-		if err != nil {
-			continue
-		}
-		js, _ := jetstream.New(nc)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s, err := js.Stream(ctx, "MCPP_HISTORY")
 		var name string
-		if err == nil {
-			if info, err := s.Info(ctx); err == nil && info.Cluster != nil {
-				name = info.Cluster.Leader
-			}
+		if info, err := w.streamInfo(i); err == nil && info.Cluster != nil {
+			name = info.Cluster.Leader
 		}
-		cancel()
-		nc.Close()
 		for j, n := range w.names {
 			if n == name && name != "" {
 				return j
@@ -287,6 +276,24 @@ func (w *faultWorld) leaderNow() int {
 		}
 	}
 	return -1
+}
+
+// streamInfo is the history stream's info as node i's NATS server gives
+// it.
+func (w *faultWorld) streamInfo(i int) (*jetstream.StreamInfo, error) {
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "MCPP_HISTORY")
+	if err != nil {
+		return nil, err
+	}
+	return s.Info(ctx)
 }
 
 // replicated waits until the history stream has a leader and every other
@@ -313,19 +320,7 @@ func (w *faultWorld) streamWhole() bool {
 		if !w.up(i) {
 			continue
 		}
-		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
-		if err != nil {
-			return false
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s, err := js.Stream(ctx, "MCPP_HISTORY")
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(ctx)
+		info, err := w.streamInfo(i)
 		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != w.nodeCount()-1 {
 			return false
 		}
