@@ -757,6 +757,11 @@ func TestFaultPauseShorterThanWriteTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.CloseNow() })
+	// The upgrade's answer may come before the pod has the pauser among
+	// its members: the flood starts once the sender has heard it join.
+	if m := sender.Expect(); m.Kind != "system/presence" {
+		t.Fatalf("sender got %s, want pauser's join", m.Kind)
+	}
 	for i := 0; i < n; i++ {
 		// Ids of their own: the history refuses one it holds.
 		if err := sender.Write(false, harness.EnvelopeOfSize(t, fmt.Sprintf("pause-%04d", i), "chat", size)); err != nil {
