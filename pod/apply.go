@@ -155,7 +155,8 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 		if local && p.inflight[m.From] == m.Seq {
 			delete(p.inflight, m.From)
 		}
-		if !local && !p.remoteJoin(m, body) || !p.tellJoin(m.Origin, body) {
+		j, ok := readJoin(body)
+		if !ok || !local && !p.remoteJoin(m, j) || !p.tellJoin(m.Origin, j) {
 			return 0
 		}
 		p.presenceOfServer(body)

@@ -30,22 +30,11 @@ import (
 // testNode is a node with history entries per pod (0: history off).
 func testNode(t testing.TB, entries int, tune func(*Config)) (*Node, *history.Memory) {
 	t.Helper()
+	cfg := testConfig(entries)
+	cfg.MaxParticipantsPerPod = 100
 	n := &Node{
-		ID: "node-a",
-		Config: Config{
-			Config: limits.Config{
-				MaxMessageBytes: 1 << 20, MaxContextBytes: 4096,
-				Contexts: limits.Contexts{
-					MaxDepth: 5, ContextTimeout: time.Minute, ContextRetention: time.Minute,
-					ConclusionKinds:   "conclusion",
-					MaxContextsPerPod: 1000, MaxContextsPerParticipant: 100,
-					ContextRate: 1e6, ContextBurst: 1e6,
-				},
-				Rate: 1e6, Burst: 1e6,
-				MaxParticipantsPerPod: 100, History: entries, HistoryAge: time.Hour,
-			},
-			FlightBytes: 64 << 20,
-		},
+		ID:      "node-a",
+		Config:  cfg,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Buckets: limits.NewBucketSet(limits.Rate{Per: 1e6, Burst: 1e6}, limits.Rate{Per: 1e6, Burst: 1e6}),
 	}

@@ -32,7 +32,7 @@ func (p *Pod) liveLost(frame []byte, why error, burst *Burst) {
 	case envelope.FrameJoin:
 		who := wire.Identity{ID: m.From, Capabilities: []wire.Capability{}}
 		body, _ := presenceMessage(wire.PresenceJoin, who, "")
-		if !p.remoteJoin(&m, body) || !p.tellJoin(m.Origin, body) {
+		if j, ok := readJoin(body); !ok || !p.remoteJoin(&m, j) || !p.tellJoin(m.Origin, j) {
 			return // nobody here is told of it: stale, a replacement, or a member known already
 		}
 		gap.Lost, gap.Event, gap.Participant = wire.GapPresence, wire.PresenceJoin, &who

@@ -65,18 +65,31 @@ func (p *Pod) hear(m *envelope.Meta) {
 	}
 }
 
+// joinEvent is a join's presence event, read once for everything the
+// pod does with it (remoteJoin, tellJoin).
+type joinEvent struct {
+	who wire.Identity
+	at  time.Time // its ts
+}
+
+// readJoin reads the join event body, and reports false when it is
+// malformed.
+func readJoin(body []byte) (joinEvent, bool) {
+	who, ok := presenceIdentity(body)
+	if !ok {
+		return joinEvent{}, false
+	}
+	return joinEvent{who: who, at: presenceTime(body)}, true
+}
+
 // remoteJoin records a join on another node, and reports false when it
 // is stale (older than the member's join here or on a third node, which
-// stands) or malformed: nothing changed. A join of an id already in the
-// pod is a replacement: a connection here is closed with 4000. Call it
-// with Pod.mu held.
-func (p *Pod) remoteJoin(m *envelope.Meta, body []byte) bool {
-	id, ok := presenceIdentity(body)
-	if !ok {
-		return false
-	}
+// stands): nothing changed. A join of an id already in the pod is a
+// replacement: a connection here is closed with 4000. Call it with
+// Pod.mu held.
+func (p *Pod) remoteJoin(m *envelope.Meta, j joinEvent) bool {
+	id, at := j.who, j.at
 	p.hear(m)
-	at := presenceTime(body)
 	if _, here := p.members[id.ID]; here && at.Before(p.joinedHere(id.ID)) {
 		return false // older than the member here: stale
 	}
@@ -131,19 +144,15 @@ type shownJoin struct {
 	at   time.Time
 }
 
-// tellJoin reports whether the members are to be told of a join on node,
-// whose presence event is body, and records it shown, unless a newer join
+// tellJoin reports whether the members are to be told of j, a join on
+// node, and records it shown, unless a newer join
 // of the id on another node is shown: the newest join wins here too (a
 // node that stored its frames late, its writer held, brought its join
 // back after the member had joined another node; made the one shown, it
 // let its leave that followed tell everyone the member had gone, issue
 // 38's full-size run). Call it with Pod.mu held.
-func (p *Pod) tellJoin(node string, body []byte) bool {
-	who, ok := presenceIdentity(body)
-	if !ok {
-		return false
-	}
-	at := presenceTime(body)
+func (p *Pod) tellJoin(node string, j joinEvent) bool {
+	who, at := j.who, j.at
 	s, known := p.shown[who.ID]
 	if known && s.node != node && at.Before(s.at) {
 		return false // older than the join shown: stale
@@ -249,7 +258,7 @@ func (p *Pod) remoteGone(id string, r remoteMember, reason string) {
 func (p *Pod) remoteCame(r remoteMember) {
 	p.remote[r.ID] = r
 	body, _ := presenceMessage(wire.PresenceJoin, r.Identity, "")
-	if p.tellJoin(r.node, body) {
+	if j, ok := readJoin(body); ok && p.tellJoin(r.node, j) {
 		m := envelope.Meta{Kind: envelope.FrameJoin, Origin: r.node, From: r.ID, Protocol: protocolSpan}
 		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
 	}

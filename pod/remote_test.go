@@ -156,7 +156,8 @@ func TestClusterStaleJoinReplacesNobody(t *testing.T) {
 	join = []byte(strings.Replace(string(join), `"ts":"`, `"ts":"`+old+`","was":"`, 1))
 	for _, p := range []*Pod{pa, pb} {
 		p.lock()
-		joined := p.remoteJoin(&envelope.Meta{Kind: envelope.FrameJoin, Origin: "node-z", From: "bob", Seq: 7}, join)
+		j, _ := readJoin(join)
+		joined := p.remoteJoin(&envelope.Meta{Kind: envelope.FrameJoin, Origin: "node-z", From: "bob", Seq: 7}, j)
 		left := p.remoteLeave(&envelope.Meta{Kind: envelope.FrameLeave, Origin: "node-z", From: "bob", Seq: 8})
 		p.unlock()
 		if joined || left {
@@ -226,10 +227,11 @@ func TestStaleJoinShownReplacesNobody(t *testing.T) {
 	alice := c.join(p, "alice", joinOpts{})
 	alice.next()
 
-	at := func(d time.Duration) []byte {
+	at := func(d time.Duration) joinEvent {
 		ts := time.Now().Add(d).UTC().Format(wire.TimeFormat)
 		b, _ := presenceMessage(wire.PresenceJoin, wire.Identity{ID: "s4", Capabilities: []wire.Capability{}}, "")
-		return []byte(strings.Replace(string(b), `"ts":"`, `"ts":"`+ts+`","was":"`, 1))
+		j, _ := readJoin([]byte(strings.Replace(string(b), `"ts":"`, `"ts":"`+ts+`","was":"`, 1)))
+		return j
 	}
 	p.lock()
 	newer := p.tellJoin("node-new", at(0))            // s4 joined the new node: told
