@@ -30,16 +30,14 @@ type directGetRequest struct {
 	MaxBytes int    `json:"max_bytes"`
 }
 
-// lagWait bounds how long Read waits for a replica to catch up.
-const lagWait = 2 * time.Second
-
 // Read calls fn, in order, with every message stored on subject whose
 // sequence is in want (ascending), reading the stream from want[0] up to
-// the last of them. A replica that answers before it has caught up with
-// the leader is asked again, briefly; a sequence still absent then is a
-// *MissingError.
+// the last of them. A replica answers direct gets from 90 % caught up
+// (a node started again is one, and a follower under load lags the
+// leader by a few messages), so a wanted sequence that the replica which
+// answered lacks is asked of the stream's leader: a sequence the leader
+// lacks too is a *MissingError.
 func (s *Stream) Read(ctx context.Context, subject string, want []uint64, fn func(StoredMsg) error) error {
-	deadline := time.Now().Add(lagWait)
 	for len(want) > 0 {
 		got := 0
 		n := int(min(want[len(want)-1]-want[0]+1, readBatch))
@@ -64,17 +62,24 @@ func (s *Stream) Read(ctx context.Context, subject string, want []uint64, fn fun
 			return err
 		}
 		if got > 0 || len(want) == 0 {
-			deadline = time.Now().Add(lagWait)
 			continue
 		}
 		// Nothing of what is wanted came back: either it is gone, or the
-		// replica that answered has not caught up yet.
-		if time.Now().After(deadline) {
+		// replica that answered is behind. The leader says.
+		if s.cfg.Replicas <= 1 {
 			return &MissingError{Seq: want[0]}
 		}
-		if err := s.waitFor(ctx, want[0]); err != nil {
+		m, err := s.leaderNext(ctx, subject, want[0])
+		if err != nil {
 			return err
 		}
+		if m == nil || m.Seq != want[0] {
+			return &MissingError{Seq: want[0]}
+		}
+		if err := fn(*m); err != nil {
+			return err
+		}
+		want = want[1:]
 	}
 	return nil
 }
@@ -128,22 +133,25 @@ func (c *cursor) peek(ctx context.Context) (*StoredMsg, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(got) == 0 && !more && c.s.cfg.Replicas > 1 {
+		if len(got) > 0 {
+			c.next = got[len(got)-1].Seq + 1
+		}
+		if !more && c.s.cfg.Replicas > 1 {
 			// The replica that answered has nothing more; it may be
 			// behind the leader (a replica answers direct gets from 90 %
-			// caught up: a node started again is one). The leader says.
+			// caught up: a node started again is one, and any follower
+			// under load is a few messages behind). The leader says, and
+			// the next batch is asked of a replica again.
 			m, err := c.s.leaderNext(ctx, c.subject, c.next)
 			if err != nil {
 				return nil, err
 			}
 			if m != nil {
-				got, more = []StoredMsg{*m}, true
+				got, more = append(got, *m), true
+				c.next = m.Seq + 1
 			}
 		}
 		c.done = !more
-		if len(got) > 0 {
-			c.next = got[len(got)-1].Seq + 1
-		}
 		c.buf = got
 	}
 	if len(c.buf) == 0 {
@@ -233,23 +241,5 @@ func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n in
 		if err != nil || !goOn {
 			return false, err
 		}
-	}
-}
-
-// waitFor pauses before Read asks again, unless the stream's first
-// sequence is past seq: then it is gone for good.
-func (s *Stream) waitFor(ctx context.Context, seq uint64) error {
-	info, err := s.stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("history: %w", err)
-	}
-	if info.State.FirstSeq > seq {
-		return &MissingError{Seq: seq}
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(10 * time.Millisecond):
-		return nil
 	}
 }

@@ -1,0 +1,180 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// startCluster starts three embedded NATS servers with JetStream in one
+// cluster (the real ones, as a gateway cluster runs them); the last is
+// tagged "lag".
+func startCluster(t testing.TB) []*server.Server {
+	t.Helper()
+	var ports []int
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	var servers []*server.Server
+	for i, p := range ports {
+		opts := &server.Options{ServerName: fmt.Sprint("h", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			NoSigs: true, NoLog: true, JetStream: true, StoreDir: t.TempDir(), MaxPending: 1 << 30,
+			JetStreamMaxMemory: 1 << 30, JetStreamMaxStore: 1 << 30,
+			Cluster: server.ClusterOpts{Name: "hlag", Host: "127.0.0.1", Port: p}, Routes: server.RoutesFromStr(strings.Join(routes, ","))}
+		if i == 2 {
+			opts.Tags = []string{"lag"}
+		}
+		ns, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go ns.Start()
+		t.Cleanup(ns.Shutdown)
+		if !ns.ReadyForConnections(30 * time.Second) {
+			t.Fatal("NATS not ready")
+		}
+		servers = append(servers, ns)
+	}
+	return servers
+}
+
+func connectTo(t testing.TB, ns *server.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TestReadsFromAReplicaBehind: a pod's past read through a node whose
+// replica lacks the newest messages (a node started again answers direct
+// gets from 90 % caught up; a follower under load lags the leader) is the
+// whole past, as the leader holds it. The replica behind is a real one
+// of JetStream's: a mirror of the stream on the reading node that answers
+// its direct gets (MirrorDirect) and lacks the pod's newest message, so
+// that about half of the direct gets from that node are answered by it.
+// Before the fix, a scan ended where that replica's batch ended.
+func TestReadsFromAReplicaBehind(t *testing.T) {
+	servers := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	writes, reads := connectTo(t, servers[0]), connectTo(t, servers[2])
+	var s *Stream
+	for {
+		// One try at a time: a request sent while the cluster elects its
+		// meta leader is never answered.
+		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+		var err error
+		s, err = Open(octx, writes, Config{Subjects: []string{"mcpp.pod.>"}, Entries: 100, MaxAge: time.Hour,
+			MaxBytes: 64 << 20, MaxMsgSize: 1 << 20, Replicas: 3, AckWait: 5 * time.Second, Reads: reads}, "test")
+		ocancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(s.Close)
+	const pod, marker = "mcpp.pod.lab", "mcpp.pod.lab-markers"
+	var seqs []uint64
+	for i, subject := range []string{pod, "mcpp.pod.other", marker, pod, pod} {
+		done := make(chan error, 1)
+		s.Append(subject, frameOf(fmt.Sprint("e", i)), "", func(seq uint64, _ bool, err error) {
+			if subject == pod {
+				seqs = append(seqs, seq)
+			}
+			done <- err
+		})
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	newest := seqs[len(seqs)-1]
+
+	js, err := jetstream.New(writes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LAGGING", Mirror: &jetstream.StreamSource{Name: StreamName},
+		MirrorDirect: true, Replicas: 1, Storage: jetstream.MemoryStorage, Placement: &jetstream.Placement{Tags: []string{"lag"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := mirror.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.LastSeq == newest {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The mirror now lacks the pod's newest message, as a replica behind.
+	if err := mirror.DeleteMsg(ctx, newest); err != nil {
+		t.Fatal(err)
+	}
+	// It answers direct gets on the reading node: some come back short.
+	short := 0
+	for range 40 {
+		var got []uint64
+		if _, err := s.readBatch(ctx, pod, 1, readBatch, func(_ string, m StoredMsg) (bool, error) {
+			got = append(got, m.Seq)
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, seqs) {
+			short++
+		}
+	}
+	if short == 0 {
+		t.Fatal("no direct get was answered by the replica behind: the test shows nothing")
+	}
+	t.Logf("%d of 40 direct gets answered short", short)
+
+	for i := range 40 {
+		var got []uint64
+		if err := s.Scan(ctx, []string{pod, marker}, 1, func(subject string, m StoredMsg) error {
+			if subject == pod {
+				got = append(got, m.Seq)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, seqs) {
+			t.Fatalf("scan %d read %v of the pod, the stream holds %v", i, got, seqs)
+		}
+		got = got[:0]
+		if err := s.Read(ctx, pod, seqs, func(m StoredMsg) error {
+			got = append(got, m.Seq)
+			return nil
+		}); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if !slices.Equal(got, seqs) {
+			t.Fatalf("read %d gave %v of %v", i, got, seqs)
+		}
+	}
+}
