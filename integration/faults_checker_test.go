@@ -138,10 +138,14 @@ type report struct {
 	Acked, Refused, Open int // envelopes acknowledged, refused, never answered
 	Deliveries           int // of envelopes, to members
 	Lost                 []string
-	Duplicated           []string
-	Reordered            []string
-	RefusedDelivered     []string
-	NotAdmitted          []string // delivered to a member whose filter does not admit it
+	// HistoryLacks are the acknowledged envelopes the histories lack
+	// (pod, sender, n): the suite asks the stream itself for them, so
+	// that a node's index that lacks one is told from a stream that does.
+	HistoryLacks     []lackedEnvelope
+	Duplicated       []string
+	Reordered        []string
+	RefusedDelivered []string
+	NotAdmitted      []string // delivered to a member whose filter does not admit it
 }
 
 func (r *report) ok() bool {
@@ -216,7 +220,21 @@ func (l *ledger) check(seed int64, history map[string][]received) *report {
 			}
 		}
 		if history != nil {
+			before := len(r.Lost)
 			l.checkStream(r, pod, pod+": the history", history[pod], false, true)
+			if len(r.Lost) > before {
+				seen := map[received]bool{}
+				for _, got := range history[pod] {
+					seen[got] = true
+				}
+				for _, sender := range keys(l.sent[pod]) {
+					for _, e := range l.sent[pod][sender] {
+						if e.outcome == outcomeAcked && !seen[received{sender, e.n}] {
+							r.HistoryLacks = append(r.HistoryLacks, lackedEnvelope{pod, sender, e.n})
+						}
+					}
+				}
+			}
 		}
 	}
 	return r
@@ -278,6 +296,15 @@ func (l *ledger) checkStream(r *report, pod, who string, st []received, filtered
 		}
 	}
 }
+
+// lackedEnvelope is an acknowledged envelope a pod's history lacks.
+type lackedEnvelope struct {
+	pod, sender string
+	n           int
+}
+
+// id is the envelope's id, as its sender made it.
+func (e lackedEnvelope) id() string { return fmt.Sprintf("%s.%s.%d", e.pod, e.sender, e.n) }
 
 func lookup(s []sentEnvelope, n int) (sentEnvelope, bool) {
 	if n < 0 || n >= len(s) {

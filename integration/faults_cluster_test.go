@@ -92,6 +92,14 @@ func TestClusterFaults(t *testing.T) {
 			reader++
 		}
 		rep = w.ledger.check(w.seed, w.histories(reader))
+		// Whether the stream itself holds what the node's replay lacked.
+		for i, e := range rep.HistoryLacks {
+			if i == 20 {
+				t.Logf("… and %d more envelopes the history lacks", len(rep.HistoryLacks)-20)
+				break
+			}
+			t.Logf("%s, lacking from node %d's history: %s", e.id(), reader+1, w.inStream(reader, e))
+		}
 	} else {
 		t.Errorf("the nodes were not all healthy 60 s after the traffic stopped: the histories were not read")
 	}

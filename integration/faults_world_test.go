@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand"
@@ -294,6 +295,51 @@ func (w *faultWorld) streamInfo(i int) (*jetstream.StreamInfo, error) {
 		return nil, err
 	}
 	return s.Info(ctx)
+}
+
+// inStream says whether the history stream holds e, read through node
+// i's NATS with an ordered consumer of the pod's subject (from the
+// stream's leader), and where.
+func (w *faultWorld) inStream(i int, e lackedEnvelope) string {
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	if err != nil {
+		return "the stream not asked: " + err.Error()
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "MCPP_HISTORY")
+	if err != nil {
+		return "the stream not asked: " + err.Error()
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"mcpp.pod." + e.pod}})
+	if err != nil {
+		return "the stream not asked: " + err.Error()
+	}
+	want := []byte(`"` + e.id() + `"`)
+	read := 0
+	for {
+		batch, err := c.FetchNoWait(256)
+		if err != nil {
+			return "the stream not read: " + err.Error()
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			read++
+			if bytes.Contains(m.Data(), want) {
+				md, _ := m.Metadata()
+				return fmt.Sprintf("the stream holds it at %d, stored at %s", md.Sequence.Stream, md.Timestamp.UTC().Format("15:04:05.000"))
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return "the stream not read: " + err.Error()
+		}
+		if n == 0 {
+			return fmt.Sprintf("the stream lacks it (%d messages of the pod read)", read)
+		}
+	}
 }
 
 // replicated waits until the history stream has a leader and every other
