@@ -224,6 +224,11 @@ func (w *faultWorld) tryStart(t *testing.T) error {
 			"--cluster-heartbeat", w.size.heartbeat.String(), "--history", fmt.Sprint(w.size.history), "--history-bytes", "1GiB",
 			"--history-dir", dir, "--nats-port", fmt.Sprint(w.natsPorts[i]),
 			"--rate", "100000", "--burst", "100000", "--max-connections", "20000"}
+		if os.Getenv("MCPP_FAULT_DEBUG") != "" {
+			// What each pod did with every presence change, for a run
+			// whose views went wrong.
+			args = append(args, "--log-level", "debug")
+		}
 		var err error
 		if w.nodes[i], err = harness.TryStartGatewayProc(t, nil, args...); err != nil {
 			for _, started := range w.nodes[:i+1] {

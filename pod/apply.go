@@ -156,17 +156,25 @@ func (p *Pod) handleFrame(m *envelope.Meta, body []byte, local bool) int {
 			delete(p.inflight, m.From)
 		}
 		j, ok := readJoin(body)
-		if !ok || !local && !p.remoteJoin(m, j) || !p.tellJoin(m.Origin, j) {
+		if !ok || !local && !p.remoteJoin(m, j) {
+			p.debugPresence("join", m.From, m.Origin, false, "stale")
 			return 0
 		}
+		if !p.tellJoin(m.Origin, j) {
+			p.debugPresence("join", m.From, m.Origin, false, "shown")
+			return 0
+		}
+		p.debugPresence("join", m.From, m.Origin, true, "")
 		p.presenceOfServer(body)
 	case envelope.FrameLeave:
 		if gone := local || p.remoteLeave(m); gone {
 			defer p.callsMemberGone(strings.Clone(m.From)) // after its leave
 		}
 		if !p.tellLeave(m.From, m.Origin) {
+			p.debugPresence("leave", m.From, m.Origin, false, "not shown")
 			return 0
 		}
+		p.debugPresence("leave", m.From, m.Origin, true, "")
 		p.presenceOfServer(body)
 
 	case envelope.FrameContextEvent:

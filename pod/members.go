@@ -37,6 +37,7 @@ func (p *Pod) Join(r *participant.Participant, want HistoryWant) *envelope.Error
 	_, elsewhere := p.remote[r.ID]
 	delete(p.remote, r.ID)
 	others := p.told(r, r.ID)
+	p.debugWelcome(r.ID, others)
 	info, rep := p.replayFor(r, want)
 	welcome := p.welcome(r, others, info)
 	p.members[r.ID] = r

@@ -163,7 +163,9 @@ const openTimeout = 30 * time.Second
 func (p *Pod) open() {
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
+	start := time.Now()
 	err := p.order.open(ctx)
+	p.node.Log.Debug("pod opened", "pod", p.Name, "took", time.Since(start), "err", err)
 	p.mu.Lock()
 	if err != nil {
 		p.openErr = err

@@ -1,7 +1,9 @@
 package pod
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -244,7 +246,9 @@ func (p *Pod) RemoveNode(node string) {
 func (p *Pod) remoteGone(id string, r remoteMember, reason string) {
 	delete(p.remote, id)
 	body, _ := presenceMessage(wire.PresenceLeave, r.Identity, reason)
-	if p.tellLeave(id, r.node) {
+	told := p.tellLeave(id, r.node)
+	p.debugPresence("gone", id, r.node, told, reason)
+	if told {
 		m := envelope.Meta{Kind: envelope.FrameLeave, Origin: r.node, From: r.ID, Protocol: protocolSpan}
 		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
 	}
@@ -258,7 +262,10 @@ func (p *Pod) remoteGone(id string, r remoteMember, reason string) {
 func (p *Pod) remoteCame(r remoteMember) {
 	p.remote[r.ID] = r
 	body, _ := presenceMessage(wire.PresenceJoin, r.Identity, "")
-	if j, ok := readJoin(body); ok && p.tellJoin(r.node, j) {
+	j, ok := readJoin(body)
+	told := ok && p.tellJoin(r.node, j)
+	p.debugPresence("came", r.ID, r.node, told, "listed")
+	if told {
 		m := envelope.Meta{Kind: envelope.FrameJoin, Origin: r.node, From: r.ID, Protocol: protocolSpan}
 		p.node.Metrics.Deliveries.Add(float64(p.deliver(&m, body, false)))
 	}
@@ -333,7 +340,15 @@ func (p *Pod) ApplyMembers(r NodeMembers) bool {
 		return true
 	}
 	if p.heard[r.Node] > r.Seq {
+		p.debugPresence("list", "", r.Node, false, "stale")
 		return false
+	}
+	if p.node.Log.Enabled(context.Background(), slog.LevelDebug) {
+		ids := make([]string, len(r.Members))
+		for i, id := range r.Members {
+			ids[i] = id.ID
+		}
+		p.node.Log.Debug("presence list applied", "pod", p.Name, "node", r.Node, "seq", r.Seq, "members", strings.Join(ids, ","))
 	}
 	listed := make(map[string]bool, len(r.Members))
 	for i, id := range r.Members {
@@ -392,4 +407,26 @@ func presenceIdentity(body []byte) (wire.Identity, bool) {
 		return wire.Identity{}, false
 	}
 	return v.Payload.Participant, true
+}
+
+// debugPresence logs, at debug level, what the pod did with a presence
+// change: who, on which node, and whether its members were told (the
+// full-size fault suite reads it beside the members' traces).
+func (p *Pod) debugPresence(event, id, node string, told bool, why string) {
+	if !p.node.Log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	p.node.Log.Debug("presence", "pod", p.Name, "event", event, "participant", id, "node", node, "told", told, "why", why)
+}
+
+// debugWelcome logs, at debug level, whom a joiner's welcome lists.
+func (p *Pod) debugWelcome(id string, listed []wire.Identity) {
+	if !p.node.Log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	ids := make([]string, len(listed))
+	for i, l := range listed {
+		ids[i] = l.ID
+	}
+	p.node.Log.Debug("welcome", "pod", p.Name, "participant", id, "lists", strings.Join(ids, ","))
 }

@@ -181,6 +181,7 @@ func (n *Node) remove(p *Pod, idleOnly bool) {
 	}
 	s.mu.Unlock()
 	if remove {
+		n.Log.Debug("pod closed", "pod", p.Name, "idle", idleOnly)
 		p.Close()
 	}
 }
