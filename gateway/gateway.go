@@ -44,9 +44,9 @@ type Gateway struct {
 
 	ns      *server.Server // nil with --nats-url
 	nc      *nats.Conn
-	reads   *nats.Conn // the history's reads (startNATS)
-	tempDir string     // the embedded JetStream's own directory, removed at shutdown
-	cluster *cluster   // nil when the gateway serves its pods alone
+	reads   []*nats.Conn // the history's reads (startNATS)
+	tempDir string       // the embedded JetStream's own directory, removed at shutdown
+	cluster *cluster     // nil when the gateway serves its pods alone
 	metrics *metrics
 	mcp     *mcpendpoint.Endpoint // /mcp
 
@@ -151,7 +151,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.closeAudit()
 		g.node.Stop()
 		nc.Close()
-		reads.Close()
+		closeAll(reads)
 		if ns != nil {
 			ns.Shutdown()
 		}
@@ -514,7 +514,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.node.Stop()
 	_ = g.nc.Flush()
 	g.nc.Close()
-	g.reads.Close()
+	closeAll(g.reads)
 	if g.ns != nil {
 		g.ns.Shutdown()
 		g.ns.WaitForShutdown()

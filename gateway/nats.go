@@ -112,33 +112,51 @@ func historyReplicas(cfg *Config) int {
 // With history on, the embedded server runs JetStream in tempDir (when it
 // is not --history-dir), which the caller removes when it stops.
 //
-// reads is a second connection, for the history's reads (history.Config.Reads):
-// a NATS server answers a direct get on the reading connection's own
-// goroutine, so that a node reading much history (pods opened in a storm,
-// many replays) on its one connection held up its writer's
-// acknowledgements, its follower and its heartbeats behind the reads:
-// the writer held, and the node refused envelopes for minutes (issue 38's
-// full-size fault run).
-func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc, reads *nats.Conn, tempDir string, err error) {
+// reads are more connections, for the history's reads
+// (history.Config.Reads): a NATS server answers a direct get on the
+// reading connection's own goroutine, so that a node reading much
+// history (pods opened in a storm, many replays) on its one connection
+// held up its writer's acknowledgements, its follower and its heartbeats
+// behind the reads: the writer held, and the node refused envelopes for
+// minutes (issue 38's full-size fault run). And on one reading
+// connection every read waits for the ones before it, whose blocks a
+// store that has just started loads from disk: readConns of them answer
+// side by side.
+func startNATS(cfg *Config, nodeID string) (ns *server.Server, nc *nats.Conn, reads []*nats.Conn, tempDir string, err error) {
 	ns, nc, tempDir, err = startNATSConn(cfg, nodeID)
 	if err != nil {
 		return ns, nil, nil, tempDir, err
 	}
 	opts := []nats.Option{nats.Name("mcpp-gateway " + nodeID + " history reads"),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
-	if ns != nil {
-		reads, err = nats.Connect("", append(opts, nats.InProcessServer(ns))...)
-	} else {
-		reads, err = nats.Connect(cfg.NATSURL, opts...)
-	}
-	if err != nil {
-		nc.Close()
+	for range readConns {
+		var r *nats.Conn
 		if ns != nil {
-			ns.Shutdown()
+			r, err = nats.Connect("", append(opts, nats.InProcessServer(ns))...)
+		} else {
+			r, err = nats.Connect(cfg.NATSURL, opts...)
 		}
-		return nil, nil, nil, tempDir, fmt.Errorf("NATS: the history's reading connection: %w", err)
+		if err != nil {
+			closeAll(reads)
+			nc.Close()
+			if ns != nil {
+				ns.Shutdown()
+			}
+			return nil, nil, nil, tempDir, fmt.Errorf("NATS: the history's reading connection: %w", err)
+		}
+		reads = append(reads, r)
 	}
 	return ns, nc, reads, tempDir, nil
+}
+
+// readConns is how many connections a node reads its history on.
+const readConns = 4
+
+// closeAll closes the connections.
+func closeAll(conns []*nats.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 // startNATSConn starts the embedded server (unless --nats-url) and the

@@ -165,7 +165,7 @@ func (c *cursor) peek(ctx context.Context) (*StoredMsg, error) {
 // replica answers), or nil when there is none.
 func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*StoredMsg, error) {
 	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject})
-	m, err := s.reads.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
+	m, err := s.reader().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
 	if err != nil {
 		return nil, fmt.Errorf("history: read from the leader: %w", err)
 	}
@@ -199,14 +199,15 @@ func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*S
 // false. more reports whether the stream held more after the batch.
 func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n int, fn func(subject string, m StoredMsg) (bool, error)) (more bool, err error) {
 	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject, Batch: n, MaxBytes: readBatchBytes})
-	inbox := s.reads.NewRespInbox()
+	nc := s.reader()
+	inbox := nc.NewRespInbox()
 	ch := make(chan *nats.Msg, readBatch+2)
-	sub, err := s.reads.ChanSubscribe(inbox, ch)
+	sub, err := nc.ChanSubscribe(inbox, ch)
 	if err != nil {
 		return false, fmt.Errorf("history: read: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := s.reads.PublishRequest("$JS.API.DIRECT.GET."+StreamName, inbox, req); err != nil {
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+StreamName, inbox, req); err != nil {
 		return false, fmt.Errorf("history: read: %w", err)
 	}
 	timeout := time.NewTimer(5 * time.Second)

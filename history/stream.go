@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,11 +59,15 @@ type Config struct {
 	// gateway node without a cluster or --nats-url). The writer's rounds
 	// are then acknowledged once each, not once a message (round.go).
 	Own bool
-	// Reads is the connection reads go on (nil: the stream's own). A NATS
-	// server answers a direct get on the goroutine of the connection that
-	// asked, so that reads on the writer's connection delay its
-	// acknowledgements, and a follower on it, behind them.
-	Reads *nats.Conn
+	// Reads are the connections reads go on, taken in turn (none: the
+	// stream's own). A NATS server answers a direct get on the goroutine
+	// of the connection that asked, one request after the other: reads on
+	// the writer's connection delay its acknowledgements, and a follower
+	// on it, behind them, and all of a node's reads on one connection
+	// wait for each other (issue 38's full-size run: the server's read
+	// loop of the one reading connection took up to 5.3 s a turn while a
+	// node started again opened its pods).
+	Reads []*nats.Conn
 }
 
 // Slack is how many messages per pod the stream keeps beyond --history,
@@ -97,7 +102,8 @@ const maxAckWait = 16 * time.Second
 // pod: the Backend the gateway runs on.
 type Stream struct {
 	nc     *nats.Conn
-	reads  *nats.Conn // Config.Reads, or nc
+	reads  []*nats.Conn  // Config.Reads, or nc
+	turn   atomic.Uint32 // the next of reads
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	cfg    Config
@@ -199,9 +205,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	s := &Stream{nc: nc, reads: nc, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{}),
+	s := &Stream{nc: nc, reads: []*nats.Conn{nc}, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{}),
 		ackWait: cfg.AckWait}
-	if cfg.Reads != nil {
+	if len(cfg.Reads) > 0 {
 		s.reads = cfg.Reads
 	}
 	if cfg.Own {
@@ -222,6 +228,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		go s.watchAcks()
 	}
 	return s, nil
+}
+
+// reader is the connection the next read goes on.
+func (s *Stream) reader() *nats.Conn {
+	return s.reads[int(s.turn.Add(1))%len(s.reads)]
 }
 
 // Config is the stream's configuration.
