@@ -175,15 +175,15 @@ func (m *fmember) read(conn *mcpp.Conn, epoch int) {
 // answered now (indeterminate), and the member dials again.
 func (m *fmember) dropped(conn *mcpp.Conn, epoch int, err error) {
 	_ = conn.CloseNow()
-	how := "dropped"
+	how, why := "dropped", ""
 	var ce *mcpp.ClosedError
 	if errors.As(err, &ce) {
-		how = fmt.Sprint(int(ce.Code))
+		how, why = fmt.Sprint(int(ce.Code)), " ("+ce.Reason+")"
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closes[how]++
-	m.note("connection %d ended: %s", epoch, how)
+	m.note("connection %d ended: %s%s", epoch, how, why)
 	if m.epoch != epoch {
 		return
 	}
