@@ -118,6 +118,9 @@ func (m *fmember) dial() bool {
 		conn, err := mcpp.DialConn(ctx, m.w.ws(i)+"?"+q.Encode(), mcpp.Options{Pod: m.pod, ReadLimit: 64 << 20})
 		cancel()
 		if err != nil {
+			m.mu.Lock()
+			m.note("dial to node %d failed: %v", i+1, err)
+			m.mu.Unlock()
 			continue
 		}
 		m.mu.Lock()
