@@ -2,10 +2,12 @@ package history
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -255,10 +257,11 @@ func (s *Stream) Close() {
 }
 
 // Append publishes msg with a reply subject of its own; the stream's
-// acknowledgement on it calls done. NATS keeps one connection's order, and
-// the stream stores and acknowledges in that order, so acknowledgements
-// come in the order of the Appends; one that never comes is failed after
-// Config.AckWait.
+// acknowledgement on it calls done. NATS keeps one connection's order; the
+// stream in this process (Config.Own) stores and acknowledges in that
+// order, while a replicated one answers a duplicate at once, ahead of the
+// messages before it still on their way through its leader's log. One
+// that never comes is failed after Config.AckWait.
 func (s *Stream) Append(subject string, msg []byte, msgID string, done func(seq uint64, duplicate bool, err error)) {
 	token := s.wait(pendingAck{done: done})
 	var err error
@@ -292,8 +295,8 @@ func (s *Stream) reply(token uint64) string {
 	return string(strconv.AppendUint(append(b[:0], s.ackPrefix...), token, 10))
 }
 
-// onAck handles the stream's answer to one Append: the ones before it
-// that were not answered were lost (a leader that died with them).
+// onAck handles the stream's answer to one Append; from the stream in
+// this process, the ones before it that were not answered were lost.
 func (s *Stream) onAck(m *nats.Msg) {
 	token, err := strconv.ParseUint(m.Subject[len(s.ackPrefix):], 10, 64)
 	if err != nil {
@@ -304,14 +307,27 @@ func (s *Stream) onAck(m *nats.Msg) {
 	var lost []pendingAck
 	var mine pendingAck
 	found := false
-	for len(s.waiting) > 0 && s.waiting[0].token <= token {
-		p := s.waiting[0]
-		s.popWaiting()
-		if p.token == token {
-			mine, found = p, true
-			break
+	if s.cfg.Own {
+		// The stream in this process answers in the order of the
+		// Appends: the ones before this one not answered were lost.
+		for len(s.waiting) > 0 && s.waiting[0].token <= token {
+			p := s.waiting[0]
+			s.popWaiting()
+			if p.token == token {
+				mine, found = p, true
+				break
+			}
+			lost = append(lost, p)
 		}
-		lost = append(lost, p)
+	} else if i, ok := slices.BinarySearchFunc(s.waiting, token, func(p pendingAck, t uint64) int { return cmp.Compare(p.token, t) }); ok {
+		// Any other stream may answer out of the Appends' order: a
+		// replicated one answers a duplicate at once, ahead of the
+		// messages before it that go through its leader's log (issue
+		// 38's full-size run took them for lost, held, and sent them
+		// again, again and again). An answer says nothing of the
+		// others: each waits for its own, or for AckWait.
+		mine, found = s.waiting[i], true
+		s.removeWaiting(i)
 	}
 	base := s.last
 	if found && ackErr == nil && !dup {
@@ -361,6 +377,17 @@ func (s *Stream) popWaiting() {
 	}
 }
 
+// removeWaiting drops the Append waiting at i. Call it with mu held.
+func (s *Stream) removeWaiting(i int) {
+	if i == 0 {
+		s.popWaiting()
+		return
+	}
+	n := len(s.waiting)
+	s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+	s.waiting[:n][n-1] = pendingAck{}
+}
+
 // fail ends the Append of token with err.
 func (s *Stream) fail(token uint64, err error) {
 	s.mu.Lock()
@@ -369,9 +396,7 @@ func (s *Stream) fail(token uint64, err error) {
 	for i := range s.waiting {
 		if s.waiting[i].token == token {
 			p, found = s.waiting[i], true
-			n := len(s.waiting)
-			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
-			s.waiting[:n][n-1] = pendingAck{}
+			s.removeWaiting(i)
 			break
 		}
 	}
@@ -409,7 +434,7 @@ func (s *Stream) watchAcks() {
 }
 
 // parseAck reads the stream's acknowledgement: {"stream":…,"seq":N} (with
-// "duplicate":true for an id stored before), a JetStream error, or a 503
+// "duplicate": true for an id stored before), a JetStream error, or a 503
 // status when nothing answers.
 func parseAck(m *nats.Msg) (seq uint64, duplicate bool, err error) {
 	if status := m.Header.Get("Status"); status != "" {
@@ -417,7 +442,7 @@ func parseAck(m *nats.Msg) (seq uint64, duplicate bool, err error) {
 	}
 	if i := bytes.Index(m.Data, []byte(`"seq":`)); i >= 0 {
 		if seq := leadingUint(m.Data[i+len(`"seq":`):]); seq > 0 {
-			return seq, bytes.Contains(m.Data, []byte(`"duplicate":true`)), nil
+			return seq, isDuplicate(m.Data), nil
 		}
 	}
 	var a struct {
@@ -440,6 +465,16 @@ func parseAck(m *nats.Msg) (seq uint64, duplicate bool, err error) {
 		return 0, false, &RejectedError{Reason: a.Error.Description}
 	}
 	return 0, false, fmt.Errorf("history: an acknowledgement that does not parse: %q", m.Data)
+}
+
+// isDuplicate reports whether an acknowledgement says "duplicate": true
+// (nats-server writes it with a space; read either way).
+func isDuplicate(ack []byte) bool {
+	i := bytes.Index(ack, []byte(`"duplicate":`))
+	if i < 0 {
+		return false
+	}
+	return bytes.HasPrefix(bytes.TrimLeft(ack[i+len(`"duplicate":`):], " "), []byte("true"))
 }
 
 // leadingUint is the decimal number d starts with (0: none, or one too
