@@ -192,7 +192,7 @@ func openClusterStream(t *testing.T) *Stream {
 		// meta leader is never answered.
 		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
 		s, err := Open(octx, writes, Config{Subjects: []string{"mcpp.pod.>"}, Entries: 100, MaxAge: time.Hour,
-			MaxBytes: 64 << 20, MaxMsgSize: 1 << 20, Replicas: 3, AckWait: 5 * time.Second}, "test")
+			MaxBytes: 64 << 20, MaxMsgSize: 1 << 20, Replicas: 3, AckWait: 30 * time.Second}, "test")
 		ocancel()
 		if err == nil {
 			t.Cleanup(s.Close)
