@@ -85,7 +85,7 @@ func TestReadsFromAReplicaBehind(t *testing.T) {
 		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
 		var err error
 		s, err = Open(octx, writes, Config{Subjects: []string{"mcpp.pod.>"}, Entries: 100, MaxAge: time.Hour,
-			MaxBytes: 64 << 20, MaxMsgSize: 1 << 20, Replicas: 3, AckWait: 5 * time.Second, Reads: []*nats.Conn{reads}}, "test")
+			MaxBytes: 64 << 20, MaxMsgSize: 1 << 20, Replicas: 3, AckWait: 30 * time.Second, Reads: []*nats.Conn{reads}}, "test")
 		ocancel()
 		if err == nil {
 			break
