@@ -78,23 +78,7 @@ func TestReadsFromAReplicaBehind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	writes, reads := connectTo(t, servers[0]), connectTo(t, servers[2])
-	var s *Stream
-	for {
-		// One try at a time: a request sent while the cluster elects its
-		// meta leader is never answered.
-		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
-		var err error
-		s, err = Open(octx, writes, Config{Subjects: []string{"mcpp.pod.>"}, Entries: 100, MaxAge: time.Hour,
-			MaxBytes: 64 << 20, MaxMsgSize: 1 << 20, Replicas: 3, AckWait: 30 * time.Second, Reads: []*nats.Conn{reads}}, "test")
-		ocancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(s.Close)
+	s := openClusterStream(t, writes, reads)
 	const pod, marker = "mcpp.pod.lab", "mcpp.pod.lab-markers"
 	var seqs []uint64
 	for i, subject := range []string{pod, "mcpp.pod.other", marker, pod, pod} {
@@ -180,19 +164,22 @@ func TestReadsFromAReplicaBehind(t *testing.T) {
 }
 
 // openClusterStream opens the history stream, three replicas, on
-// startCluster's servers, written through the first.
-func openClusterStream(t *testing.T) *Stream {
+// startCluster's servers, written through writes and read through reads
+// (nil: writes).
+func openClusterStream(t *testing.T, writes, reads *nats.Conn) *Stream {
 	t.Helper()
-	servers := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	writes := connectTo(t, servers[0])
+	cfg := Config{Subjects: []string{"mcpp.pod.>"}, Entries: 100, MaxAge: time.Hour,
+		MaxBytes: 64 << 20, MaxMsgSize: 1 << 20, Replicas: 3, AckWait: 30 * time.Second}
+	if reads != nil {
+		cfg.Reads = []*nats.Conn{reads}
+	}
 	for {
 		// One try at a time: a request sent while the cluster elects its
 		// meta leader is never answered.
 		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
-		s, err := Open(octx, writes, Config{Subjects: []string{"mcpp.pod.>"}, Entries: 100, MaxAge: time.Hour,
-			MaxBytes: 64 << 20, MaxMsgSize: 1 << 20, Replicas: 3, AckWait: 30 * time.Second}, "test")
+		s, err := Open(octx, writes, cfg, "test")
 		ocancel()
 		if err == nil {
 			t.Cleanup(s.Close)
@@ -211,7 +198,7 @@ func openClusterStream(t *testing.T) *Stream {
 // full-size run: writers held and sent again what was stored); the later
 // one is told a duplicate, at the sequence it was stored at.
 func TestDuplicateAnsweredAheadIsNoLoss(t *testing.T) {
-	s := openClusterStream(t)
+	s := openClusterStream(t, connectTo(t, startCluster(t)[0]), nil)
 	type answer struct {
 		seq uint64
 		dup bool
