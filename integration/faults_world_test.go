@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,6 +168,21 @@ func startFaultWorld(t *testing.T, size faultSize) *faultWorld {
 		// MCPP_FAULT_LOGS=1 shows the nodes' logs of a run that passed too.
 		if t.Failed() || os.Getenv("MCPP_FAULT_LOGS") != "" {
 			t.Logf("seed %d (MCPP_FAULT_SEED=%d replays it)", w.seed, w.seed)
+			for i := range w.nodes {
+				if w.up(i) {
+					t.Logf("node %d, publishing to the history stream through its NATS: %s", i+1, w.probe(i))
+				}
+			}
+			if os.Getenv("MCPP_FAULT_STACKS") != "" {
+				// Every goroutine of every node, into its log: what a
+				// node that stopped answering waits on.
+				for i, n := range w.nodes {
+					if w.up(i) && n.Cmd != nil && n.Cmd.Process != nil {
+						_ = n.Cmd.Process.Signal(syscall.SIGQUIT)
+					}
+				}
+				time.Sleep(3 * time.Second)
+			}
 			// The whole logs go to files (a full-size run's are hundreds
 			// of megabytes), their ends to the test's output.
 			dir, err := os.MkdirTemp("", "mcpp-faults-")
@@ -345,6 +361,28 @@ func (w *faultWorld) inStream(i int, e lackedEnvelope) string {
 			return fmt.Sprintf("the stream lacks it (%d messages of the pod read)", read)
 		}
 	}
+}
+
+// probe publishes a message to the history stream through node i's
+// NATS (its own connection, not the gateway's) and says whether and when
+// the stream acknowledged it: a node whose writer holds while this
+// answers has lost its acknowledgements, one where this does not answer
+// cannot reach the stream's leader.
+func (w *faultWorld) probe(i int) string {
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	if err != nil {
+		return "not connected: " + err.Error()
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	ack, err := js.Publish(ctx, "mcpp.pod.faults-probe", []byte("probe"))
+	if err != nil {
+		return fmt.Sprintf("no acknowledgement after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	return fmt.Sprintf("stored at %d, acknowledged after %v", ack.Sequence, time.Since(start).Round(time.Millisecond))
 }
 
 // replicated waits until the history stream has a leader and every other
