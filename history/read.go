@@ -19,6 +19,10 @@ const (
 	readBatchBytes = 4 << 20
 )
 
+// noAnswerWait is how long a read whose caller sets no deadline waits for
+// the stream's first answer.
+const noAnswerWait = 5 * time.Second
+
 // directGetRequest is JetStream's direct get (nats-server 2.11 and later):
 // up to Batch messages of one subject from Seq on, answered by any replica
 // without a consumer. nats.go has no call for the batched form, so it is
@@ -210,7 +214,16 @@ func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n in
 	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+StreamName, inbox, req); err != nil {
 		return false, fmt.Errorf("history: read: %w", err)
 	}
-	timeout := time.NewTimer(5 * time.Second)
+	// A read may wait as long as its caller does: on a loaded node a
+	// replica answers a batch in seconds, and a read given up on is read
+	// again from its start (a pod opened again, a replay resumed), which
+	// only adds to the load (issue 38's full-size runs). Without a
+	// deadline, noAnswerWait.
+	wait := noAnswerWait
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(wait, time.Until(d))
+	}
+	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	for {
 		var m *nats.Msg
@@ -219,7 +232,7 @@ func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n in
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case <-timeout.C:
-			return false, errors.New("history: read: no answer from the stream within 5s")
+			return false, fmt.Errorf("history: read: no answer from the stream within %v", wait.Round(time.Millisecond))
 		}
 		if status := m.Header.Get("Status"); status != "" {
 			// 204 ends a batch (Nats-Num-Pending says what is left); 404
