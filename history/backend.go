@@ -24,8 +24,10 @@ type Backend interface {
 	// its sequence once it is stored, or with the error that kept it from
 	// being stored (a *RejectedError when the stream refused it for good;
 	// any other error may pass if the message is sent again). done is
-	// called once per Append, in the order of the Appends, on a goroutine
-	// that must not be blocked for long. msgID, when not empty, names the
+	// called once per Append, on a goroutine that must not be blocked for
+	// long; in the order of the Appends from a stream of the node's own,
+	// in any order from a replicated one (a duplicate is answered at
+	// once). msgID, when not empty, names the
 	// message: an Append of an id stored in the last two minutes stores
 	// nothing, and done gets the first one's sequence, and duplicate set.
 	// (A Stream of the node's own also takes a writer's whole round at
