@@ -91,7 +91,8 @@ func TestClusterFaults(t *testing.T) {
 		for !w.up(reader) {
 			reader++
 		}
-		rep = w.ledger.check(w.seed, w.histories(reader))
+		historyAt := time.Now()
+		rep = w.ledger.check(w.seed, w.histories(reader), historyAt)
 		// Whether the stream itself holds what the node's replay lacked.
 		for i, e := range rep.HistoryLacks {
 			if i == 20 {

@@ -590,7 +590,7 @@ func (w *faultWorld) stopTraffic() {
 func (w *faultWorld) settleDeliveries(d time.Duration) *report {
 	deadline := time.Now().Add(d)
 	for {
-		r := w.ledger.check(w.seed, nil)
+		r := w.ledger.check(w.seed, nil, time.Time{})
 		if r.ok() || time.Now().After(deadline) {
 			return r
 		}
