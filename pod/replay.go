@@ -150,8 +150,12 @@ type replay struct {
 	resume bool
 }
 
-// ReadTimeout bounds one read of history from the stream (a replay's chunk, a page).
-const ReadTimeout = 10 * time.Second
+// ReadTimeout bounds one read of history from the stream (a replay's
+// chunk, a page). As long as a pod's opening may read its past: on a
+// loaded node (a thousand members joining at once, issue 38's full-size
+// run) 10 s interrupted 969 replays, each then read again from where it
+// stopped, which only added to the load.
+const ReadTimeout = 30 * time.Second
 
 // Next implements participant.Source.
 func (s *replay) Next(dst [][]byte, max, maxBytes int) ([][]byte, error) {
