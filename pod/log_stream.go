@@ -2,6 +2,7 @@ package pod
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -90,6 +91,9 @@ type parkedFrame struct {
 
 func (l *streamLog) here() bool { return false }
 
+// errPodClosed is the opening of a pod closed while it read its past.
+var errPodClosed = errors.New("pod: closed while it read its past")
+
 func (l *streamLog) open(ctx context.Context) error {
 	p := l.p
 	// The live subject first: a live frame whose marker comes after the
@@ -99,14 +103,29 @@ func (l *streamLog) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.sub = sub
+	var tail *Tail
 	f, err := p.node.follower(ctx)
 	if err == nil {
-		l.tail, err = f.Follow(ctx, p.Name, p.subjects(), l.onMsg)
+		tail, err = f.Follow(ctx, p.Name, p.subjects(), l.onMsg)
 	}
 	if err != nil {
 		p.node.dispatch.unsubscribe(sub)
 		return err
+	}
+	// The pod may have been closed while it read its past (the joiner
+	// that opened it gave up, and it was idle): then its tail and live
+	// subscription end here, or they would stay the follower's for
+	// nothing (close found neither).
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.sub, l.tail = sub, tail
+	}
+	l.mu.Unlock()
+	if closed {
+		tail.Stop()
+		p.node.dispatch.unsubscribe(sub)
+		return errPodClosed
 	}
 	l.follower.Store(f)
 	return nil
@@ -137,16 +156,17 @@ func (l *streamLog) publishEvent(frame []byte, _ *history.Entry, id string) {
 }
 
 func (l *streamLog) close() {
-	if l.tail != nil {
-		l.tail.Stop()
-	}
-	if l.sub != nil {
-		l.p.node.dispatch.unsubscribe(l.sub)
-	}
 	l.mu.Lock()
 	l.closed = true
 	l.endWait()
+	tail, sub := l.tail, l.sub
 	l.mu.Unlock()
+	if tail != nil {
+		tail.Stop()
+	}
+	if sub != nil {
+		l.p.node.dispatch.unsubscribe(sub)
+	}
 }
 
 // onMsg takes a message of the stream (the past, then what the follower

@@ -88,3 +88,45 @@ func TestTailPastMeetsLive(t *testing.T) {
 		t.Fatal("a stopped tail handed a message")
 	}
 }
+
+// TestPodClosedWhileReadingItsPast: a pod removed while it reads its past
+// (the joiner that opened it gave up: it is idle) does not stay the
+// follower's: its tail ends with it, and a pod of the same name opened
+// after it is handed what is stored next. Before the fix, the closed pod
+// kept its tail, and its live subscription, for nothing.
+func TestPodClosedWhileReadingItsPast(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	var once sync.Once
+	opened := make(chan *Pod, 1)
+	c.stream.scanned = func() {
+		// Within the first opening's Follow, once its past is read.
+		once.Do(func() { n.RemoveIdle(<-opened) })
+	}
+	first, e := n.Pod("lab")
+	if e != nil {
+		t.Fatal(e)
+	}
+	opened <- first
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := first.WaitReady(ctx); err == nil {
+		t.Fatal("a pod closed while it read its past opened")
+	}
+	n.followMu.Lock()
+	f := n.follow
+	n.followMu.Unlock()
+	f.mu.RLock()
+	tl := f.tails[Subject("lab")]
+	f.mu.RUnlock()
+	if tl != nil {
+		t.Fatal("the closed pod's tail is still the follower's")
+	}
+	second, err := n.readyPod(ctx, "lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatal("the closed pod was handed again")
+	}
+}
