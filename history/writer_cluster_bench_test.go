@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -63,42 +61,4 @@ func BenchmarkWriterCluster(b *testing.B) {
 
 // benchClusterConn starts three embedded NATS servers with JetStream in one
 // cluster, and connects to the first.
-func benchClusterConn(b *testing.B) *nats.Conn {
-	var ports []int
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		l.Close()
-	}
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
-	var first *server.Server
-	for i, p := range ports {
-		ns, err := server.NewServer(&server.Options{ServerName: fmt.Sprint("w", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
-			NoSigs: true, NoLog: true, JetStream: true, StoreDir: b.TempDir(), MaxPending: 1 << 30,
-			JetStreamMaxMemory: 1 << 30, JetStreamMaxStore: 1 << 30,
-			Cluster: server.ClusterOpts{Name: "wbench", Host: "127.0.0.1", Port: p}, Routes: server.RoutesFromStr(strings.Join(routes, ","))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		go ns.Start()
-		b.Cleanup(ns.Shutdown)
-		if !ns.ReadyForConnections(30 * time.Second) {
-			b.Fatal("NATS not ready")
-		}
-		if i == 0 {
-			first = ns
-		}
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(first))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	return nc
-}
+func benchClusterConn(b *testing.B) *nats.Conn { return connectTo(b, startCluster(b)[0]) }

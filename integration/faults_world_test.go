@@ -258,10 +258,16 @@ func (w *faultWorld) tryStart(t *testing.T) error {
 	return nil
 }
 
+// natsConn connects to node i's NATS server, as a client of its own (not
+// the gateway's connection).
+func (w *faultWorld) natsConn(i int) (*nats.Conn, error) {
+	return nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+}
+
 // learnNode reads node i's NATS server id (for its route proxy) and name
 // (for the stream's leader), which a start makes anew.
 func (w *faultWorld) learnNode(i int) {
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	nc, err := w.natsConn(i)
 	if err != nil {
 		w.t.Fatalf("node %d's NATS port: %v", i+1, err)
 	}
@@ -303,7 +309,7 @@ func (w *faultWorld) leaderNow() int {
 // streamInfo is the history stream's info as node i's NATS server gives
 // it.
 func (w *faultWorld) streamInfo(i int) (*jetstream.StreamInfo, error) {
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	nc, err := w.natsConn(i)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +328,7 @@ func (w *faultWorld) streamInfo(i int) (*jetstream.StreamInfo, error) {
 // i's NATS with an ordered consumer of the pod's subject (from the
 // stream's leader), and where.
 func (w *faultWorld) inStream(i int, e lackedEnvelope) string {
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	nc, err := w.natsConn(i)
 	if err != nil {
 		return "the stream not asked: " + err.Error()
 	}
@@ -369,7 +375,7 @@ func (w *faultWorld) inStream(i int, e lackedEnvelope) string {
 // answers has lost its acknowledgements, one where this does not answer
 // cannot reach the stream's leader.
 func (w *faultWorld) probe(i int) string {
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", w.natsPorts[i]), nats.NoReconnect(), nats.Timeout(5*time.Second))
+	nc, err := w.natsConn(i)
 	if err != nil {
 		return "not connected: " + err.Error()
 	}
