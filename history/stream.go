@@ -103,13 +103,12 @@ const maxAckWait = 16 * time.Second
 // Stream is the pods' history in one JetStream stream, one subject per
 // pod: the Backend the gateway runs on.
 type Stream struct {
-	nc         *nats.Conn
-	slowestAck atomic.Int64  // the longest onAck since AckBacklog (ns)
-	reads      []*nats.Conn  // Config.Reads, or nc
-	turn       atomic.Uint32 // the next of reads
-	js         jetstream.JetStream
-	stream     jetstream.Stream
-	cfg        Config
+	nc     *nats.Conn
+	reads  []*nats.Conn  // Config.Reads, or nc
+	turn   atomic.Uint32 // the next of reads
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cfg    Config
 
 	ackPrefix string
 	ackSub    *nats.Subscription
@@ -234,14 +233,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 }
 
 // AckBacklog is how many acknowledgements have come and wait for their
-// handler, and the longest one answer took it since the last call (a
-// handler behind makes answers in time look late).
-func (s *Stream) AckBacklog() (waiting int, slowest time.Duration) {
+// handler (a handler behind makes answers in time look late), or -1 when
+// it cannot say.
+func (s *Stream) AckBacklog() int {
 	n, _, err := s.ackSub.Pending()
 	if err != nil {
-		n = -1
+		return -1
 	}
-	return n, time.Duration(s.slowestAck.Swap(0))
+	return n
 }
 
 // reader is the connection the next read goes on.
@@ -310,12 +309,6 @@ func (s *Stream) reply(token uint64) string {
 // onAck handles the stream's answer to one Append; from the stream in
 // this process, the ones before it that were not answered were lost.
 func (s *Stream) onAck(m *nats.Msg) {
-	start := time.Now()
-	defer func() {
-		if d := int64(time.Since(start)); d > s.slowestAck.Load() {
-			s.slowestAck.Store(d)
-		}
-	}()
 	token, err := strconv.ParseUint(m.Subject[len(s.ackPrefix):], 10, 64)
 	if err != nil {
 		return

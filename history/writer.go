@@ -680,14 +680,12 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 		if !w.holding && !w.closed {
 			w.holding, w.holdStart = true, time.Now()
 			w.held.Store(true)
-			backlog, slowest := -1, time.Duration(0)
-			if a, ok := w.b.(interface {
-				AckBacklog() (int, time.Duration)
-			}); ok {
-				backlog, slowest = a.AckBacklog()
+			backlog := -1
+			if a, ok := w.b.(interface{ AckBacklog() int }); ok {
+				backlog = a.AckBacklog()
 			}
 			w.log.Warn("the history stream does not acknowledge; holding what comes until it does", "subject", b.subject, "err", err,
-				"answers_waiting", backlog, "slowest_answer_handled_in", slowest)
+				"answers_waiting", backlog)
 			if w.opts.OnHold != nil {
 				w.opts.OnHold()
 			}

@@ -306,15 +306,28 @@ func (w *faultWorld) leaderNow() int {
 	return -1
 }
 
+// jetStream is JetStream through node i's NATS server, on a connection of
+// its own that done closes.
+func (w *faultWorld) jetStream(i int) (js jetstream.JetStream, done func(), err error) {
+	nc, err := w.natsConn(i)
+	if err != nil {
+		return nil, nil, err
+	}
+	if js, err = jetstream.New(nc); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
+}
+
 // streamInfo is the history stream's info as node i's NATS server gives
 // it.
 func (w *faultWorld) streamInfo(i int) (*jetstream.StreamInfo, error) {
-	nc, err := w.natsConn(i)
+	js, done, err := w.jetStream(i)
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, "MCPP_HISTORY")
@@ -328,12 +341,11 @@ func (w *faultWorld) streamInfo(i int) (*jetstream.StreamInfo, error) {
 // i's NATS with an ordered consumer of the pod's subject (from the
 // stream's leader), and where.
 func (w *faultWorld) inStream(i int, e lackedEnvelope) string {
-	nc, err := w.natsConn(i)
+	js, done, err := w.jetStream(i)
 	if err != nil {
 		return "the stream not asked: " + err.Error()
 	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, "MCPP_HISTORY")
@@ -375,12 +387,11 @@ func (w *faultWorld) inStream(i int, e lackedEnvelope) string {
 // answers has lost its acknowledgements, one where this does not answer
 // cannot reach the stream's leader.
 func (w *faultWorld) probe(i int) string {
-	nc, err := w.natsConn(i)
+	js, done, err := w.jetStream(i)
 	if err != nil {
 		return "not connected: " + err.Error()
 	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()

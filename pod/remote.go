@@ -147,12 +147,12 @@ type shownJoin struct {
 }
 
 // tellJoin reports whether the members are to be told of j, a join on
-// node, and records it shown, unless a newer join
-// of the id on another node is shown: the newest join wins here too (a
-// node that stored its frames late, its writer held, brought its join
-// back after the member had joined another node; made the one shown, it
-// let its leave that followed tell everyone the member had gone, issue
-// 38's full-size run). Call it with Pod.mu held.
+// node, and records it shown, unless a newer join of the id on another
+// node is shown: the newest join wins here too (a node that stored its
+// frames late, its writer held, brought its join back after the member
+// had joined another node; made the one shown, it let its leave that
+// followed tell everyone the member had gone, issue 38's full-size run).
+// Call it with Pod.mu held.
 func (p *Pod) tellJoin(node string, j joinEvent) bool {
 	who, at := j.who, j.at
 	s, known := p.shown[who.ID]
@@ -344,11 +344,7 @@ func (p *Pod) ApplyMembers(r NodeMembers) bool {
 		return false
 	}
 	if p.node.Log.Enabled(context.Background(), slog.LevelDebug) {
-		ids := make([]string, len(r.Members))
-		for i, id := range r.Members {
-			ids[i] = id.ID
-		}
-		p.node.Log.Debug("presence list applied", "pod", p.Name, "node", r.Node, "seq", r.Seq, "members", strings.Join(ids, ","))
+		p.node.Log.Debug("presence list applied", "pod", p.Name, "node", r.Node, "seq", r.Seq, "members", idList(r.Members))
 	}
 	listed := make(map[string]bool, len(r.Members))
 	for i, id := range r.Members {
@@ -424,9 +420,14 @@ func (p *Pod) debugWelcome(id string, listed []wire.Identity) {
 	if !p.node.Log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	ids := make([]string, len(listed))
-	for i, l := range listed {
-		ids[i] = l.ID
+	p.node.Log.Debug("welcome", "pod", p.Name, "participant", id, "lists", idList(listed))
+}
+
+// idList is the ids of who, comma-separated, for a debug line.
+func idList(who []wire.Identity) string {
+	ids := make([]string, len(who))
+	for i, w := range who {
+		ids[i] = w.ID
 	}
-	p.node.Log.Debug("welcome", "pod", p.Name, "participant", id, "lists", strings.Join(ids, ","))
+	return strings.Join(ids, ",")
 }
