@@ -183,11 +183,31 @@ func openClusterStream(t *testing.T, writes, reads *nats.Conn) *Stream {
 		ocancel()
 		if err == nil {
 			t.Cleanup(s.Close)
+			reachable(t, ctx, s)
 			return s
 		}
 		if ctx.Err() != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// reachable appends to a subject of its own until the stream stores it:
+// the stream's subjects reach the writing server a moment after the
+// stream is made (before that, a publish has no responders: 503).
+func reachable(t *testing.T, ctx context.Context, s *Stream) {
+	t.Helper()
+	for {
+		done := make(chan error, 1)
+		s.Append("mcpp.pod.reachable", frameOf("reachable"), "", func(_ uint64, _ bool, err error) { done <- err })
+		err := <-done
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the stream never stored a message: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
