@@ -83,6 +83,11 @@ type Config struct {
 	// files of a temporary directory, out of the Go heap the collector
 	// marks, or HistoryStoreMemory, in it.
 	HistoryStore string
+	// HistoryCache bounds the bytes of the history stream's messages the
+	// node keeps in memory once it has them (history.Cache), so that
+	// replays, resumes and history pages do not read them again (0:
+	// none).
+	HistoryCache limits.ByteSize
 
 	ClusterName      string
 	ClusterListen    string
@@ -121,6 +126,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:       10 * time.Second,
 		ClusterHeartbeat:      time.Second,
 		HistoryStore:          HistoryStoreFile,
+		HistoryCache:          DefaultHistoryCache,
 		OAuthScopes:           DefaultOAuthScopes,
 		OAuthParticipantClaim: tokens.DefaultOAuthParticipantClaim,
 		AuditLogMaxSize:       DefaultAuditLogMaxSize,
@@ -137,6 +143,12 @@ const (
 	DefaultAuditLogMaxSize    = audit.DefaultMaxSizeMB
 	DefaultAuditLogMaxBackups = audit.DefaultMaxBackups
 	DefaultMetricsMaxPods     = pod.DefaultMetricsMaxPods
+	// DefaultHistoryCache is --history-bytes' default: a node may keep
+	// the whole history of a default gateway in memory, as it fills
+	// (historyCacheBytes caps it). Issue 38's full-size run: a thousand
+	// joiners' replays read from the stream took over 30 s, and a cache
+	// of 64 MiB, a third of that run's history, left most of them to it.
+	DefaultHistoryCache = limits.DefaultHistoryBytes
 )
 
 // The stores of a history that does not survive a restart
@@ -194,6 +206,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ClusterHeartbeat, "cluster-heartbeat", c.ClusterHeartbeat, "with several gateways: how often each announces itself; one silent for 3 heartbeats is gone, and its participants with it")
 	fs.StringVar(&c.HistoryDir, "history-dir", c.HistoryDir, "keep the history on disk in this directory, so that it survives a restart (default: in memory)")
 	fs.StringVar(&c.HistoryStore, "history-store", c.HistoryStore, "without --history-dir, where the embedded JetStream keeps the history: "+HistoryStoreFile+" (a temporary directory, removed at exit: out of the Go heap) or "+HistoryStoreMemory+" (the Go heap)")
+	fs.Var(&c.HistoryCache, "history-cache", "bytes of the history's newest messages each node keeps in memory once it has them, so that replays and history pages do not read them from the stream again; at most --history-bytes and an eighth of the node's memory (0: none; below 64KiB: none)")
 	fs.IntVar(&c.HistoryReplicas, "history-replicas", c.HistoryReplicas, "copies of the history over the embedded cluster's nodes (0: 1 alone, 3 or the cluster's size in a cluster)")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "write the audit trail (one JSON line per trust decision) to this file, or - for standard output (default: none)")
 	fs.IntVar(&c.AuditLogMaxSize, "audit-log-max-size", c.AuditLogMaxSize, "megabytes at which the audit file is rotated")
@@ -247,6 +260,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--allowed-origins: a pattern is malformed (path.Match syntax)")
 	case c.ClusterHeartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--cluster-heartbeat must be at least 10ms")
+	case c.HistoryCache < 0:
+		return fmt.Errorf("--history-cache must be 0 (none) or more")
 	case c.HistoryReplicas < 0 || c.HistoryReplicas > 5:
 		return fmt.Errorf("--history-replicas must be 0 (automatic) to 5")
 	case c.HistoryReplicas > 1 && c.ClusterName == "" && c.NATSURL == "":
@@ -377,6 +392,18 @@ func (c *Config) logger() *slog.Logger {
 // participants, a few contexts and envelopes of history), as mcpp bench
 // --pods measures it: what --max-pods 0 counts with.
 const podBytes = 64 << 10
+
+// historyCacheBytes is the node's cache of history messages: at most
+// --history-cache, --history-bytes (the stream holds no more) and an
+// eighth of the node's memory (--max-memory, or the machine's or its
+// cgroup's), so that a default never takes the memory pods need.
+func (c *Config) historyCacheBytes() int {
+	mem := int64(c.MaxMemory)
+	if mem == 0 {
+		mem = machineMemory()
+	}
+	return int(min(int64(c.HistoryCache), int64(c.HistoryBytes), mem/8))
+}
 
 // PodsMemoryHolds is --max-pods when it is 0: the pods a quarter of the
 // node's memory holds at podBytes a pod (the rest is for the queues, the

@@ -85,6 +85,7 @@ func TestConfigValidateRejectsUnusableLimits(t *testing.T) {
 			c.ClusterName, c.ClusterListen, c.ClusterAdvertise = "x", "127.0.0.1:6222", "proxy:0"
 		},
 		"advertise, external NATS": func(c *Config) { c.NATSURL, c.ClusterAdvertise = "nats://x:4222", "proxy:6222" },
+		"history cache -1":         func(c *Config) { c.HistoryCache = -1 },
 	} {
 		c := DefaultConfig()
 		edit(&c)
@@ -121,6 +122,29 @@ func TestMaxPodsHoldsWhatMemoryHolds(t *testing.T) {
 	c = DefaultConfig()
 	if got := c.PodsMemoryHolds(); got < 1000 {
 		t.Fatalf("this machine's memory holds %d pods", got)
+	}
+}
+
+// TestHistoryCacheBounded: the node's cache of history messages is
+// --history-cache, but never more than --history-bytes (the stream holds
+// no more) nor an eighth of the node's memory; 0 is none.
+func TestHistoryCacheBounded(t *testing.T) {
+	c := DefaultConfig()
+	c.MaxMemory = 8 << 30
+	if got := c.historyCacheBytes(); got != 256<<20 {
+		t.Fatalf("the default with 8 GiB: %d bytes, want 256 MiB", got)
+	}
+	c.HistoryBytes = 100 << 20
+	if got := c.historyCacheBytes(); got != 100<<20 {
+		t.Fatalf("--history-bytes 100MiB: a cache of %d bytes, want 100 MiB", got)
+	}
+	c.MaxMemory = 512 << 20
+	if got := c.historyCacheBytes(); got != 64<<20 {
+		t.Fatalf("--max-memory 512MiB: a cache of %d bytes, want 64 MiB", got)
+	}
+	c.HistoryCache = 0
+	if got := c.historyCacheBytes(); got != 0 {
+		t.Fatalf("--history-cache 0: a cache of %d bytes", got)
 	}
 }
 

@@ -135,7 +135,7 @@ func New(cfg Config) (*Gateway, error) {
 	if g.verifier != nil {
 		g.node.Verify = g.verify
 	}
-	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState, g.audit)
+	g.metrics = newMetrics(g.node.Metrics, g.activeContexts, g.historyState, g.historyCache, g.historyAnswers, g.audit)
 	g.metrics.registry.MustRegister(g.node.Traces.Dropped)
 	ns, nc, reads, tempDir, err := startNATS(&g.cfg, g.nodeID)
 	if err != nil {
@@ -214,8 +214,9 @@ func (g *Gateway) openHistory() error {
 		Temporary: g.cfg.HistoryDir == "" && g.cfg.NATSURL == "",
 		// A node alone writes its own embedded stream, alone: the
 		// writer's rounds are acknowledged once each.
-		Own:   g.cfg.ownsHistory(),
-		Reads: g.reads,
+		Own:        g.cfg.ownsHistory(),
+		Reads:      g.reads,
+		CacheBytes: g.cfg.historyCacheBytes(),
 	}
 	if g.cfg.clustered() {
 		// Across a network a leader may die with what it was sent: the
@@ -449,6 +450,24 @@ func (g *Gateway) historyState() (entries, bytes float64) {
 		return 0, 0
 	}
 	return float64(e), float64(b)
+}
+
+// historyCache is what the node's cache of the history stream did, for
+// /metrics (zero before the stream opens, and with history off).
+func (g *Gateway) historyCache() history.CacheStats {
+	if store := g.store(); store != nil {
+		return store.CacheStats()
+	}
+	return history.CacheStats{}
+}
+
+// historyAnswers counts the history stream's answers out of the
+// ordinary, for /metrics.
+func (g *Gateway) historyAnswers() history.Answers {
+	if store := g.store(); store != nil {
+		return store.Answers()
+	}
+	return history.Answers{}
 }
 
 // historyFirstSeq is the oldest sequence the history stream holds, which

@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/mcpp/gateway/audit"
+	"github.com/mcpp/gateway/history"
 	"github.com/mcpp/gateway/participant"
 	"github.com/mcpp/gateway/pod"
 )
@@ -45,7 +46,7 @@ type metrics struct {
 	historyLate  prometheus.Counter
 }
 
-func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyState func() (entries, bytes float64), trail *audit.Log) *metrics {
+func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyState func() (entries, bytes float64), historyCache func() history.CacheStats, historyAnswers func() history.Answers, trail *audit.Log) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -71,6 +72,21 @@ func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyS
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpp_history_bytes", Help: "Bytes the history stream holds, all pods together (bounded by --history-bytes)."},
 			func() float64 { _, b := historyState(); return b }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mcpp_history_answers_late_total", Help: "Answers of the history stream that came after this node's writer had given up on them (it sent the message again)."},
+			func() float64 { return float64(historyAnswers().Late) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mcpp_history_in_process_total", Help: "Answers of the history stream that another copy of the message is on its way in (the writer asks again 200 ms later)."},
+			func() float64 { return float64(historyAnswers().InProcess) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mcpp_history_cache_hits_total", Help: "History messages a replay, resume or history page took from the node's cache (--history-cache), not the stream."},
+			func() float64 { return float64(historyCache().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mcpp_history_cache_misses_total", Help: "History messages a replay, resume or history page read from the stream, not in the node's cache (--history-cache)."},
+			func() float64 { return float64(historyCache().Misses) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mcpp_history_cache_bytes", Help: "Memory the node's cache of the history stream's messages takes, in bytes (it grows as it fills, up to --history-cache)."},
+			func() float64 { return float64(historyCache().Bytes) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

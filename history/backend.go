@@ -35,7 +35,8 @@ type Backend interface {
 	Append(subject string, msg []byte, msgID string, done func(seq uint64, duplicate bool, err error))
 	// Read calls fn, in order, with the messages of subject at the
 	// sequences in want (ascending, no repeats). A sequence that is no
-	// longer there is a *MissingError; the ones before it were read.
+	// longer there is a *MissingError; the ones before it were read. (A
+	// Stream with a cache, Config.CacheBytes, still gives one it holds.)
 	Read(ctx context.Context, subject string, want []uint64, fn func(StoredMsg) error) error
 	// Scan calls fn, in the stream's order, with every message stored on
 	// any of subjects from sequence from on.

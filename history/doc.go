@@ -14,7 +14,9 @@
 // (round.go); Sync waits until everything appended is stored. Read
 // and Scan read messages back by sequence (direct gets, no consumer);
 // Follow is a node's one ordered consumer of the whole stream, which a
-// cluster's nodes deliver in the order of.
+// cluster's nodes deliver in the order of. What Follow brings and Read
+// and Scan read is kept in the node's Cache (cache.go), bounded in bytes
+// (--history-cache), where Read takes it from the next time.
 //
 // The Index holds a pod's order in memory, one small Entry per stored
 // frame, holding no pointer (the collector never scans a pod's entries):

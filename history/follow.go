@@ -143,7 +143,9 @@ func (f *streamConsumer) handle(gen int, m jetstream.Msg) {
 	f.delivered = md.Sequence.Consumer
 	f.next = md.Sequence.Stream + 1
 	f.mu.Unlock()
-	f.fn(m.Subject(), StoredMsg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()})
+	sm := StoredMsg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()}
+	f.s.cache.Put(m.Subject(), sm)
+	f.fn(m.Subject(), sm)
 }
 
 // trouble hears of a consumer's error: the ones that mean it is lost

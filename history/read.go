@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -41,7 +42,54 @@ type directGetRequest struct {
 // leader by a few messages), so a wanted sequence that the replica which
 // answered lacks is asked of the stream's leader: a sequence the leader
 // lacks too is a *MissingError.
+//
+// What the node's cache holds (Config.CacheBytes) is taken from it, the
+// rest read from the stream and kept there.
 func (s *Stream) Read(ctx context.Context, subject string, want []uint64, fn func(StoredMsg) error) error {
+	if s.cache == nil {
+		return s.readStream(ctx, subject, want, fn)
+	}
+	var hits []StoredMsg
+	var misses []uint64
+	for _, seq := range want {
+		if m, ok := s.cache.Get(subject, seq, nil); ok {
+			hits = append(hits, m)
+		} else {
+			misses = append(misses, seq)
+		}
+	}
+	// In the order of want: the hits before each message read, then it.
+	next := func(before uint64) error {
+		for len(hits) > 0 && hits[0].Seq < before {
+			if err := fn(hits[0]); err != nil {
+				return err
+			}
+			hits = hits[1:]
+		}
+		return nil
+	}
+	err := s.readStream(ctx, subject, misses, func(m StoredMsg) error {
+		s.cache.Put(subject, m)
+		if err := next(m.Seq); err != nil {
+			return err
+		}
+		return fn(m)
+	})
+	if err != nil {
+		var missing *MissingError
+		if errors.As(err, &missing) {
+			// The ones before it were read, as Read promises.
+			if err := next(missing.Seq); err != nil {
+				return err
+			}
+		}
+		return err
+	}
+	return next(math.MaxUint64)
+}
+
+// readStream is Read without the cache.
+func (s *Stream) readStream(ctx context.Context, subject string, want []uint64, fn func(StoredMsg) error) error {
 	for len(want) > 0 {
 		got := 0
 		n := int(min(want[len(want)-1]-want[0]+1, readBatch))
@@ -130,7 +178,8 @@ type cursor struct {
 func (c *cursor) peek(ctx context.Context) (*StoredMsg, error) {
 	if len(c.buf) == 0 && !c.done {
 		var got []StoredMsg
-		more, err := c.s.readBatch(ctx, c.subject, c.next, readBatch, func(_ string, m StoredMsg) (bool, error) {
+		more, err := c.s.readBatch(ctx, c.subject, c.next, readBatch, func(subject string, m StoredMsg) (bool, error) {
+			c.s.cache.Put(subject, m)
 			got = append(got, m)
 			return true, nil
 		})

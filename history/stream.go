@@ -70,6 +70,11 @@ type Config struct {
 	// loop of the one reading connection took up to 5.3 s a turn while a
 	// node started again opened its pods).
 	Reads []*nats.Conn
+	// CacheBytes bounds the node's cache of the stream's messages
+	// (--history-cache; cache.go): what its follower brings and its
+	// reads read is kept there for the reads after them. Below 64 KiB,
+	// none.
+	CacheBytes int
 }
 
 // Slack is how many messages per pod the stream keeps beyond --history,
@@ -109,6 +114,7 @@ type Stream struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	cfg    Config
+	cache  *Cache // nil: none
 
 	ackPrefix string
 	ackSub    *nats.Subscription
@@ -131,6 +137,18 @@ type Stream struct {
 	gaveUp, grownAt uint64
 	stop            chan struct{}
 	stopOnce        sync.Once
+
+	// late and inProcess count the answers out of the ordinary
+	// (Answers).
+	late, inProcess atomic.Uint64
+}
+
+// Answers counts the stream's answers that a writer does not expect:
+// Late, an answer that came after the writer gave up on it (it sent the
+// message again, or will); InProcess, a message whose id another copy is
+// on its way in under (the writer asks again).
+type Answers struct {
+	Late, InProcess uint64
 }
 
 // pendingAck is an Append, or a group of a round's messages (round.go),
@@ -208,7 +226,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		}
 	}
 	s := &Stream{nc: nc, reads: []*nats.Conn{nc}, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{}),
-		ackWait: cfg.AckWait}
+		ackWait: cfg.AckWait, cache: NewCache(cfg.CacheBytes)}
 	if len(cfg.Reads) > 0 {
 		s.reads = cfg.Reads
 	}
@@ -250,6 +268,16 @@ func (s *Stream) reader() *nats.Conn {
 
 // Config is the stream's configuration.
 func (s *Stream) Config() Config { return s.cfg }
+
+// Answers is what the stream answered out of the ordinary since it was
+// opened.
+func (s *Stream) Answers() Answers {
+	return Answers{Late: s.late.Load(), InProcess: s.inProcess.Load()}
+}
+
+// CacheStats is what the node's cache of the stream's messages did
+// (Config.CacheBytes): zero without one.
+func (s *Stream) CacheStats() CacheStats { return s.cache.Stats() }
 
 // Close stops waiting for acknowledgements; what was not acknowledged
 // fails.
@@ -345,6 +373,11 @@ func (s *Stream) onAck(m *nats.Msg) {
 		s.last = max(s.last, seq)
 	}
 	s.adaptWait(token, found, mine.at)
+	if !found {
+		s.late.Add(1)
+	} else if ackErr == ErrInProcess {
+		s.inProcess.Add(1)
+	}
 	s.mu.Unlock()
 	for _, p := range lost {
 		s.failAck(p, base, errors.New("history: no acknowledgement (the stream's leader changed?)"))

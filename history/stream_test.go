@@ -14,8 +14,17 @@ import (
 )
 
 // openStream starts an embedded NATS server with JetStream (the real one,
-// as the gateway runs it) and opens the history stream on it.
+// as the gateway runs it) and opens the history stream on it, without a
+// cache (what reads from the stream do is what the tests look at).
 func openStream(t testing.TB, entries int) *Stream {
+	t.Helper()
+	s, _ := openStreamWith(t, Config{Entries: entries})
+	return s
+}
+
+// openStreamWith is openStream with cfg's Entries, CacheBytes and File
+// (the rest as openStream's), and the stream's connection.
+func openStreamWith(t testing.TB, cfg Config) (*Stream, *nats.Conn) {
 	t.Helper()
 	dir := t.TempDir()
 	ns, err := server.NewServer(&server.Options{
@@ -35,8 +44,8 @@ func openStream(t testing.TB, entries int) *Stream {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := Open(ctx, nc, Config{Subjects: []string{"mcpp.pod.>"}, Entries: entries, MaxAge: time.Hour,
-		MaxBytes: 64 << 20, MaxMsgSize: 4 << 20}, "test")
+	s, err := Open(ctx, nc, Config{Subjects: []string{"mcpp.pod.>"}, Entries: cfg.Entries, MaxAge: time.Hour,
+		MaxBytes: 64 << 20, MaxMsgSize: 4 << 20, CacheBytes: cfg.CacheBytes, File: cfg.File}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +55,7 @@ func openStream(t testing.TB, entries int) *Stream {
 		ns.Shutdown()
 		_ = os.RemoveAll(dir)
 	})
-	return s
+	return s, nc
 }
 
 // frameOf is a stored frame of an envelope with id in a pod.
