@@ -109,6 +109,10 @@ type WriterOptions struct {
 // message the stream said another copy of is on its way (ErrInProcess).
 const inProcessRetry = 200 * time.Millisecond
 
+// inProcessWarn is how long a message may be on its way in, as the
+// stream says, before the writer logs it (once a message).
+const inProcessWarn = 5 * time.Second
+
 // maxBatchFrames bounds the frames of one batch, and so the work of
 // reading one frame of it back.
 const maxBatchFrames = 1024
@@ -168,9 +172,14 @@ type batch struct {
 	size    int64
 	ord     uint64 // the order in which it was made
 	resent  bool   // sent again after the stream did not acknowledge it
-	state   batchState
-	w       *Writer
-	done    func(seq uint64, duplicate bool, err error) // complete, made once
+	// inProcess is when the stream first said another copy of it was on
+	// its way in (ErrInProcess), until it is settled; warned, whether
+	// the writer said so in its log.
+	inProcess time.Time
+	warned    bool
+	state     batchState
+	w         *Writer
+	done      func(seq uint64, duplicate bool, err error) // complete, made once
 }
 
 type batchState uint8
@@ -645,6 +654,7 @@ func (w *Writer) recycle(b *batch) {
 	}
 	b.subject, b.order, b.open, b.since = "", "", false, time.Time{}
 	b.data, b.id, b.size, b.ord, b.resent, b.state = nil, "", 0, 0, false, batchSending
+	b.inProcess, b.warned = time.Time{}, false
 	w.free = append(w.free, b)
 }
 
@@ -661,7 +671,16 @@ func (b *batch) complete(seq uint64, duplicate bool, err error) {
 	case err == ErrInProcess:
 		// Neither stored nor lost yet: asked again in a moment, and the
 		// pod's next batch waits for the answer (holdBack).
+		now := time.Now()
+		if b.inProcess.IsZero() {
+			b.inProcess = now
+		}
+		warn := !b.warned && now.Sub(b.inProcess) > inProcessWarn
+		b.warned = b.warned || warn
 		w.mu.Unlock()
+		if warn {
+			w.log.Warn("the history stream still says another copy of a message is on its way in; its pod's next messages wait", "subject", b.subject, "for", now.Sub(b.inProcess).Round(time.Millisecond).String())
+		}
 		time.AfterFunc(inProcessRetry, func() {
 			w.mu.Lock()
 			closed := w.closed || b.state != batchSending
@@ -771,7 +790,8 @@ func (b *batch) stored(seq uint64) {
 }
 
 // recover waits until the stream answers, then sends again, in order,
-// every message that failed, and stops holding.
+// every message that failed, resendWindow at a time, and stops holding
+// once all of them are stored; one that fails again holds again.
 func (w *Writer) recover() {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -786,29 +806,111 @@ func (w *Writer) recover() {
 			var again []*batch
 			for _, b := range w.sent {
 				if b.state == batchFailed {
-					b.state, b.resent = batchSending, true
 					again = append(again, b)
 				}
 			}
-			w.holding = false
-			w.held.Store(false)
 			held := time.Since(w.holdStart)
 			w.mu.Unlock()
 			w.log.Warn("the history stream answers again; sending again what it did not acknowledge", "messages", len(again), "held", held.Round(time.Millisecond).String())
-			for _, b := range again {
-				w.b.Append(b.subject, b.data, b.id, b.done)
+			if w.resend(again) && w.stopHolding() {
+				select {
+				case w.wake <- struct{}{}: // what was appended meanwhile
+				default:
+				}
+				return
 			}
-			select {
-			case w.wake <- struct{}{}: // what was appended meanwhile
-			default:
-			}
-			return
+			// One failed again (sent again, or on its way since before
+			// the hold), or the writer closed: still holding.
+		} else {
+			w.mu.Unlock()
 		}
-		w.mu.Unlock()
 		select {
 		case <-w.done:
 			return
 		case <-time.After(wait):
 		}
 	}
+}
+
+// stopHolding ends a hold, unless a message failed meanwhile (one on its
+// way since before the hold, whose failure did not start one).
+func (w *Writer) stopHolding() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, b := range w.sent {
+		if b.state == batchFailed {
+			return false
+		}
+	}
+	w.holding = false
+	w.held.Store(false)
+	return true
+}
+
+// resendWindow bounds the messages a writer sends again at once after a
+// hold. All of them at once (up to one a pod: 1,000 per node in issue
+// 38's full-size run, from every node together) reached a stream whose
+// leader had just changed, with a replica catching up: its answers came
+// after the writers' waits, the writers sent everything again, and the
+// stream answered later still, for a minute. A window keeps what is on
+// its way within what the stream answers in time.
+const resendWindow = 128
+
+// resend sends batches again, resendWindow at a time, each window once
+// the one before is settled: true when all are stored (or refused for
+// good), false when one failed again (the writer holds again) or the
+// writer closed. What is appended meanwhile waits (the writer holds).
+func (w *Writer) resend(again []*batch) bool {
+	for len(again) > 0 {
+		window := again[:min(resendWindow, len(again))]
+		again = again[len(window):]
+		// A batch settled is recycled (its ord zeroed, its state
+		// batchSending for its next use): one whose ord changed is
+		// settled.
+		ords := make([]uint64, len(window))
+		w.mu.Lock()
+		for i, b := range window {
+			b.state, b.resent = batchSending, true
+			ords[i] = b.ord
+		}
+		w.mu.Unlock()
+		for _, b := range window {
+			w.b.Append(b.subject, b.data, b.id, b.done)
+		}
+		for {
+			w.mu.Lock()
+			if w.closed {
+				w.mu.Unlock()
+				return false
+			}
+			sending, failed := 0, 0
+			for i, b := range window {
+				switch {
+				case b.ord != ords[i]:
+				case b.state == batchSending:
+					sending++
+				case b.state == batchFailed:
+					failed++
+				}
+			}
+			if sending == 0 {
+				w.mu.Unlock()
+				if failed > 0 {
+					return false
+				}
+				break
+			}
+			ch := w.progressLocked()
+			w.mu.Unlock()
+			// A settled batch closes ch; a failed one does not, hence
+			// the tick.
+			select {
+			case <-ch:
+			case <-time.After(100 * time.Millisecond):
+			case <-w.done:
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -309,3 +309,85 @@ func TestWriterInProcessAskedAgain(t *testing.T) {
 		t.Fatalf("the stream was given it %d times and holds %d messages; the writer held %d times", n, msgs, holds)
 	}
 }
+
+// congestedStream is a Memory stream that answers the first copy of each
+// message with an error that may pass (a leader that changed), and a
+// copy sent again a moment later, on another goroutine; it counts the
+// copies sent again that are on their way at once (given, not answered).
+type congestedStream struct {
+	*Memory
+	mu            sync.Mutex
+	seen          map[string]bool
+	given         int
+	onWay, maxWay int
+}
+
+func (s *congestedStream) Append(subject string, msg []byte, msgID string, done func(uint64, bool, error)) {
+	s.mu.Lock()
+	s.given++
+	again := s.seen[msgID]
+	s.seen[msgID] = true
+	if again {
+		s.onWay++
+		s.maxWay = max(s.maxWay, s.onWay)
+	}
+	s.mu.Unlock()
+	if !again {
+		go done(0, false, errors.New("no acknowledgement"))
+		return
+	}
+	go func() {
+		time.Sleep(time.Millisecond)
+		s.Memory.Append(subject, msg, msgID, func(seq uint64, dup bool, err error) {
+			s.mu.Lock()
+			s.onWay--
+			s.mu.Unlock()
+			done(seq, dup, err)
+		})
+	}()
+}
+
+// TestWriterResendsInWindows: after a hold, a writer sends again what
+// failed resendWindow messages at a time, not all at once (issue 38's
+// full-size run: a thousand messages a node, sent again together to a
+// stream whose leader had just changed, were answered after the
+// writers' waits, and sent again, for a minute), and every entry is
+// stored once.
+func TestWriterResendsInWindows(t *testing.T) {
+	const pods = 4 * resendWindow
+	mem := NewMemory(1000)
+	stream := &congestedStream{Memory: mem, seen: map[string]bool{}}
+	w := NewWriter(stream, WriterOptions{Node: "n", IDs: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer w.Close()
+	for p := range pods {
+		w.Append(fmt.Sprintf("mcpp.pod.p%d", p), frameOf(fmt.Sprintf("e%d", p)), nil, nil, "")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stream.mu.Lock()
+	given, maxWay := stream.given, stream.maxWay
+	stream.mu.Unlock()
+	if given != 2*pods {
+		t.Fatalf("the stream was given %d messages, want each of the %d twice (failed, then sent again)", given, pods)
+	}
+	if maxWay > resendWindow {
+		t.Fatalf("%d messages sent again were on their way at once, more than %d", maxWay, resendWindow)
+	}
+	if maxWay < resendWindow/2 {
+		t.Fatalf("at most %d messages sent again were on their way at once: the test did not congest the stream", maxWay)
+	}
+	stored := 0
+	subjects := make([]string, pods)
+	for p := range pods {
+		subjects[p] = fmt.Sprintf("mcpp.pod.p%d", p)
+	}
+	if err := mem.Scan(ctx, subjects, 1, func(string, StoredMsg) error { stored++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if stored != pods {
+		t.Fatalf("the stream holds %d messages, want %d", stored, pods)
+	}
+}
