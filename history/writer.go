@@ -790,8 +790,7 @@ func (b *batch) stored(seq uint64) {
 }
 
 // recover waits until the stream answers, then sends again, in order,
-// every message that failed, resendWindow at a time, and stops holding
-// once all of them are stored; one that fails again holds again.
+// every message that failed, and stops holding.
 func (w *Writer) recover() {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -806,111 +805,29 @@ func (w *Writer) recover() {
 			var again []*batch
 			for _, b := range w.sent {
 				if b.state == batchFailed {
+					b.state, b.resent = batchSending, true
 					again = append(again, b)
 				}
 			}
+			w.holding = false
+			w.held.Store(false)
 			held := time.Since(w.holdStart)
 			w.mu.Unlock()
 			w.log.Warn("the history stream answers again; sending again what it did not acknowledge", "messages", len(again), "held", held.Round(time.Millisecond).String())
-			if w.resend(again) && w.stopHolding() {
-				select {
-				case w.wake <- struct{}{}: // what was appended meanwhile
-				default:
-				}
-				return
+			for _, b := range again {
+				w.b.Append(b.subject, b.data, b.id, b.done)
 			}
-			// One failed again (sent again, or on its way since before
-			// the hold), or the writer closed: still holding.
-		} else {
-			w.mu.Unlock()
+			select {
+			case w.wake <- struct{}{}: // what was appended meanwhile
+			default:
+			}
+			return
 		}
+		w.mu.Unlock()
 		select {
 		case <-w.done:
 			return
 		case <-time.After(wait):
 		}
 	}
-}
-
-// stopHolding ends a hold, unless a message failed meanwhile (one on its
-// way since before the hold, whose failure did not start one).
-func (w *Writer) stopHolding() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, b := range w.sent {
-		if b.state == batchFailed {
-			return false
-		}
-	}
-	w.holding = false
-	w.held.Store(false)
-	return true
-}
-
-// resendWindow bounds the messages a writer sends again at once after a
-// hold. All of them at once (up to one a pod: 1,000 per node in issue
-// 38's full-size run, from every node together) reached a stream whose
-// leader had just changed, with a replica catching up: its answers came
-// after the writers' waits, the writers sent everything again, and the
-// stream answered later still, for a minute. A window keeps what is on
-// its way within what the stream answers in time.
-const resendWindow = 128
-
-// resend sends batches again, resendWindow at a time, each window once
-// the one before is settled: true when all are stored (or refused for
-// good), false when one failed again (the writer holds again) or the
-// writer closed. What is appended meanwhile waits (the writer holds).
-func (w *Writer) resend(again []*batch) bool {
-	for len(again) > 0 {
-		window := again[:min(resendWindow, len(again))]
-		again = again[len(window):]
-		// A batch settled is recycled (its ord zeroed, its state
-		// batchSending for its next use): one whose ord changed is
-		// settled.
-		ords := make([]uint64, len(window))
-		w.mu.Lock()
-		for i, b := range window {
-			b.state, b.resent = batchSending, true
-			ords[i] = b.ord
-		}
-		w.mu.Unlock()
-		for _, b := range window {
-			w.b.Append(b.subject, b.data, b.id, b.done)
-		}
-		for {
-			w.mu.Lock()
-			if w.closed {
-				w.mu.Unlock()
-				return false
-			}
-			sending, failed := 0, 0
-			for i, b := range window {
-				switch {
-				case b.ord != ords[i]:
-				case b.state == batchSending:
-					sending++
-				case b.state == batchFailed:
-					failed++
-				}
-			}
-			if sending == 0 {
-				w.mu.Unlock()
-				if failed > 0 {
-					return false
-				}
-				break
-			}
-			ch := w.progressLocked()
-			w.mu.Unlock()
-			// A settled batch closes ch; a failed one does not, hence
-			// the tick.
-			select {
-			case <-ch:
-			case <-time.After(100 * time.Millisecond):
-			case <-w.done:
-				return false
-			}
-		}
-	}
-	return true
 }
