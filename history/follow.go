@@ -28,7 +28,9 @@ import (
 // seconds between its attempts to make the new one, and the stream has
 // no leader to make it for some seconds after its leader died: every pod
 // of the node delivers nothing meanwhile, so this one tries every
-// followRetry.
+// followRetry, and until a consumer delivers again it reads what the
+// stream stores by direct gets (bridge), which any current replica
+// answers without a consumer.
 
 // followHeartbeat is how often the stream tells an idle consumer it is
 // still there; two missed heartbeats and the follower starts again from
@@ -76,7 +78,19 @@ type streamConsumer struct {
 	restarting bool
 	stopped    bool
 	stop       chan struct{}
+	// bridging is set while bridge reads the stream in the consumer's
+	// stead; consumed, when the consumer delivered since it started.
+	bridging, consumed bool
 }
+
+// bridgeEvery is how often a follower whose consumer is lost reads what
+// the stream stored since, and bridgeIdle how many reads in a row find
+// nothing, the consumer being made again, before it leaves it to the
+// consumer.
+const (
+	bridgeEvery = 250 * time.Millisecond
+	bridgeIdle  = 20
+)
 
 // Follow calls fn, on one goroutine at a time and in the stream's order,
 // with every message stored on subjects (wildcards allowed) after the
@@ -141,7 +155,13 @@ func (f *streamConsumer) handle(gen int, m jetstream.Msg) {
 		return
 	}
 	f.delivered = md.Sequence.Consumer
+	if md.Sequence.Stream < f.next {
+		// The bridge delivered it while this consumer was being made.
+		f.mu.Unlock()
+		return
+	}
 	f.next = md.Sequence.Stream + 1
+	f.consumed = true
 	f.mu.Unlock()
 	sm := StoredMsg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()}
 	f.s.cache.Put(m.Subject(), sm)
@@ -169,6 +189,137 @@ func (f *streamConsumer) trouble(gen int, err error) {
 	f.cc.Stop()
 	f.deleteAsync(f.cons)
 	go f.restart()
+	if !f.bridging {
+		f.bridging, f.consumed = true, false
+		go f.bridge()
+	}
+}
+
+// bridge reads what the stream stores, by direct gets, while the
+// consumer is lost and until it delivers again (or, made again, has had
+// nothing to deliver for a while). A consumer lives on one server, which
+// the stream's meta leader picks: after a kill of the stream's leader a
+// new one could be made every time and never deliver (issue 38's
+// full-size runs: a node's follower brought nothing back for 30 s, 18
+// consumers in a row, and the node closed all its pods' connections),
+// while a direct get is answered by any current replica, this node's
+// own first.
+func (f *streamConsumer) bridge() {
+	defer func() {
+		f.mu.Lock()
+		f.bridging = false
+		f.mu.Unlock()
+	}()
+	idle := 0
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-time.After(bridgeEvery):
+		}
+		f.mu.Lock()
+		done, restarting := f.consumed || f.stopped, f.restarting
+		f.mu.Unlock()
+		if done || (idle >= bridgeIdle && !restarting) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), followExpiry)
+		n, err := f.bridgeRead(ctx)
+		cancel()
+		if err != nil && f.onErr != nil {
+			f.onErr(fmt.Errorf("history: reading the stream while the follower's consumer is lost: %w", err))
+		}
+		if n > 0 {
+			idle = 0
+		} else {
+			idle++
+		}
+	}
+}
+
+// bridgeRead hands fn what the stream stored from the next sequence on,
+// and returns how many it handed. It reads batches of direct gets, which
+// the nearest replica answers, and takes from them only the message at
+// the next sequence: a replica catching up may lack messages before ones
+// it holds (issue 38's full-size run 24: read past them, and the node's
+// members never had them), so where its answer ends or skips, the
+// stream's leader says what comes next. The follower follows one subject
+// (a wildcard: every pod's), so that every sequence the stream holds is
+// one of its messages.
+func (f *streamConsumer) bridgeRead(ctx context.Context) (int, error) {
+	if len(f.subjects) != 1 {
+		return 0, nil
+	}
+	subject := f.subjects[0]
+	n := 0
+	for {
+		f.mu.Lock()
+		from, consumed := f.next, f.consumed || f.stopped
+		f.mu.Unlock()
+		if consumed {
+			return n, nil
+		}
+		skipped := false
+		more, err := f.s.readBatch(ctx, subject, from, readBatch, func(subj string, m StoredMsg) (bool, error) {
+			f.s.cache.Put(subj, m)
+			switch f.deliverBridged(subj, m, false) {
+			case bridgeHanded:
+				n++
+				return true, nil
+			case bridgeHad:
+				return true, nil
+			default:
+				skipped = true
+				return false, nil
+			}
+		})
+		if err != nil {
+			return n, err
+		}
+		if more && !skipped {
+			continue
+		}
+		f.mu.Lock()
+		from = f.next
+		f.mu.Unlock()
+		subj, m, err := f.s.leaderNextOn(ctx, subject, from)
+		if err != nil || m == nil {
+			return n, err
+		}
+		f.s.cache.Put(subj, *m)
+		if f.deliverBridged(subj, *m, true) != bridgeHanded {
+			return n, nil
+		}
+		n++
+	}
+}
+
+// What deliverBridged did with a message.
+const (
+	bridgeHanded  = iota // handed to fn
+	bridgeHad            // delivered before (by the consumer, or the bridge)
+	bridgeSkipped        // not the next sequence, or the consumer delivers again: not handed
+)
+
+// deliverBridged hands fn a message the bridge read when it is the one at
+// the next sequence, or, first, the stream's first message from the next
+// sequence on (the leader said so).
+func (f *streamConsumer) deliverBridged(subject string, m StoredMsg, first bool) int {
+	f.deliverMu.Lock()
+	defer f.deliverMu.Unlock()
+	f.mu.Lock()
+	switch {
+	case m.Seq < f.next:
+		f.mu.Unlock()
+		return bridgeHad
+	case f.stopped || f.consumed || (m.Seq != f.next && !first):
+		f.mu.Unlock()
+		return bridgeSkipped
+	}
+	f.next = m.Seq + 1
+	f.mu.Unlock()
+	f.fn(subject, m)
+	return bridgeHanded
 }
 
 // restart makes a new consumer from the next sequence, every followRetry

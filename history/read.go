@@ -217,16 +217,24 @@ func (c *cursor) peek(ctx context.Context) (*StoredMsg, error) {
 // the stream's leader (JetStream's message get, not a direct get that any
 // replica answers), or nil when there is none.
 func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*StoredMsg, error) {
+	_, m, err := s.leaderNextOn(ctx, subject, seq)
+	return m, err
+}
+
+// leaderNextOn is leaderNext, and the subject the message is on (subject
+// may be a wildcard).
+func (s *Stream) leaderNextOn(ctx context.Context, subject string, seq uint64) (string, *StoredMsg, error) {
 	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject})
 	m, err := s.reader().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+StreamName, req)
 	if err != nil {
-		return nil, fmt.Errorf("history: read from the leader: %w", err)
+		return "", nil, fmt.Errorf("history: read from the leader: %w", err)
 	}
 	var r struct {
 		Message *struct {
-			Seq  uint64    `json:"seq"`
-			Data []byte    `json:"data"`
-			Time time.Time `json:"time"`
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
 		} `json:"message"`
 		Error *struct {
 			Code        int    `json:"code"`
@@ -234,17 +242,17 @@ func (s *Stream) leaderNext(ctx context.Context, subject string, seq uint64) (*S
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return nil, fmt.Errorf("history: read from the leader: %w", err)
+		return "", nil, fmt.Errorf("history: read from the leader: %w", err)
 	}
 	switch {
 	case r.Error != nil && r.Error.Code == 404:
-		return nil, nil
+		return "", nil, nil
 	case r.Error != nil:
-		return nil, fmt.Errorf("history: read from the leader: %s", r.Error.Description)
+		return "", nil, fmt.Errorf("history: read from the leader: %s", r.Error.Description)
 	case r.Message == nil:
-		return nil, errors.New("history: read from the leader: no message in the answer")
+		return "", nil, errors.New("history: read from the leader: no message in the answer")
 	}
-	return &StoredMsg{Seq: r.Message.Seq, Time: r.Message.Time.UnixNano(), Data: r.Message.Data}, nil
+	return r.Message.Subject, &StoredMsg{Seq: r.Message.Seq, Time: r.Message.Time.UnixNano(), Data: r.Message.Data}, nil
 }
 
 // readBatch asks for up to n messages of subject (a wildcard too) from seq

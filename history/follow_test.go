@@ -1,0 +1,119 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestFollowBridgesALostConsumer: while every consumer the follower makes
+// is taken from it as soon as it is made (as after a kill of the stream's
+// leader, when the consumers made on the server chosen never deliver),
+// the follower still brings every message the stream stores, once each,
+// in the stream's order, read by direct gets; and once the consumers
+// stay, they deliver the rest, nothing twice.
+func TestFollowBridgesALostConsumer(t *testing.T) {
+	s := openStream(t, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var got []uint64
+	delivered := make(chan struct{}, 1000)
+	stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) {
+		mu.Lock()
+		got = append(got, m.Seq)
+		mu.Unlock()
+		delivered <- struct{}{}
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	appendOne := func(i int) uint64 {
+		t.Helper()
+		return appendAll(t, s, []string{fmt.Sprintf("mcpp.pod.p%d", i%3)}, [][]byte{frameOf(fmt.Sprintf("e%d", i))})[0]
+	}
+	wantDelivered := func(what string, want []uint64) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			mu.Lock()
+			n := len(got)
+			mu.Unlock()
+			if n >= len(want) {
+				break
+			}
+			select {
+			case <-delivered:
+			case <-deadline:
+				t.Fatalf("%s: the follower brought %d of %d messages in 20 s", what, n, len(want))
+			}
+		}
+		time.Sleep(300 * time.Millisecond) // anything more would be twice
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: the follower brought %v, want %v", what, got, want)
+		}
+	}
+	var want []uint64
+	want = append(want, appendOne(0))
+	wantDelivered("before", want)
+
+	// The stream takes one consumer at most, and a stranger's takes the
+	// place of the follower's, which is deleted: the follower cannot make
+	// another, and reads the stream without one.
+	setMaxConsumers := func(n int) {
+		t.Helper()
+		cfg := s.stream.CachedInfo().Config
+		cfg.MaxConsumers = n
+		if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var followers []string
+	for name := range s.stream.ConsumerNames(ctx).Name() {
+		followers = append(followers, name)
+	}
+	stranger, err := s.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "stranger", AckPolicy: jetstream.AckNonePolicy})
+	if err != nil {
+		t.Fatalf("the stranger's consumer: %v", err)
+	}
+	setMaxConsumers(1)
+	for _, name := range followers {
+		if err := s.stream.DeleteConsumer(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 30; i++ {
+		want = append(want, appendOne(i))
+		time.Sleep(20 * time.Millisecond)
+	}
+	wantDelivered("while the follower could not make a consumer", want)
+	if names := consumerNames(ctx, s); len(names) != 1 || names[0] != stranger.CachedInfo().Name {
+		t.Fatalf("the stream's consumers: %v, want the stranger's alone", names)
+	}
+	setMaxConsumers(-1)
+	if err := s.stream.DeleteConsumer(ctx, "stranger"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 31; i <= 40; i++ {
+		want = append(want, appendOne(i))
+	}
+	wantDelivered("after", want)
+	if names := consumerNames(ctx, s); len(names) != 1 {
+		t.Fatalf("the stream's consumers after: %v, want the follower's", names)
+	}
+}
+
+func consumerNames(ctx context.Context, s *Stream) []string {
+	var names []string
+	for name := range s.stream.ConsumerNames(ctx).Name() {
+		names = append(names, name)
+	}
+	return names
+}
