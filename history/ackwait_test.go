@@ -6,9 +6,11 @@ import (
 )
 
 // TestAckWaitFollowsALateStream: an answer that comes after the writer
-// gave up on it doubles the wait, once for what was sent before it grew
-// (so that a round of late answers does not double it again and again),
-// up to maxAckWait; answers well within the wait bring it back to
+// gave up on it doubles the wait, once for what was given up on before
+// it grew (so that a round of late answers does not double it again and
+// again), again for what was given up on under the grown wait, up to
+// maxAckWait; quick answers meanwhile do not shrink it; answers well
+// within the wait, once none has come late for ackCalm, bring it back to
 // Config.AckWait, never below.
 func TestAckWaitFollowsALateStream(t *testing.T) {
 	s := &Stream{cfg: Config{AckWait: AckWait}, ackWait: AckWait}
@@ -18,6 +20,15 @@ func TestAckWaitFollowsALateStream(t *testing.T) {
 	if s.ackWait != 2*AckWait {
 		t.Fatalf("after a late answer the wait is %v, want %v", s.ackWait, 2*AckWait)
 	}
+	// Sent before the wait grew, given up on after it, under the grown
+	// wait, and answered later still: the wait grows again (before, it
+	// did not, and the writer gave the same messages up every 8 s).
+	s.gaveUp = 9
+	s.adaptWait(8, false, time.Time{})
+	if s.ackWait != 4*AckWait {
+		t.Fatalf("a late answer to a message given up on under the grown wait left it at %v, want %v", s.ackWait, 4*AckWait)
+	}
+	s.ackWait, s.grownGaveUp, s.gaveUp = 2*AckWait, 6, 6
 	s.adaptWait(4, false, time.Time{}) // sent before it grew: no second doubling
 	s.adaptWait(6, false, time.Time{})
 	if s.ackWait != 2*AckWait {
@@ -41,6 +52,13 @@ func TestAckWaitFollowsALateStream(t *testing.T) {
 	if s.ackWait != maxAckWait {
 		t.Fatalf("an answer after half the wait shrank it to %v", s.ackWait)
 	}
+	for range 100 {
+		s.adaptWait(s.token, true, time.Now())
+	}
+	if s.ackWait != maxAckWait {
+		t.Fatalf("quick answers just after a late one shrank the wait to %v", s.ackWait)
+	}
+	s.lateAt = time.Now().Add(-ackCalm - time.Second) // calm since
 	for range 100 {
 		s.adaptWait(s.token, true, time.Now())
 	}

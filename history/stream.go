@@ -131,10 +131,14 @@ type Stream struct {
 	// ackWait is the acknowledgement wait of the moment (Config.AckWait,
 	// grown up to maxAckWait while answers come late), under mu.
 	ackWait time.Duration
-	// gaveUp is the newest token failed for its wait, and grownAt the
-	// newest token when the wait last grew: a late answer grows it once
-	// for what was sent before it grew.
-	gaveUp, grownAt uint64
+	// gaveUp is the newest token failed for its wait, and grownGaveUp
+	// what it was when the wait last grew: a late answer to a token
+	// given up on after that, under the wait of the moment, grows it
+	// again; one given up on under a shorter wait does not. lateAt is
+	// when the last late answer came: the wait shrinks only once the
+	// stream has answered in time for ackCalm.
+	gaveUp, grownGaveUp uint64
+	lateAt              time.Time
 	stop            chan struct{}
 	stopOnce        sync.Once
 
@@ -397,19 +401,32 @@ func (s *Stream) onAck(m *nats.Msg) {
 
 // adaptWait grows the acknowledgement wait when the answer to token came
 // after it was given up on (a stream alive but slower than the wait), and
-// brings it back down as answers come well within it. Call it with mu
-// held.
+// brings it back down as answers come well within it, once none has come
+// late for ackCalm. Call it with mu held.
 func (s *Stream) adaptWait(token uint64, found bool, sent time.Time) {
 	base := s.cfg.AckWait
 	switch {
 	case base == 0:
-	case !found && token <= s.gaveUp && token > s.grownAt:
-		s.ackWait = min(2*s.ackWait, maxAckWait)
-		s.grownAt = s.token
-	case found && s.ackWait > base && time.Since(sent) < s.ackWait/4:
+	case !found && token <= s.gaveUp:
+		s.lateAt = time.Now()
+		if token > s.grownGaveUp {
+			s.ackWait = min(2*s.ackWait, maxAckWait)
+			s.grownGaveUp = s.gaveUp
+		}
+	case found && s.ackWait > base && time.Since(sent) < s.ackWait/4 && time.Since(s.lateAt) > ackCalm:
 		s.ackWait = max(base, s.ackWait-s.ackWait/8)
 	}
 }
+
+// ackCalm is how long the stream must answer in time before a grown
+// acknowledgement wait shrinks. A stream slow for some messages (a
+// thousand sent again at once to a leader just elected, a replica
+// catching up) answers others at once meanwhile: those quick answers
+// brought the wait back down between two late rounds, and the same
+// thousand messages were given up on and sent again every 4.5 s for a
+// minute (issue 38's full-size run 25: 12,910 answers after the wait on
+// one node).
+const ackCalm = 30 * time.Second
 
 // popWaiting drops the oldest Append waiting, and what its callback
 // holds (a batch, and through it a pod). Call it with mu held.
