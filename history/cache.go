@@ -14,14 +14,16 @@ import (
 // since (a limit) is still served, which is what the selection that
 // asked for it counted on.
 //
-// What it is for: a node started again under a join storm (issue 38's
-// full-size run) read each pod's past twice from a cold file store, once
-// to open the pod and once more for every joiner's replay, and the
-// replays of a thousand joiners took more than 30 s.
+// What it is for: after a kill under a join storm (issue 38's full-size
+// runs 18 and 19) a thousand joiners' replays of a pod's whole past read
+// the stream, where every pod's messages are interleaved, and took more
+// than 30 s; a pod opened on a node reads its past once, and each of its
+// joiners' replays read it again.
 //
 // Its bytes are one array, written round and round, oldest overwritten
-// first, and its table holds no pointer: the garbage collector sees two
-// objects however many messages it keeps (issue 32).
+// first, and neither its table nor its order holds a pointer: the
+// garbage collector marks three objects however many messages it keeps,
+// and scans none of them (issue 32).
 type Cache struct {
 	mu   sync.Mutex
 	max  int    // bytes, the array's length once grown

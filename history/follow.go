@@ -189,8 +189,11 @@ func (f *streamConsumer) trouble(gen int, err error) {
 	f.cc.Stop()
 	f.deleteAsync(f.cons)
 	go f.restart()
+	// A bridge on its way decides to end under mu, with bridging: it
+	// sees consumed reset here, or this starts another.
+	f.consumed = false
 	if !f.bridging {
-		f.bridging, f.consumed = true, false
+		f.bridging = true
 		go f.bridge()
 	}
 }
@@ -205,11 +208,6 @@ func (f *streamConsumer) trouble(gen int, err error) {
 // while a direct get is answered by any current replica, this node's
 // own first.
 func (f *streamConsumer) bridge() {
-	defer func() {
-		f.mu.Lock()
-		f.bridging = false
-		f.mu.Unlock()
-	}()
 	idle := 0
 	for {
 		select {
@@ -218,11 +216,12 @@ func (f *streamConsumer) bridge() {
 		case <-time.After(bridgeEvery):
 		}
 		f.mu.Lock()
-		done, restarting := f.consumed || f.stopped, f.restarting
-		f.mu.Unlock()
-		if done || (idle >= bridgeIdle && !restarting) {
+		if f.consumed || f.stopped || (idle >= bridgeIdle && !f.restarting) {
+			f.bridging = false
+			f.mu.Unlock()
 			return
 		}
+		f.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), followExpiry)
 		n, err := f.bridgeRead(ctx)
 		cancel()

@@ -139,8 +139,8 @@ type Stream struct {
 	// stream has answered in time for ackCalm.
 	gaveUp, grownGaveUp uint64
 	lateAt              time.Time
-	stop            chan struct{}
-	stopOnce        sync.Once
+	stop                chan struct{}
+	stopOnce            sync.Once
 
 	// late and inProcess count the answers out of the ordinary
 	// (Answers).
