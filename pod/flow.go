@@ -16,6 +16,7 @@ import (
 //     not stored yet, all pods together: past Config.FlightBytes, a
 //     sender waits (Throttle) before its next envelope is read, and TCP
 //     slows it down. Memory stays bounded however slow the stream is.
+//     The senders waiting for it go on in the order they came (turns.go).
 //   - Where the stream orders the pod (OrderStream), what this node sent
 //     into it comes back before it is delivered: past maxBacklog bytes or
 //     maxBacklogFrames frames not back yet, a sender waits too. A join
@@ -97,36 +98,32 @@ func (f *flow) unseen() uint64 {
 	return 0
 }
 
-// over reports whether a sender must wait.
-func (f *flow) over() bool {
-	n := f.p.node
-	if w := n.Writer; w != nil && w.Pending() > n.Config.FlightBytes {
-		return true
-	}
+// backlogged reports whether the pod's sender must wait for what this
+// node sent into the pod's stream to come back (OrderStream).
+func (f *flow) backlogged() bool {
 	return !f.p.order.here() && (f.backlog.Load() > f.maxBacklog() || f.unseen() > maxBacklogFrames)
 }
 
 // Throttle waits while the sender is ahead of its bounds, or until the
 // pod is closed; the burst it sends in, b (nil: none), is flushed first.
-// While it waits, the writer sends all it holds in its next round: the
-// bytes of the pods' open batches, which a node's own temporary store lets
-// linger for a second (history.Writer.Hurry), count in what the sender
-// waits for.
+// For the writer's budget, all pods together, senders wait in line, in
+// the order they came (turns.go); for the pod's backlog, each pod's
+// senders wait on their own. While the first in line waits, the writer
+// sends all it holds in its next round: the bytes of the pods' open
+// batches, which a node's own temporary store lets linger for a second
+// (history.Writer.Hurry), count in what the sender waits for.
 func (p *Pod) Throttle(b *Burst) {
 	f := &p.flow
-	if !f.over() {
+	n := p.node
+	inLine := n.writerFull() || !n.turns.empty()
+	if !inLine && !f.backlogged() {
 		return
 	}
 	b.Flush()
-	f.wait(func() bool {
-		if !f.over() {
-			return true
-		}
-		if w := p.node.Writer; w != nil {
-			w.Hurry()
-		}
-		return false
-	}, nil)
+	if inLine && !p.waitTurn() {
+		return
+	}
+	f.wait(func() bool { return !f.backlogged() }, nil)
 }
 
 // Settle waits, at most settleWait, until the frames this node sent into

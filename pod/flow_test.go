@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,6 +83,68 @@ func TestThrottleDoesNotWaitForTheLinger(t *testing.T) {
 			got++
 		case <-deadline:
 			t.Fatalf("the sender got %d of %d envelopes through the flow control in 20 s: it waited for the writer's linger", got, envelopes)
+		}
+	}
+}
+
+// TestThrottleTakesTurns: senders of many pods held for the writer's
+// budget go on in turn, not whoever runs first when the stream stored
+// something: when the first sender has sent all its envelopes, every
+// other has sent nearly as many. Woken all at once, one of twenty
+// senders waited 14 s while the others went on (the integration test
+// TestManyPodsOverrunTheHistory, which failed when one waited 20 s).
+func TestThrottleTakesTurns(t *testing.T) {
+	const (
+		senders   = 20
+		envelopes = 200
+		size      = 2 << 10
+		budget    = 32 << 10
+	)
+	n, _ := testNode(t, 1000, func(c *Config) { c.FlightBytes = budget })
+	s := ownStream(t)
+	n.History = s
+	n.Writer = history.NewWriter(s, history.WriterOptions{Node: n.ID, Logger: n.Log})
+	t.Cleanup(n.Writer.Close)
+	var sent [senders]atomic.Int64
+	done := make(chan [senders]int64, senders)
+	start := make(chan struct{})
+	for i := range senders {
+		p := openPod(t, n, fmt.Sprint("pod-", i))
+		alice := join(t, p, "alice", joinOpts{discard: true})
+		go func() {
+			<-start
+			for j := range envelopes {
+				alice.send(map[string]any{"id": fmt.Sprint("m", j), "kind": "chat", "payload": strings.Repeat("x", size)})
+				sent[i].Add(1)
+				p.Throttle(alice.burst)
+			}
+			var seen [senders]int64
+			for k := range seen {
+				seen[k] = sent[k].Load()
+			}
+			done <- seen
+		}()
+	}
+	close(start)
+	var first [senders]int64
+	select {
+	case first = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no sender sent its envelopes in 60 s")
+	}
+	// In turn, each sender is at most a turn behind another, past what
+	// the budget let one sender through before anyone waited.
+	const slack = budget/size + 2
+	for i, c := range first {
+		if c < envelopes-slack {
+			t.Errorf("pod-%d's sender had sent %d envelopes when the first had sent all %d", i, c, envelopes)
+		}
+	}
+	for range senders - 1 {
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("a sender did not finish in 60 s")
 		}
 	}
 }

@@ -198,6 +198,9 @@ type Node struct {
 	// when the first pod opens, and made anew when it was lost.
 	followMu sync.Mutex
 	follow   *Follower
+	// turns is the line of senders waiting for the history writer's
+	// budget (Config.FlightBytes), all pods together (turns.go).
+	turns turns
 	// frameSeq numbers the frames this node accepts (envelope.Meta.Seq).
 	frameSeq atomic.Uint64
 	// burstSeq numbers the bursts of the node's pods (Burst,
