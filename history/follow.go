@@ -89,7 +89,10 @@ type streamConsumer struct {
 // consumer.
 const (
 	bridgeEvery = 250 * time.Millisecond
-	bridgeIdle  = 20
+	// leaderWindow is how many sequences a bridge asks the stream's
+	// leader for at once, past a replica that lacks them.
+	leaderWindow = 64
+	bridgeIdle   = 20
 )
 
 // Follow calls fn, on one goroutine at a time and in the stream's order,
@@ -261,7 +264,7 @@ func (f *streamConsumer) bridgeRead(ctx context.Context) (int, error) {
 		skipped := false
 		more, err := f.s.readBatch(ctx, subject, from, readBatch, func(subj string, m StoredMsg) (bool, error) {
 			f.s.cache.Put(subj, m)
-			switch f.deliverBridged(subj, m, false) {
+			switch f.deliverBridged(subj, m, 0) {
 			case bridgeHanded:
 				n++
 				return true, nil
@@ -286,11 +289,45 @@ func (f *streamConsumer) bridgeRead(ctx context.Context) (int, error) {
 			return n, err
 		}
 		f.s.cache.Put(subj, *m)
-		if f.deliverBridged(subj, *m, true) != bridgeHanded {
+		if f.deliverBridged(subj, *m, from) != bridgeHanded {
 			return n, nil
 		}
 		n++
+		// The replica lacked it: the ones after it are asked of the
+		// leader too, a window at once.
+		handed, err := f.leaderWindow(ctx, subject)
+		n += handed
+		if err != nil {
+			return n, err
+		}
 	}
+}
+
+// leaderWindow is the stream's leader's window of the messages from the
+// next sequence on (leaderNextMany), handed to fn in the stream's order
+// for as long as they follow one another: the answer for a sequence is
+// the first message from there on, so that one for the next sequence
+// says what comes next, and the sequences between it and its message
+// hold nothing. It returns how many it handed.
+func (f *streamConsumer) leaderWindow(ctx context.Context, subject string) (int, error) {
+	f.mu.Lock()
+	from := f.next
+	f.mu.Unlock()
+	answers := f.s.leaderNextMany(ctx, subject, from, leaderWindow)
+	n := 0
+	for at := from; at < from+leaderWindow; {
+		a := answers[at-from]
+		if a.err != nil || a.m == nil {
+			return n, a.err
+		}
+		f.s.cache.Put(a.subject, *a.m)
+		if f.deliverBridged(a.subject, *a.m, at) != bridgeHanded {
+			return n, nil // the consumer delivers again
+		}
+		n++
+		at = a.m.Seq + 1
+	}
+	return n, nil
 }
 
 // What deliverBridged did with a message.
@@ -301,9 +338,10 @@ const (
 )
 
 // deliverBridged hands fn a message the bridge read when it is the one at
-// the next sequence, or, first, the stream's first message from the next
-// sequence on (the leader said so).
-func (f *streamConsumer) deliverBridged(subject string, m StoredMsg, first bool) int {
+// the next sequence, or, where the stream's leader said m is the first
+// message from sequence from on (0: it did not), when from is the next
+// sequence.
+func (f *streamConsumer) deliverBridged(subject string, m StoredMsg, from uint64) int {
 	f.deliverMu.Lock()
 	defer f.deliverMu.Unlock()
 	f.mu.Lock()
@@ -311,7 +349,7 @@ func (f *streamConsumer) deliverBridged(subject string, m StoredMsg, first bool)
 	case m.Seq < f.next:
 		f.mu.Unlock()
 		return bridgeHad
-	case f.stopped || f.consumed || (m.Seq != f.next && !first):
+	case f.stopped || f.consumed || (m.Seq != f.next && from != f.next):
 		f.mu.Unlock()
 		return bridgeSkipped
 	}

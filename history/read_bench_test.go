@@ -70,3 +70,51 @@ func benchReadReplay(b *testing.B, cache int) {
 	}
 	b.ReportMetric(float64(b.N*each)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// BenchmarkLeaderReads: reading 1,000 messages from the stream's leader,
+// as a follower does past a replica that lacks them: one message get at
+// a time, and windows of leaderWindow sequences asked at once
+// (leaderNextMany). The stream is in process: across a network each
+// message get waits a round trip more, which the windows share.
+//
+//	go test -run '^$' -bench LeaderReads ./history/
+func BenchmarkLeaderReads(b *testing.B) {
+	const total = 1000
+	s := openStream(b, 2000)
+	ctx := context.Background()
+	for i := range total {
+		done := make(chan error, 1)
+		s.Append(fmt.Sprintf("mcpp.pod.p%d", i%10), frameOf(fmt.Sprint("e", i)), "", func(_ uint64, _ bool, err error) { done <- err })
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, window := range []int{1, leaderWindow} {
+		b.Run(fmt.Sprintf("window=%d", window), func(b *testing.B) {
+			for b.Loop() {
+				read := 0
+				for next := uint64(1); ; {
+					answers := s.leaderNextMany(ctx, "mcpp.pod.>", next, window)
+					last := next
+					for _, a := range answers {
+						if a.err != nil {
+							b.Fatal(a.err)
+						}
+						if a.m != nil && a.m.Seq >= last {
+							read++
+							last = a.m.Seq + 1
+						}
+					}
+					if answers[len(answers)-1].m == nil {
+						break
+					}
+					next = last
+				}
+				if read != total {
+					b.Fatalf("read %d messages, want %d", read, total)
+				}
+			}
+			b.ReportMetric(float64(total*b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
