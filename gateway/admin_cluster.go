@@ -109,7 +109,7 @@ func (c *cluster) ask(ctx context.Context, q *adminQuery) (replies []adminReply,
 		return nil, nil
 	}
 	data, _ := json.Marshal(q)
-	inbox := c.g.nc.NewRespInbox()
+	inbox := nats.NewInbox() // not under the response inbox: history/read.go says why
 	ch := make(chan *nats.Msg, len(want)+8)
 	sub, err := c.g.nc.ChanSubscribe(inbox, ch)
 	if err != nil {

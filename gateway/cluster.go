@@ -253,7 +253,7 @@ func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMem
 	if want == 0 {
 		return nil
 	}
-	inbox := c.g.nc.NewRespInbox()
+	inbox := nats.NewInbox() // not under the response inbox: history/read.go says why
 	ch := make(chan *nats.Msg, want+8)
 	sub, err := c.g.nc.ChanSubscribe(inbox, ch)
 	if err != nil {

@@ -79,6 +79,12 @@ func newMetrics(podMetrics *pod.Metrics, activeContexts func() float64, historyS
 			Name: "mcpp_history_in_process_total", Help: "Answers of the history stream that another copy of the message is on its way in (the writer asks again 200 ms later)."},
 			func() float64 { return float64(historyAnswers().InProcess) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mcpp_history_follow_bridged_total", Help: "Messages of the history stream this node's follower read by direct gets while its consumer was lost."},
+			func() float64 { return float64(historyAnswers().Bridged) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mcpp_history_follow_from_leader_total", Help: "Of those, the messages the stream's leader gave, past a replica that lacked them."},
+			func() float64 { return float64(historyAnswers().FromLeader) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "mcpp_history_cache_hits_total", Help: "History messages a replay, resume or history page took from the node's cache (--history-cache), not the stream."},
 			func() float64 { return float64(historyCache().Hits) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

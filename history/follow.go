@@ -266,6 +266,7 @@ func (f *streamConsumer) bridgeRead(ctx context.Context) (int, error) {
 			f.s.cache.Put(subj, m)
 			switch f.deliverBridged(subj, m, 0) {
 			case bridgeHanded:
+				f.s.bridged.Add(1)
 				n++
 				return true, nil
 			case bridgeHad:
@@ -292,6 +293,8 @@ func (f *streamConsumer) bridgeRead(ctx context.Context) (int, error) {
 		if f.deliverBridged(subj, *m, from) != bridgeHanded {
 			return n, nil
 		}
+		f.s.bridged.Add(1)
+		f.s.fromLeader.Add(1)
 		n++
 		// The replica lacked it: the ones after it are asked of the
 		// leader too, a window at once.
@@ -324,6 +327,8 @@ func (f *streamConsumer) leaderWindow(ctx context.Context, subject string) (int,
 		if f.deliverBridged(a.subject, *a.m, at) != bridgeHanded {
 			return n, nil // the consumer delivers again
 		}
+		f.s.bridged.Add(1)
+		f.s.fromLeader.Add(1)
 		n++
 		at = a.m.Seq + 1
 	}

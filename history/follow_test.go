@@ -156,4 +156,48 @@ func TestBridgeReadCrossesGaps(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) || n != len(want) {
 		t.Fatalf("the bridge brought %d messages (said %d): %v\nwant %d: %v", len(got), n, got, len(want), want)
 	}
+	// Past each of the gaps (more than 60) the leader said what comes
+	// next, and the window after it.
+	if a := s.Answers(); a.Bridged != uint64(len(want)) || a.FromLeader < 60 {
+		t.Fatalf("counted %d messages read without a consumer, %d of them from the leader; want %d, at least 60 from the leader", a.Bridged, a.FromLeader, len(want))
+	}
+}
+
+// TestReadBatchAnswersOnce: a batch's answers come to the read alone, not
+// also to the connection's subscription for requests' answers (nats.go's
+// response inbox, which takes every subject under its prefix): there
+// each answer of a large read was one more message for nobody, and under
+// issue 38's full-size faults that subscription fell behind ("slow
+// consumer") and dropped the answers of requests waiting on it.
+func TestReadBatchAnswersOnce(t *testing.T) {
+	s := openStream(t, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const total = 200
+	var subjects []string
+	var frames [][]byte
+	for i := range total {
+		subjects = append(subjects, "mcpp.pod.p")
+		frames = append(frames, frameOf(fmt.Sprint("e", i)))
+	}
+	seqs := appendAll(t, s, subjects, frames)
+	for _, nc := range s.reads {
+		// A request made first, as the follower's reads of the leader are:
+		// nats.go then subscribes to its response inbox.
+		if _, _, err := s.leaderNextOn(ctx, "mcpp.pod.p", seqs[0]); err != nil {
+			t.Fatal(err)
+		}
+		before := nc.Stats().InMsgs
+		read := 0
+		if _, err := s.readBatch(ctx, "mcpp.pod.p", seqs[0], readBatch, func(string, StoredMsg) (bool, error) {
+			read++
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// Each message once, and the batch's end.
+		if got := nc.Stats().InMsgs - before; read != total || got > uint64(read)+1 {
+			t.Fatalf("a read of %d messages (%d handed) brought the connection %d messages", total, read, got)
+		}
+	}
 }

@@ -250,7 +250,7 @@ type leaderAnswer struct {
 func (s *Stream) leaderNextMany(ctx context.Context, subject string, seq uint64, k int) []leaderAnswer {
 	out := make([]leaderAnswer, k)
 	nc := s.reader()
-	inbox := nc.NewRespInbox()
+	inbox := nats.NewInbox() // not under the response inbox (above readBatch)
 	ch := make(chan *nats.Msg, k)
 	sub, err := nc.ChanSubscribe(inbox+".*", ch)
 	if err != nil {
@@ -315,13 +315,22 @@ func parseMsgGet(data []byte) (string, *StoredMsg, error) {
 	return r.Message.Subject, &StoredMsg{Seq: r.Message.Seq, Time: r.Message.Time.UnixNano(), Data: r.Message.Data}, nil
 }
 
+// The answers of a read that subscribes to them itself (readBatch,
+// leaderNextMany) go to an inbox of their own (nats.NewInbox), never
+// under the connection's response inbox (NewRespInbox): nats.go answers
+// its requests through one subscription to every subject under that
+// prefix, which then got each answer of every read as well, for nobody,
+// and under issue 38's full-size faults fell behind ("slow consumer")
+// and dropped the answers of the requests waiting on it
+// (TestReadBatchAnswersOnce).
+
 // readBatch asks for up to n messages of subject (a wildcard too) from seq
 // on and calls fn with each, and the subject it is on, until it returns
 // false. more reports whether the stream held more after the batch.
 func (s *Stream) readBatch(ctx context.Context, subject string, seq uint64, n int, fn func(subject string, m StoredMsg) (bool, error)) (more bool, err error) {
 	req, _ := json.Marshal(directGetRequest{Seq: seq, NextFor: subject, Batch: n, MaxBytes: readBatchBytes})
 	nc := s.reader()
-	inbox := nc.NewRespInbox()
+	inbox := nats.NewInbox() // not under the response inbox (above readBatch)
 	ch := make(chan *nats.Msg, readBatch+2)
 	sub, err := nc.ChanSubscribe(inbox, ch)
 	if err != nil {

@@ -142,17 +142,21 @@ type Stream struct {
 	stop                chan struct{}
 	stopOnce            sync.Once
 
-	// late and inProcess count the answers out of the ordinary
+	// late and inProcess count the answers out of the ordinary, and
+	// bridged and fromLeader what followers read without a consumer
 	// (Answers).
-	late, inProcess atomic.Uint64
+	late, inProcess, bridged, fromLeader atomic.Uint64
 }
 
 // Answers counts the stream's answers that a writer does not expect:
 // Late, an answer that came after the writer gave up on it (it sent the
 // message again, or will); InProcess, a message whose id another copy is
-// on its way in under (the writer asks again).
+// on its way in under (the writer asks again). Bridged counts the
+// messages a follower whose consumer was lost read by direct gets, and
+// FromLeader those of them the stream's leader gave, past a replica that
+// lacked them (follow.go).
 type Answers struct {
-	Late, InProcess uint64
+	Late, InProcess, Bridged, FromLeader uint64
 }
 
 // pendingAck is an Append, or a group of a round's messages (round.go),
@@ -276,7 +280,7 @@ func (s *Stream) Config() Config { return s.cfg }
 // Answers is what the stream answered out of the ordinary since it was
 // opened.
 func (s *Stream) Answers() Answers {
-	return Answers{Late: s.late.Load(), InProcess: s.inProcess.Load()}
+	return Answers{Late: s.late.Load(), InProcess: s.inProcess.Load(), Bridged: s.bridged.Load(), FromLeader: s.fromLeader.Load()}
 }
 
 // CacheStats is what the node's cache of the stream's messages did

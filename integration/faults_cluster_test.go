@@ -278,9 +278,10 @@ func (w *faultWorld) summary(runs []faultRun, took time.Duration) {
 			continue
 		}
 		m := harness.MetricsOf(w.t, w.http(i))
-		w.t.Logf("node %d: history holds %v, late %v, answers after the wait %v, in process %v, live frames lost %v, pods whose order was lost %v, follow errors %v; history cache hits %v, misses %v, bytes %v",
+		w.t.Logf("node %d: history holds %v, late %v, answers after the wait %v, in process %v, live frames lost %v, pods whose order was lost %v, follow errors %v, read without a consumer %v (from the leader %v); history cache hits %v, misses %v, bytes %v",
 			i+1, m["mcpp_history_holds_total"], m["mcpp_history_late_total"], m["mcpp_history_answers_late_total"], m["mcpp_history_in_process_total"],
 			m["mcpp_live_frames_lost_total"], m["mcpp_pod_order_lost_total"], m["mcpp_history_follow_errors_total"],
+			m["mcpp_history_follow_bridged_total"], m["mcpp_history_follow_from_leader_total"],
 			m["mcpp_history_cache_hits_total"], m["mcpp_history_cache_misses_total"], m["mcpp_history_cache_bytes"])
 	}
 	if len(presence) > 0 || w.t.Failed() {
