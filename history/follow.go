@@ -81,6 +81,10 @@ type streamConsumer struct {
 	// bridging is set while bridge reads the stream in the consumer's
 	// stead; consumed, when the consumer delivered since it started.
 	bridging, consumed bool
+	// moved is when next last moved, behindSince when the follower was
+	// first seen behind what the stream stored of this node's (zero: it
+	// was not), for watch.
+	moved, behindSince time.Time
 }
 
 // bridgeEvery is how often a follower whose consumer is lost reads what
@@ -104,13 +108,68 @@ func (s *Stream) Follow(ctx context.Context, subjects []string, fn func(subject 
 	if err != nil {
 		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
 	}
-	f := &streamConsumer{s: s, subjects: subjects, fn: fn, onErr: onErr, next: info.State.LastSeq + 1, stop: make(chan struct{})}
+	f := &streamConsumer{s: s, subjects: subjects, fn: fn, onErr: onErr, next: info.State.LastSeq + 1, stop: make(chan struct{}), moved: time.Now()}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.startLocked(ctx); err != nil {
 		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
 	}
+	go f.watch()
 	return f.Stop, nil
+}
+
+// followStale is how long a follower may stay behind what the stream
+// stored of this node's, its consumer delivering nothing, before it
+// takes the consumer for lost (errStale). A consumer on a replica stuck
+// catching up sends its heartbeats and delivers nothing, without an
+// error (issue 38's full-size run 33: "Expected first catchup entry to be
+// a snapshot", a node's follower behind for 30 s with no error, and the
+// node closed its 1,333 members). Longer than a burst takes to come
+// back, shorter than the 30 s after which the node gives its pods up.
+const followStale = 5 * time.Second
+
+// errStale is a consumer that stayed behind what the stream stored of
+// this node's for followStale.
+var errStale = errors.New("history: the follower's consumer delivers nothing of what the stream stored")
+
+// watch takes the consumer for lost when it stays behind what the
+// stream acknowledged to this node for followStale, without moving: a
+// new one is made,
+// and the bridge reads meanwhile (from the leader, past a replica that
+// lacks the messages).
+func (f *streamConsumer) watch() {
+	t := time.NewTicker(followHeartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		}
+		stored := f.s.storedLast()
+		now := time.Now()
+		f.mu.Lock()
+		stale := false
+		switch {
+		case stored < f.next:
+			f.behindSince = time.Time{}
+		case f.behindSince.IsZero():
+			// Not since it last moved: a follower idle for a while is
+			// not behind the moment the stream stores one more.
+			f.behindSince = now
+		default:
+			since := f.behindSince
+			if f.moved.After(since) {
+				since = f.moved
+			}
+			stale = now.Sub(since) > followStale && !f.restarting && !f.bridging && !f.stopped
+		}
+		gen := f.generation
+		f.mu.Unlock()
+		if stale {
+			f.trouble(gen, errStale)
+		}
+	}
 }
 
 // startLocked makes a consumer from f.next on and consumes it.
@@ -164,6 +223,7 @@ func (f *streamConsumer) handle(gen int, m jetstream.Msg) {
 		return
 	}
 	f.next = md.Sequence.Stream + 1
+	f.moved = time.Now()
 	f.consumed = true
 	f.mu.Unlock()
 	sm := StoredMsg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()}
@@ -176,7 +236,7 @@ func (f *streamConsumer) handle(gen int, m jetstream.Msg) {
 func (f *streamConsumer) trouble(gen int, err error) {
 	lost := errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
 		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, errGap)
+		errors.Is(err, errGap) || errors.Is(err, errStale)
 	if f.onErr != nil {
 		f.onErr(err)
 	}
@@ -359,6 +419,7 @@ func (f *streamConsumer) deliverBridged(subject string, m StoredMsg, from uint64
 		return bridgeSkipped
 	}
 	f.next = m.Seq + 1
+	f.moved = time.Now()
 	f.mu.Unlock()
 	f.fn(subject, m)
 	return bridgeHanded

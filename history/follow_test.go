@@ -201,3 +201,53 @@ func TestReadBatchAnswersOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowLeavesAConsumerThatStalls: a consumer that stays alive (its
+// heartbeats come) but delivers nothing while the stream stores this
+// node's messages, as one on a replica stuck catching up does (issue 38's
+// full-size run 33: a node's follower brought nothing back for 30 s with
+// no error, and the node closed its members), is left: the follower reads
+// the stream without it, and brings every message, in order.
+func TestFollowLeavesAConsumerThatStalls(t *testing.T) {
+	s := openStream(t, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var got []uint64
+	stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) {
+		mu.Lock()
+		got = append(got, m.Seq)
+		mu.Unlock()
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	// The follower's consumer pauses: the server keeps it, and its
+	// heartbeats, but it delivers nothing.
+	for _, name := range consumerNames(ctx, s) {
+		if _, err := s.stream.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []uint64
+	for i := range 20 {
+		want = append(want, appendAll(t, s, []string{fmt.Sprintf("mcpp.pod.p%d", i%3)}, [][]byte{frameOf(fmt.Sprintf("e%d", i))})[0])
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // anything more would be twice
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("with its consumer paused, the follower brought %v in 20 s, want %v", got, want)
+	}
+}

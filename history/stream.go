@@ -274,6 +274,14 @@ func (s *Stream) reader() *nats.Conn {
 	return s.reads[int(s.turn.Add(1))%len(s.reads)]
 }
 
+// storedLast is the highest sequence the stream answered with for a
+// message of this Stream's (watch).
+func (s *Stream) storedLast() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
 // Config is the stream's configuration.
 func (s *Stream) Config() Config { return s.cfg }
 

@@ -69,9 +69,18 @@ func TestClusterFaults(t *testing.T) {
 			}
 		}
 		before, began := w.ledger.counts(), time.Now()
+		stopWatch := make(chan struct{})
+		watched := w.watchStream(began, stopWatch)
 		r := w.inject(kind)
 		took, ok := w.exact(bound)
+		close(stopWatch)
 		r.exact, r.fromStart, r.inexact = took, time.Since(began), !ok
+		if !ok {
+			if r.note != "" {
+				r.note += "; "
+			}
+			r.note += "the stream from the fault's start on:" + <-watched
+		}
 		r.acked = w.ledger.counts().acked - before.acked
 		runs = append(runs, r)
 		t.Logf("%s", r)

@@ -513,6 +513,58 @@ func (w *faultWorld) exact(d time.Duration) (time.Duration, bool) {
 	}
 }
 
+// watchStream samples the history stream's state once a second, as a
+// node that is up sees it, until stop is closed, and returns what
+// changed: its leader, and each replica's currency and lag, from
+// start. A fault whose views stay inexact prints it, so that a run says
+// whether the stream had a leader and a current quorum meanwhile.
+func (w *faultWorld) watchStream(start time.Time, stop <-chan struct{}) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		last := ""
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			state := w.streamState()
+			if state != last {
+				fmt.Fprintf(&b, "\n          +%v %s", time.Since(start).Round(100*time.Millisecond), state)
+				last = state
+			}
+			select {
+			case <-stop:
+				out <- b.String()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return out
+}
+
+// streamState is the history stream's leader and replicas as the first
+// node up that answers sees them.
+func (w *faultWorld) streamState() string {
+	for i := range w.nodes {
+		if !w.up(i) {
+			continue
+		}
+		info, err := w.streamInfo(i)
+		if err != nil {
+			continue
+		}
+		if info.Cluster == nil {
+			return "no cluster info"
+		}
+		s := fmt.Sprintf("(asked node %d) leader %q", i+1, info.Cluster.Leader)
+		for _, r := range info.Cluster.Replicas {
+			s += fmt.Sprintf(", %s current=%v offline=%v lag=%d", r.Name, r.Current, r.Offline, r.Lag)
+		}
+		return s
+	}
+	return "no node answered"
+}
+
 // inexact says what keeps the views from being exact ("" when they are).
 func (w *faultWorld) inexact() string {
 	w.mu.Lock()
