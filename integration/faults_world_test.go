@@ -542,27 +542,33 @@ func (w *faultWorld) watchStream(start time.Time, stop <-chan struct{}) <-chan s
 	return out
 }
 
-// streamState is the history stream's leader and replicas as the first
-// node up that answers sees them.
+// streamState is the history stream's leader and replicas as each node
+// up sees them (a node cut off sees no leader where the others do).
 func (w *faultWorld) streamState() string {
+	var views []string
 	for i := range w.nodes {
 		if !w.up(i) {
 			continue
 		}
 		info, err := w.streamInfo(i)
 		if err != nil {
+			views = append(views, fmt.Sprintf("node %d: no answer", i+1))
 			continue
 		}
 		if info.Cluster == nil {
-			return "no cluster info"
+			views = append(views, fmt.Sprintf("node %d: no cluster info", i+1))
+			continue
 		}
-		s := fmt.Sprintf("(asked node %d) leader %q", i+1, info.Cluster.Leader)
+		v := fmt.Sprintf("node %d: leader %q", i+1, info.Cluster.Leader)
 		for _, r := range info.Cluster.Replicas {
-			s += fmt.Sprintf(", %s current=%v offline=%v lag=%d", r.Name, r.Current, r.Offline, r.Lag)
+			v += fmt.Sprintf(", %s current=%v offline=%v lag=%d", r.Name, r.Current, r.Offline, r.Lag)
 		}
-		return s
+		views = append(views, v)
 	}
-	return "no node answered"
+	if len(views) == 0 {
+		return "no node up"
+	}
+	return strings.Join(views, "; ")
 }
 
 // inexact says what keeps the views from being exact ("" when they are).
