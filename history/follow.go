@@ -134,9 +134,8 @@ var errStale = errors.New("history: the follower's consumer delivers nothing of 
 
 // watch takes the consumer for lost when it stays behind what the
 // stream acknowledged to this node for followStale, without moving: a
-// new one is made,
-// and the bridge reads meanwhile (from the leader, past a replica that
-// lacks the messages).
+// new one is made, and the bridge reads meanwhile (from the leader,
+// past a replica that lacks the messages).
 func (f *streamConsumer) watch() {
 	t := time.NewTicker(followHeartbeat)
 	defer t.Stop()
