@@ -81,10 +81,6 @@ type streamConsumer struct {
 	// bridging is set while bridge reads the stream in the consumer's
 	// stead; consumed, when the consumer delivered since it started.
 	bridging, consumed bool
-	// moved is when next last moved, behindSince when the follower was
-	// first seen behind what the stream stored of this node's (zero: it
-	// was not), for watch.
-	moved, behindSince time.Time
 }
 
 // bridgeEvery is how often a follower whose consumer is lost reads what
@@ -108,7 +104,7 @@ func (s *Stream) Follow(ctx context.Context, subjects []string, fn func(subject 
 	if err != nil {
 		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
 	}
-	f := &streamConsumer{s: s, subjects: subjects, fn: fn, onErr: onErr, next: info.State.LastSeq + 1, stop: make(chan struct{}), moved: time.Now()}
+	f := &streamConsumer{s: s, subjects: subjects, fn: fn, onErr: onErr, next: info.State.LastSeq + 1, stop: make(chan struct{})}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.startLocked(ctx); err != nil {
@@ -139,6 +135,10 @@ var errStale = errors.New("history: the follower's consumer delivers nothing of 
 func (f *streamConsumer) watch() {
 	t := time.NewTicker(followHeartbeat)
 	defer t.Stop()
+	// since is when the follower was seen behind at next sequence at,
+	// not moving (zero: it was not behind).
+	var since time.Time
+	var at uint64
 	for {
 		select {
 		case <-f.stop:
@@ -151,16 +151,13 @@ func (f *streamConsumer) watch() {
 		stale := false
 		switch {
 		case stored < f.next:
-			f.behindSince = time.Time{}
-		case f.behindSince.IsZero():
-			// Not since it last moved: a follower idle for a while is
-			// not behind the moment the stream stores one more.
-			f.behindSince = now
+			since = time.Time{}
+		case since.IsZero() || f.next != at:
+			// Behind, first seen or since it moved: counted from now. Not
+			// since it last moved: a follower idle for a while is not
+			// behind the moment the stream stores one more.
+			since, at = now, f.next
 		default:
-			since := f.behindSince
-			if f.moved.After(since) {
-				since = f.moved
-			}
 			stale = now.Sub(since) > followStale && !f.restarting && !f.bridging && !f.stopped
 		}
 		gen := f.generation
@@ -222,7 +219,6 @@ func (f *streamConsumer) handle(gen int, m jetstream.Msg) {
 		return
 	}
 	f.next = md.Sequence.Stream + 1
-	f.moved = time.Now()
 	f.consumed = true
 	f.mu.Unlock()
 	sm := StoredMsg{Seq: md.Sequence.Stream, Time: md.Timestamp.UnixNano(), Data: m.Data()}
@@ -418,7 +414,6 @@ func (f *streamConsumer) deliverBridged(subject string, m StoredMsg, from uint64
 		return bridgeSkipped
 	}
 	f.next = m.Seq + 1
-	f.moved = time.Now()
 	f.mu.Unlock()
 	f.fn(subject, m)
 	return bridgeHanded
