@@ -317,7 +317,7 @@ func (f *streamConsumer) bridgeRead(ctx context.Context) (int, error) {
 			return n, nil
 		}
 		skipped := false
-		more, err := f.s.readBatch(ctx, subject, from, readBatch, func(subj string, m StoredMsg) (bool, error) {
+		more, err := f.s.readBatch(ctx, subject, from, f.s.batch, func(subj string, m StoredMsg) (bool, error) {
 			f.s.cache.Put(subj, m)
 			switch f.deliverBridged(subj, m, 0) {
 			case bridgeHanded:

@@ -189,7 +189,7 @@ func TestReadBatchAnswersOnce(t *testing.T) {
 		}
 		before := nc.Stats().InMsgs
 		read := 0
-		if _, err := s.readBatch(ctx, "mcpp.pod.p", seqs[0], readBatch, func(string, StoredMsg) (bool, error) {
+		if _, err := s.readBatch(ctx, "mcpp.pod.p", seqs[0], total, func(string, StoredMsg) (bool, error) {
 			read++
 			return true, nil
 		}); err != nil {

@@ -257,7 +257,7 @@ func (s *Stream) find(g *group, base, end uint64) ([]uint64, error) {
 	found := make([]uint64, len(g.msgs))
 	for from := base + 1; from <= end; {
 		last := uint64(0)
-		_, err := s.readBatch(ctx, allSubjects, from, readBatch, func(subject string, m StoredMsg) (bool, error) {
+		_, err := s.readBatch(ctx, allSubjects, from, s.batch, func(subject string, m StoredMsg) (bool, error) {
 			if m.Seq > end {
 				return false, nil
 			}

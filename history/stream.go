@@ -115,6 +115,7 @@ type Stream struct {
 	stream jetstream.Stream
 	cfg    Config
 	cache  *Cache // nil: none
+	batch  int    // messages a batched read asks for: readBatch
 
 	ackPrefix string
 	ackSub    *nats.Subscription
@@ -234,7 +235,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, node string) (*Stream,
 		}
 	}
 	s := &Stream{nc: nc, reads: []*nats.Conn{nc}, js: js, stream: stream, cfg: cfg, ackPrefix: "_MCPP_ACK." + node + ".", stop: make(chan struct{}),
-		ackWait: cfg.AckWait, cache: NewCache(cfg.CacheBytes)}
+		ackWait: cfg.AckWait, cache: NewCache(cfg.CacheBytes), batch: readBatch}
 	if len(cfg.Reads) > 0 {
 		s.reads = cfg.Reads
 	}
