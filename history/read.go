@@ -22,17 +22,18 @@ import (
 // block of the stream that all pods share. With 256 messages a batch,
 // each batch goes through every block; with 32, the pods' reads go
 // through the stream together, a few blocks at a time (what we take to
-// be why they are so much faster: the store keeps few blocks loaded,
-// for seconds). A replica also reads a batch
-// under its stream's read lock, and storing a message there waits for the
-// batches under way (JetStream isolates reads from writes): where that
-// replica leads the stream, every node's writer waits, and the joins
-// with it (issue 38's full-size run 34). BenchmarkAcksUnderReads, 1,000
-// pods of 200 messages read at once after a restart: with 32, every pod
-// read within 22 to 24 s, and the longest acknowledgement 0.1 to 0.3 s;
-// with 256, 857 of the 1,000 pods not read within the 30 s an opening
-// waits, and the longest acknowledgement 1 s. One read alone takes more
-// round trips (BenchmarkReadReplay), which the node's cache mostly spares.
+// be why they are so much faster: the store keeps few blocks loaded, for
+// seconds). A replica also stores a message only once the reads under way
+// on it are done (JetStream isolates reads from writes), so that where it
+// leads the stream every node's writer waits for them. In issue 38's
+// full-size run 34 a restarted node's reads took seconds a batch, its
+// members' dials timed out, and the stream answered late.
+// BenchmarkAcksUnderReads, 1,000 pods of 200 messages read at once after
+// a restart, one run: with 32, every pod read in 22 s, the longest
+// acknowledgement meanwhile 0.3 s; with 256, 857 of the 1,000 pods not
+// read within the 30 s an opening waits, the longest acknowledgement
+// 1.0 s. One read alone, on a stream at rest, takes 2.2 times as long
+// (BenchmarkReadReplay), which the node's cache mostly spares.
 const (
 	readBatch      = 32
 	readBatchBytes = 4 << 20
