@@ -198,10 +198,15 @@ func (c *cluster) expire(now time.Time, after time.Duration) {
 	}
 }
 
-func (c *cluster) peers() int {
+// peers are the other nodes known now.
+func (c *cluster) peers() map[string]bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.nodes)
+	out := make(map[string]bool, len(c.nodes))
+	for node := range c.nodes {
+		out[node] = true
+	}
+	return out
 }
 
 // roster is this node's members of pod name, for another node.
@@ -247,14 +252,19 @@ func nonNil(ids []wire.Identity) []wire.Identity {
 
 // Members asks every other node for its members of pod, waiting until all
 // known nodes answered or membersWait passed; the answers that come later,
-// up to membersLate, are handed to late (pod.Cluster).
+// up to membersLate, are handed to late (pod.Cluster). A node not known
+// here that answers (one taken for gone that is back, or one that started
+// and has not been heard yet) has its list taken too, and the wait goes
+// on for the known ones: counted in their place, its answer made the wait
+// end before theirs, and their lists were lost (issue 38's full-size runs
+// 36, 38 and 39: a member welcomed without the members of another node).
 func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMembers {
 	want := c.peers()
-	if want == 0 {
+	if len(want) == 0 {
 		return nil
 	}
 	inbox := nats.NewInbox() // not under the response inbox: history/read.go says why
-	ch := make(chan *nats.Msg, want+8)
+	ch := make(chan *nats.Msg, len(want)+8)
 	sub, err := c.g.nc.ChanSubscribe(inbox, ch)
 	if err != nil {
 		return nil
@@ -265,17 +275,21 @@ func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMem
 	}
 	var out []pod.NodeMembers
 	heard := map[string]bool{}
+	missing := len(want)
 	take := func(m *nats.Msg) (pod.NodeMembers, bool) {
 		var r membersReply
 		if json.Unmarshal(m.Data, &r) != nil || r.Node == c.g.nodeID || heard[r.Node] {
 			return pod.NodeMembers{}, false
 		}
 		heard[r.Node] = true
+		if want[r.Node] {
+			missing--
+		}
 		return pod.NodeMembers{Node: r.Node, Seq: r.Seq, Members: r.Members, Since: r.Since}, true
 	}
 	deadline := time.NewTimer(membersWait)
 	defer deadline.Stop()
-	for len(out) < want {
+	for missing > 0 {
 		select {
 		case m := <-ch:
 			if r, ok := take(m); ok {
@@ -283,7 +297,7 @@ func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMem
 			}
 		case <-deadline.C:
 			c.g.log.Warn("opening a pod: some gateway nodes did not answer for their members in time; their lists are applied when they come",
-				"pod", name, "answered", len(out), "nodes", want, "waited", membersWait.String())
+				"pod", name, "answered", len(want)-missing, "nodes", len(want), "waited", membersWait.String())
 			go func() {
 				defer func() { _ = sub.Unsubscribe() }()
 				until := time.NewTimer(membersLate)
