@@ -22,8 +22,9 @@ import (
 //     them is gone, and every other node announces its participants as
 //     having left, to its own participants;
 //   - a node that opens a pod asks the others for their members of it on
-//     membersSubject, so that its first welcome lists the whole pod; the
-//     lists that come after membersWait are applied as they come, up to
+//     membersSubject, so that its first welcome lists the whole pod; it
+//     waits for the nodes it knows that have not fallen silent; the
+//     lists that come after that wait are applied as they come, up to
 //     membersLate;
 //   - a node heard from that was not known (new, or taken for gone and
 //     heard again) is asked for its members of every pod open here, on
@@ -42,6 +43,16 @@ const (
 	heartbeatSubject = "mcpp.nodes.heartbeat"
 	membersSubject   = "mcpp.nodes.members"
 	missedHeartbeats = 3
+	// silentHeartbeats is how many heartbeats a node may miss before a
+	// pod's opening stops waiting for its member list (Members): a node
+	// killed was waited for 5 s by every pod opened in the 3 heartbeats
+	// before it was taken for gone, and a join storm's dials, each behind
+	// such an opening, ran out the clients' 10 s (issue 38's full-size run
+	// 37).
+	silentHeartbeats = 2
+	// membersLook is how often a pod's opening looks whether a node it
+	// waits for fell silent.
+	membersLook = 100 * time.Millisecond
 	// membersWait bounds how long opening a pod waits for the other nodes'
 	// member lists. The wait ends when every known node has answered (a
 	// few milliseconds when they are not busy); 500 ms was too short in a
@@ -209,6 +220,16 @@ func (c *cluster) peers() map[string]bool {
 	return out
 }
 
+// silent reports whether node is no longer known, or has not been heard
+// from for silentHeartbeats heartbeats: gone, or about to be taken for
+// gone, so that nothing waits for its answer.
+func (c *cluster) silent(node string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, known := c.nodes[node]
+	return !known || now.Sub(at) > time.Duration(silentHeartbeats)*c.g.cfg.ClusterHeartbeat
+}
+
 // roster is this node's members of pod name, for another node.
 func (c *cluster) roster(name string) pod.NodeMembers {
 	if p := c.g.node.Lookup(name); p != nil {
@@ -251,8 +272,9 @@ func nonNil(ids []wire.Identity) []wire.Identity {
 }
 
 // Members asks every other node for its members of pod, waiting until all
-// known nodes answered or membersWait passed; the answers that come later,
-// up to membersLate, are handed to late (pod.Cluster). A node not known
+// known nodes answered or fell silent (silentHeartbeats), or membersWait
+// passed; the answers that come later, up to membersLate, are handed to
+// late (pod.Cluster). A node not known
 // here that answers (one taken for gone that is back, or one that started
 // and has not been heard yet) has its list taken too, and the wait goes
 // on for the known ones: counted in their place, its answer made the wait
@@ -287,39 +309,58 @@ func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMem
 		}
 		return pod.NodeMembers{Node: r.Node, Seq: r.Seq, Members: r.Members, Since: r.Since}, true
 	}
+	// The lists that come after the wait are applied as they come.
+	listenLate := func() {
+		defer func() { _ = sub.Unsubscribe() }()
+		until := time.NewTimer(membersLate)
+		defer until.Stop()
+		for {
+			select {
+			case m := <-ch:
+				if r, ok := take(m); ok {
+					c.g.log.Info("a gateway node answered for its members late", "pod", name, "node", r.Node)
+					late(r)
+				}
+			case <-until.C:
+				return
+			case <-c.stop:
+				return
+			}
+		}
+	}
 	deadline := time.NewTimer(membersWait)
 	defer deadline.Stop()
+	// A known node that falls silent while it is waited for (killed) is
+	// waited for no longer.
+	look := time.NewTicker(membersLook)
+	defer look.Stop()
+	silent := 0
 	for missing > 0 {
 		select {
 		case m := <-ch:
 			if r, ok := take(m); ok {
 				out = append(out, r)
 			}
+		case now := <-look.C:
+			for node := range want {
+				if !heard[node] && c.silent(node, now) {
+					delete(want, node)
+					missing--
+					silent++
+				}
+			}
 		case <-deadline.C:
 			c.g.log.Warn("opening a pod: some gateway nodes did not answer for their members in time; their lists are applied when they come",
 				"pod", name, "answered", len(want)-missing, "nodes", len(want), "waited", membersWait.String())
-			go func() {
-				defer func() { _ = sub.Unsubscribe() }()
-				until := time.NewTimer(membersLate)
-				defer until.Stop()
-				for {
-					select {
-					case m := <-ch:
-						if r, ok := take(m); ok {
-							c.g.log.Info("a gateway node answered for its members late", "pod", name, "node", r.Node)
-							late(r)
-						}
-					case <-until.C:
-						return
-					case <-c.stop:
-						return
-					}
-				}
-			}()
+			go listenLate()
 			return out
 		}
 	}
-	_ = sub.Unsubscribe()
+	if silent > 0 {
+		go listenLate()
+	} else {
+		_ = sub.Unsubscribe()
+	}
 	return out
 }
 
