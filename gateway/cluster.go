@@ -274,12 +274,12 @@ func nonNil(ids []wire.Identity) []wire.Identity {
 // Members asks every other node for its members of pod, waiting until all
 // known nodes answered or fell silent (silentHeartbeats), or membersWait
 // passed; the answers that come later, up to membersLate, are handed to
-// late (pod.Cluster). A node not known
-// here that answers (one taken for gone that is back, or one that started
-// and has not been heard yet) has its list taken too, and the wait goes
-// on for the known ones: counted in their place, its answer made the wait
-// end before theirs, and their lists were lost (issue 38's full-size runs
-// 36, 38 and 39: a member welcomed without the members of another node).
+// late (pod.Cluster). A node not known here that answers (one taken for
+// gone that is back, or one that started and has not been heard yet) has
+// its list taken too, and the wait goes on for the known ones: counted in
+// their place, its answer made the wait end before theirs, and their
+// lists were lost (issue 38's full-size runs 36, 38 and 39: a member
+// welcomed without the members of another node).
 func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMembers {
 	want := c.peers()
 	if len(want) == 0 {
