@@ -78,6 +78,18 @@ type cluster struct {
 	subs     []*nats.Subscription
 	stop     chan struct{}
 	done     chan struct{}
+	// removing holds, by node taken for gone, a channel closed once its
+	// members are out of every pod here. expire hands that work to a
+	// goroutine: done on the heartbeat loop, it held the loop up to 11 s
+	// (a thousand pods, each taken in turn), the node sent no heartbeat
+	// meanwhile, and the others took it for gone in turn and removed its
+	// members from their views (issue 38's full-size run 43). A resync of
+	// the node, heard again, waits for it, so that a list is never undone
+	// by a removal that began before it.
+	removing map[string]chan struct{}
+	// removeFromPods removes node's members from every pod here
+	// (removeFromPods, but in tests).
+	removeFromPods func(node string)
 }
 
 // membersReply is a node's answer to a members request: its members of
@@ -104,7 +116,9 @@ type membersAsk struct {
 }
 
 func startCluster(g *Gateway) (*cluster, error) {
-	c := &cluster{g: g, nodes: map[string]time.Time{}, lastTick: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	c := &cluster{g: g, nodes: map[string]time.Time{}, lastTick: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
+		removing: map[string]chan struct{}{}}
+	c.removeFromPods = c.removeFromEveryPod
 	for subject, handle := range map[string]nats.MsgHandler{
 		heartbeatSubject:                c.onHeartbeat,
 		membersSubject:                  c.onMembersRequest,
@@ -198,14 +212,54 @@ func (c *cluster) expire(now time.Time, after time.Duration) {
 		if now.Sub(at) > after {
 			gone = append(gone, node)
 			delete(c.nodes, node)
+			done := make(chan struct{})
+			go c.remove(node, c.removing[node], done)
+			c.removing[node] = done
 		}
 	}
 	c.mu.Unlock()
 	for _, node := range gone {
 		c.g.log.Warn("gateway node gone: no heartbeat", "node", node, "after", after.String())
-		for _, p := range c.g.node.Pods() {
-			p.RemoveNode(node)
-		}
+	}
+}
+
+// remove takes node's members out of every pod here, after the removal
+// of the node before it (before: nil when none), and closes done.
+func (c *cluster) remove(node string, before, done chan struct{}) {
+	if before != nil {
+		<-before
+	}
+	c.removeFromPods(node)
+	c.mu.Lock()
+	if c.removing[node] == done {
+		delete(c.removing, node)
+	}
+	c.mu.Unlock()
+	close(done)
+}
+
+// removeFromEveryPod is removeFromPods: every pod here forgets node's
+// members and tells its own that they left.
+func (c *cluster) removeFromEveryPod(node string) {
+	for _, p := range c.g.node.Pods() {
+		p.RemoveNode(node)
+	}
+}
+
+// removed waits until node's members are out of every pod here, when
+// expire took it for gone; false when the cluster stopped first.
+func (c *cluster) removed(node string) bool {
+	c.mu.Lock()
+	done := c.removing[node]
+	c.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-c.stop:
+		return false
 	}
 }
 
@@ -388,6 +442,9 @@ func (c *cluster) Ask(node string, pods []string) ([]pod.NodeMembers, error) {
 // the members here are told, once, who came and who left. A pod whose
 // list came stale asks again (pod.Pod.ApplyMembers).
 func (c *cluster) resync(node string) {
+	if !c.removed(node) {
+		return
+	}
 	var pods []*pod.Pod
 	for _, p := range c.g.node.Pods() {
 		if p.Ready() {

@@ -118,3 +118,60 @@ func membersNATS(t *testing.T) (conn func() *nats.Conn, answer func(node string,
 	}
 	return conn, answer
 }
+
+// TestExpireDoesNotWaitForThePods: taking a node for gone removes its
+// members from every pod, and that no longer runs on the heartbeat loop:
+// there it held the loop up to 11 s on a node with a thousand busy pods,
+// the node sent no heartbeat meanwhile, and the other nodes took it for
+// gone in turn (issue 38's full-size run 43). A resync of the node, heard
+// again meanwhile, waits until the removal is done, so that the removal
+// never undoes the lists the resync applies.
+func TestExpireDoesNotWaitForThePods(t *testing.T) {
+	now := time.Now()
+	release := make(chan struct{})
+	removedNode := make(chan string, 1)
+	c := &cluster{
+		g:        &Gateway{nodeID: "a", log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		nodes:    map[string]time.Time{"b": now.Add(-10 * time.Second), "c": now},
+		lastTick: now.Add(-100 * time.Millisecond),
+		stop:     make(chan struct{}),
+		removing: map[string]chan struct{}{},
+	}
+	defer close(c.stop)
+	c.removeFromPods = func(node string) {
+		removedNode <- node
+		<-release // the pods are busy
+	}
+	expired := make(chan struct{})
+	go func() {
+		c.expire(now, 3*time.Second)
+		close(expired)
+	}()
+	select {
+	case <-expired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("expire waited for the pods to let the gone node's members go")
+	}
+	if got := <-removedNode; got != "b" {
+		t.Fatalf("removed node %q's members, want b's", got)
+	}
+	if _, known := c.nodes["b"]; known {
+		t.Fatal("b, silent for 10 s, is still known")
+	}
+	resynced := make(chan bool, 1)
+	go func() { resynced <- c.removed("b") }()
+	select {
+	case <-resynced:
+		t.Fatal("a resync of b went on before b's members were removed")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case ok := <-resynced:
+		if !ok {
+			t.Fatal("the resync gave up")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resync still waits after the removal ended")
+	}
+}
