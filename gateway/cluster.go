@@ -335,10 +335,11 @@ func nonNil(ids []wire.Identity) []wire.Identity {
 // lists were lost (issue 38's full-size runs 36, 38 and 39: a member
 // welcomed without the members of another node).
 func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMembers {
-	want := c.peers()
+	want := c.peers() // the known nodes still waited for
 	if len(want) == 0 {
 		return nil
 	}
+	known := len(want)
 	inbox := nats.NewInbox() // not under the response inbox: history/read.go says why
 	ch := make(chan *nats.Msg, len(want)+8)
 	sub, err := c.g.nc.ChanSubscribe(inbox, ch)
@@ -351,16 +352,13 @@ func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMem
 	}
 	var out []pod.NodeMembers
 	heard := map[string]bool{}
-	missing := len(want)
 	take := func(m *nats.Msg) (pod.NodeMembers, bool) {
 		var r membersReply
 		if json.Unmarshal(m.Data, &r) != nil || r.Node == c.g.nodeID || heard[r.Node] {
 			return pod.NodeMembers{}, false
 		}
 		heard[r.Node] = true
-		if want[r.Node] {
-			missing--
-		}
+		delete(want, r.Node)
 		return pod.NodeMembers{Node: r.Node, Seq: r.Seq, Members: r.Members, Since: r.Since}, true
 	}
 	// The lists that come after the wait are applied as they come.
@@ -389,7 +387,7 @@ func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMem
 	look := time.NewTicker(membersLook)
 	defer look.Stop()
 	silent := 0
-	for missing > 0 {
+	for len(want) > 0 {
 		select {
 		case m := <-ch:
 			if r, ok := take(m); ok {
@@ -397,15 +395,14 @@ func (c *cluster) Members(name string, late func(pod.NodeMembers)) []pod.NodeMem
 			}
 		case now := <-look.C:
 			for node := range want {
-				if !heard[node] && c.silent(node, now) {
+				if c.silent(node, now) {
 					delete(want, node)
-					missing--
 					silent++
 				}
 			}
 		case <-deadline.C:
 			c.g.log.Warn("opening a pod: some gateway nodes did not answer for their members in time; their lists are applied when they come",
-				"pod", name, "answered", len(want)-missing, "nodes", len(want), "waited", membersWait.String())
+				"pod", name, "answered", known-len(want)-silent, "nodes", known-silent, "waited", membersWait.String())
 			go listenLate()
 			return out
 		}
