@@ -39,7 +39,8 @@ type Backend interface {
 	// Stream with a cache, Config.CacheBytes, still gives one it holds.)
 	Read(ctx context.Context, subject string, want []uint64, fn func(StoredMsg) error) error
 	// Scan calls fn, in the stream's order, with every message stored on
-	// any of subjects from sequence from on.
+	// any of subjects from sequence from on, and the subject it is on (a
+	// subject may be a wildcard: "mcpp.pod.>").
 	Scan(ctx context.Context, subjects []string, from uint64, fn func(subject string, m StoredMsg) error) error
 	// Follow calls fn, on one goroutine and in the stream's order, with
 	// every message stored on subjects (a wildcard: "mcpp.pod.>") after

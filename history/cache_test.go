@@ -232,3 +232,42 @@ func BenchmarkCachePut(b *testing.B) {
 		c.Put("mcpp.pod.lab", StoredMsg{Seq: uint64(i + 1), Data: data})
 	}
 }
+
+// TestScanOfEveryPodNamesEachSubject: a scan of every pod's subjects at
+// once (the wildcard a node scans what the stream held before its
+// follower started with, pod/seqs.go) hands each message with the
+// subject it is on, in the stream's order, and keeps each in the cache
+// under that subject: a pod's read by sequence then finds it there.
+func TestScanOfEveryPodNamesEachSubject(t *testing.T) {
+	s, _ := openStreamWith(t, Config{Entries: 1000, CacheBytes: 1 << 20})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var subjects []string
+	var frames [][]byte
+	for i := range 600 { // more than one batch of a wildcard
+		subjects = append(subjects, fmt.Sprintf("mcpp.pod.p%d", i%3))
+		frames = append(frames, frameOf(fmt.Sprint(i)))
+	}
+	seqs := appendAll(t, s, subjects, frames)
+	i := 0
+	err := s.Scan(ctx, []string{"mcpp.pod.>"}, 1, func(subject string, m StoredMsg) error {
+		if m.Seq != seqs[i] || subject != subjects[i] {
+			return fmt.Errorf("message %d: seq %d on %q, want %d on %q", i, m.Seq, subject, seqs[i], subjects[i])
+		}
+		i++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i != len(seqs) {
+		t.Fatalf("the scan handed %d messages, want %d", i, len(seqs))
+	}
+	before := s.CacheStats()
+	if _, err := readAll(ctx, s, "mcpp.pod.p1", []uint64{seqs[1], seqs[4]}); err != nil {
+		t.Fatal(err)
+	}
+	if after := s.CacheStats(); after.Hits-before.Hits != 2 || after.Misses != before.Misses {
+		t.Fatalf("a read after the scan: %d hits, %d misses; want 2 hits, none missed", after.Hits-before.Hits, after.Misses-before.Misses)
+	}
+}

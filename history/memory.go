@@ -183,8 +183,10 @@ func (s *Memory) Scan(ctx context.Context, subjects []string, from uint64, fn fu
 			continue
 		}
 		for _, subj := range subjects {
-			if m.subject == subj {
+			// A wildcard is a prefix pattern ("mcpp.pod.>"), as Follow's.
+			if m.subject == subj || (strings.HasSuffix(subj, ">") && strings.HasPrefix(m.subject, strings.TrimSuffix(subj, ">"))) {
 				out = append(out, m)
+				break
 			}
 		}
 	}

@@ -47,8 +47,11 @@ type testStream struct {
 	// stored already (not stored again).
 	stored, duplicates int
 	// scanned is called once a Scan has read what it hands (a test then
-	// stores more while the tail reads the past).
-	scanned func()
+	// stores more while the tail reads the past); scanning, when set,
+	// is given each Scan's subjects, start and fn, and returns the fn to
+	// hand the messages to (a test holds a scan there).
+	scanned  func()
+	scanning func(subjects []string, from uint64, fn func(string, history.StoredMsg) error) func(string, history.StoredMsg) error
 }
 
 // stall is a node's next append, waiting: its history writer waits in
@@ -191,6 +194,9 @@ func (v *streamView) Read(ctx context.Context, subject string, want []uint64, fn
 }
 
 func (v *streamView) Scan(ctx context.Context, subjects []string, from uint64, fn func(string, history.StoredMsg) error) error {
+	if h := v.s.scanning; h != nil {
+		fn = h(subjects, from, fn)
+	}
 	err := v.s.mem.Scan(ctx, subjects, from, fn)
 	if h := v.s.scanned; h != nil {
 		h()

@@ -194,12 +194,20 @@ func (n *Node) countPods(open int64) {
 }
 
 // Tick is the gateway janitor's, every second, for every pod: the
-// history index follows what the stream discarded (first is the stream's
-// oldest sequence, 0 when it is not known), and every ten seconds (sweep)
+// history index, and the follower's sequences (seqs.go), follow what the
+// stream discarded (first is the stream's oldest sequence, 0 when it is
+// not known), and every ten seconds (sweep)
 // what waits for what will not come is forgotten and the idle pods are
 // removed (a pod goes as soon as it is idle; this catches one whose
 // contexts were forgotten meanwhile).
 func (n *Node) Tick(now time.Time, first uint64, sweep bool) {
+	if first > 0 {
+		n.followMu.Lock()
+		if n.follow != nil {
+			n.follow.seqs.trim(first)
+		}
+		n.followMu.Unlock()
+	}
 	for _, p := range n.Pods() {
 		p.Tick(now, first, sweep)
 		if sweep {

@@ -52,6 +52,10 @@ type Follower struct {
 	behindSince int64
 	errors      atomic.Int64
 	lastError   atomic.Pointer[string]
+
+	// seqs is what it brought of each subject, by which pods read their
+	// past (seqs.go).
+	seqs subjectSeqs
 }
 
 // follower starts the node's follower, once, when the first pod opens.
@@ -75,6 +79,9 @@ func (n *Node) follower(ctx context.Context) (*Follower, error) {
 // take hands a message of the stream to its pod's tail, if the pod is
 // open here.
 func (f *Follower) take(subject string, m history.StoredMsg) {
+	// Recorded before the tails are looked up: a tail that Follow adds
+	// after the look-up reads its past after this (Follow).
+	f.seqs.add(subject, m.Seq)
 	f.handled.Store(m.Seq)
 	f.lastMove.Store(time.Now().UnixNano())
 	f.mu.RLock()
@@ -150,8 +157,9 @@ func (tm tailMsg) run(burst *Burst) { tm.t.handle(tm, burst) }
 
 // Follow hands fn every message stored on the pod's subjects, from the
 // oldest the stream holds, in the stream's order, one at a time; the
-// messages stored before Follow returns (the pod's past) are handed
-// before it returns. key names the pod for the dispatcher. fn's burst is
+// messages the follower brought before Follow returns (the pod's past,
+// read as seqs.go says) are handed before it returns, the others as the
+// follower brings them. key names the pod for the dispatcher. fn's burst is
 // the dispatcher's (nil for the past, handed on the caller's goroutine).
 func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn func(subject string, m history.StoredMsg, burst *Burst)) (*Tail, error) {
 	tl := &Tail{f: f, key: key, subjects: subjects, fn: fn, last: map[string]uint64{}}
@@ -164,9 +172,8 @@ func (f *Follower) Follow(ctx context.Context, key string, subjects []string, fn
 	f.mu.Unlock()
 	tl.serial.Lock()
 	defer tl.serial.Unlock()
-	err := f.n.History.Scan(ctx, subjects, 1, func(subject string, m history.StoredMsg) error {
+	err := f.readPast(ctx, subjects, func(subject string, m history.StoredMsg) {
 		tl.deliver(subject, m, nil)
-		return nil
 	})
 	if err != nil {
 		tl.Stop()

@@ -2,8 +2,11 @@ package pod
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,5 +131,180 @@ func TestPodClosedWhileReadingItsPast(t *testing.T) {
 	}
 	if second == first {
 		t.Fatal("the closed pod was handed again")
+	}
+}
+
+// TestPastReadFromWhatTheFollowerBrought: a pod's past is read from what
+// the node's follower brought (seqs.go): the stream is scanned only for
+// what was stored before the follower started, once for every pod, and
+// a pod opening reads the stream by sequence alone, whole, in order,
+// passing over what the stream discarded since. Before, every opening
+// scanned the stream, which under issue 38's full-size faults (run 46)
+// took 14 to 30 s a pod.
+func TestPastReadFromWhatTheFollowerBrought(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	store := func(subject string, i int) uint64 {
+		done := make(chan uint64, 1)
+		c.stream.view("writer").Append(subject, []byte(fmt.Sprint(i)), "", func(seq uint64, _ bool, _ error) { done <- seq })
+		return <-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 30 {
+		store(Subject("lab"), i)
+		store(Subject("other"), i)
+	}
+	f, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scans atomic.Int64
+	c.stream.scanned = func() { scans.Add(1) }
+	storeUpTo := func(from, to int) {
+		var last uint64
+		for i := from; i < to; i++ {
+			last = store(Subject("lab"), i)
+			store(Subject("other"), i)
+		}
+		waitFor(t, "the follower to bring them", func() bool { return f.handled.Load() >= last })
+	}
+	// past opens a tail of the pod and checks the past it was handed: the
+	// messages first to last, in order, once.
+	past := func(pod string, first, last int) {
+		t.Helper()
+		var got []string
+		tl, err := f.Follow(ctx, pod, []string{Subject(pod), markerSubject(pod)}, func(_ string, m history.StoredMsg, _ *Burst) {
+			got = append(got, string(m.Data))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl.Stop()
+		if len(got) != last-first+1 {
+			t.Fatalf("%s's past handed %d messages, want %d (%d to %d)", pod, len(got), last-first+1, first, last)
+		}
+		for i, s := range got {
+			if s != fmt.Sprint(first+i) {
+				t.Fatalf("message %d of %s's past is %s, want %d: out of order, twice, or another pod's", i, pod, s, first+i)
+			}
+		}
+	}
+
+	storeUpTo(30, 50)
+	past("lab", 0, 49)
+	past("other", 0, 49)
+	if n := scans.Load(); n != 1 {
+		t.Fatalf("two pods' openings scanned the stream %d times, want once (for what came before the follower, for both)", n)
+	}
+	storeUpTo(50, 60)
+	past("lab", 0, 59)
+	if n := scans.Load(); n != 1 {
+		t.Fatalf("an opening after the first scanned the stream (%d scans in all): it should read what the follower brought", n)
+	}
+	// The stream keeps 1000+history.Slack messages of a subject: the
+	// oldest 60 of lab go, and the janitor has not told the follower yet.
+	keep := 1000 + history.Slack
+	storeUpTo(60, keep+60)
+	past("lab", 60, keep+59)
+	// Once it has, what it knows starts at the stream's first.
+	first, err := c.stream.mem.FirstSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Tick(time.Now(), first, false)
+	past("lab", 60, keep+59)
+	if n := scans.Load(); n != 1 {
+		t.Fatalf("the stream was scanned %d times in all, want once", n)
+	}
+}
+
+// TestPastReadWhenTheScanOfEveryPodEndsShort: a pod that opens while
+// the node's scan of every pod (what the stream held before its
+// follower started) is under way waits for it; when that scan ends short
+// (the stream's leader gone), the pod scans its own subjects only from
+// where it reached, and its past is whole and in order; the next
+// opening takes the scan up where it stopped, and scans nothing of its
+// own.
+func TestPastReadWhenTheScanOfEveryPodEndsShort(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	store := func(subject string, i int) uint64 {
+		done := make(chan uint64, 1)
+		c.stream.view("writer").Append(subject, []byte(fmt.Sprint(i)), "", func(seq uint64, _ bool, _ error) { done <- seq })
+		return <-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 30 {
+		store(Subject("lab"), i)
+		store(Subject("other"), i)
+	}
+	f, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := 30; i < 50; i++ {
+		last = store(Subject("lab"), i)
+		store(Subject("other"), i)
+	}
+	waitFor(t, "the follower to bring them", func() bool { return f.handled.Load() >= last })
+	// The first scan of every pod ends after the first 30 messages (15
+	// of each pod); where each scan starts is recorded.
+	var mu sync.Mutex
+	var every, own []uint64
+	c.stream.scanning = func(subjects []string, from uint64, fn func(string, history.StoredMsg) error) func(string, history.StoredMsg) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if subjects[0] != StreamSubjects {
+			own = append(own, from)
+			return fn
+		}
+		every = append(every, from)
+		if len(every) > 1 {
+			return fn
+		}
+		return func(s string, m history.StoredMsg) error {
+			if m.Seq > 30 {
+				return errors.New("the stream's leader is gone")
+			}
+			return fn(s, m)
+		}
+	}
+	past := func(pod string) {
+		t.Helper()
+		var got []string
+		tl, err := f.Follow(ctx, pod, []string{Subject(pod), markerSubject(pod)}, func(_ string, m history.StoredMsg, _ *Burst) {
+			got = append(got, string(m.Data))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl.Stop()
+		if len(got) != 50 {
+			t.Fatalf("%s's past handed %d messages, want 50: %v", pod, len(got), got)
+		}
+		for i, s := range got {
+			if s != fmt.Sprint(i) {
+				t.Fatalf("message %d of %s's past is %s: out of order, twice, or another pod's", i, pod, s)
+			}
+		}
+	}
+	past("lab")
+	mu.Lock()
+	if len(own) != 1 || own[0] != 31 {
+		t.Fatalf("lab's own scans started at %v, want one, at 31 (where the scan of every pod stopped)", own)
+	}
+	own = nil
+	mu.Unlock()
+	past("other")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(own) != 0 {
+		t.Fatalf("other scanned its own subjects from %v, after the scan of every pod was taken up and ended", own)
+	}
+	if !slices.Equal(every, []uint64{1, 31}) {
+		t.Fatalf("the scans of every pod started at %v, want 1 and then 31 (where the first stopped)", every)
 	}
 }

@@ -1,0 +1,288 @@
+package pod
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcpp/gateway/history"
+)
+
+// subjectSeqs is what the node's follower has brought of each subject of
+// the history stream, and what the stream held before it started: the
+// sequences, in order. A pod that opens reads its past by them, from the
+// node's cache of the stream's messages (history.Cache) and, for what the
+// cache no longer holds, by sequence from the stream. What the stream
+// held before the follower started is scanned once for every pod, in the
+// stream's order (scanFrom), not once for each; the openings wait for
+// it, and scan their own subjects only for what it did not read when it
+// ended short.
+//
+// Why: every pod's messages lie in every block of the stream that all
+// pods share, so scanning one pod's past reads through the whole stream.
+// Under issue 38's full-size faults (run 46) a thousand pods opened on
+// nodes whose cache held their messages, each scanning the stream: they
+// took 14 to 30 s, their joiners' dials ran out the client's 10 s and
+// went to the next node, and the pods there opened too, for nothing.
+//
+// It costs 8 bytes a message the stream holds (the janitor drops what
+// the stream discarded: trim), and a map entry per subject.
+type subjectSeqs struct {
+	mu sync.Mutex
+	// from is the first sequence the follower brought (0: none yet). It
+	// brings every message from there on, in order, once: its consumer
+	// never skips one (history.Stream.Follow). brought is what it
+	// brought, by subject.
+	from    uint64
+	brought map[string][]uint64
+	// before is what the scan of every pod found before scanNext, by
+	// subject: all there is below scanNext. whole: the scan reached from.
+	before   map[string][]uint64
+	scanNext uint64
+	whole    bool
+	// scanning is closed when the scan under way ends (nil: none is).
+	scanning chan struct{}
+}
+
+// add records that the follower brought seq, stored on subject.
+func (k *subjectSeqs) add(subject string, seq uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.from == 0 {
+		k.from = seq
+		k.brought, k.before, k.scanNext = map[string][]uint64{}, map[string][]uint64{}, 1
+	}
+	k.brought[subject] = insertSeq(k.brought[subject], seq)
+}
+
+// insertSeq adds seq to the ascending seqs, once.
+func insertSeq(seqs []uint64, seq uint64) []uint64 {
+	if n := len(seqs); n == 0 || seqs[n-1] < seq {
+		return append(seqs, seq)
+	}
+	// Out of order: only a backend in the process (history.Memory) tells
+	// its followers from the goroutines that appended.
+	i, found := slices.BinarySearch(seqs, seq)
+	if found {
+		return seqs
+	}
+	return slices.Insert(seqs, i, seq)
+}
+
+// snapshot is what is known of subjects: below next, what the scan of
+// every pod found (before), and from from on, what the follower brought
+// (brought); what lies between is not known yet.
+func (k *subjectSeqs) snapshot(subjects []string) (from, next uint64, before, brought [][]uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	before, brought = make([][]uint64, len(subjects)), make([][]uint64, len(subjects))
+	for i, s := range subjects {
+		before[i] = slices.Clone(k.before[s])
+		brought[i] = slices.Clone(k.brought[s])
+	}
+	next = k.scanNext
+	if k.whole {
+		next = k.from
+	}
+	return k.from, next, before, brought
+}
+
+// trim drops the sequences below first, which the stream discarded
+// (--history-bytes, --history-age), and the subjects left with none.
+func (k *subjectSeqs) trim(first uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, m := range []map[string][]uint64{k.before, k.brought} {
+		for s, seqs := range m {
+			i, _ := slices.BinarySearch(seqs, first)
+			switch {
+			case i == len(seqs):
+				delete(m, s)
+			case i > 0:
+				m[s] = slices.Clone(seqs[i:])
+			}
+		}
+	}
+}
+
+// errScanned ends a scan at the follower's first sequence.
+var errScanned = errors.New("pod: scanned up to what the follower brought")
+
+// scanBeforeTimeout bounds one scan of every pod; a scan that ends short
+// (this bound, the stream's leader gone) is taken up where it stopped by
+// the next opening, and the openings that waited for it scan their own
+// subjects from there.
+const scanBeforeTimeout = 2 * time.Minute
+
+// readPast calls fn, in the stream's order, with every message the
+// stream holds on subjects up to what the follower has brought: by
+// sequence (readSeqs), what the scan of every pod found and what the
+// follower brought; by a scan of subjects alone, what lies between.
+func (f *Follower) readPast(ctx context.Context, subjects []string, fn func(subject string, m history.StoredMsg)) error {
+	f.seqs.mu.Lock()
+	from := f.seqs.from
+	f.seqs.mu.Unlock()
+	if from == 0 {
+		// The follower has brought nothing yet: the stream alone says.
+		return f.n.History.Scan(ctx, subjects, 1, func(subject string, m history.StoredMsg) error {
+			fn(subject, m)
+			return nil
+		})
+	}
+	if err := f.scanBefore(ctx); err != nil {
+		return err
+	}
+	from, next, before, brought := f.seqs.snapshot(subjects)
+	if err := f.readSeqs(ctx, subjects, before, fn); err != nil {
+		return err
+	}
+	if next < from {
+		err := f.n.History.Scan(ctx, subjects, next, func(subject string, m history.StoredMsg) error {
+			if m.Seq >= from {
+				return errScanned
+			}
+			fn(subject, m)
+			return nil
+		})
+		if err != nil && !errors.Is(err, errScanned) {
+			return err
+		}
+	}
+	return f.readSeqs(ctx, subjects, brought, fn)
+}
+
+// scanBefore starts the scan of every pod unless it is under way or
+// done, and waits for it to end. The openings wait for it rather than
+// scan their own subjects meanwhile: a thousand such scans on a node
+// just started were what kept it from opening any pod within 30 s
+// (issue 38's full-size run 50), where one scan of the stream in its
+// order reads each message once.
+func (f *Follower) scanBefore(ctx context.Context) error {
+	k := &f.seqs
+	k.mu.Lock()
+	if k.whole {
+		k.mu.Unlock()
+		return nil
+	}
+	done := k.scanning
+	if done == nil {
+		done = make(chan struct{})
+		k.scanning = done
+		go f.scanFrom(done)
+	}
+	k.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// scanFrom scans the stream, from where an earlier scan stopped up to
+// the follower's first sequence, for the sequences of every subject;
+// what it read goes into the node's cache too (history.Stream.Scan).
+func (f *Follower) scanFrom(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), scanBeforeTimeout)
+	defer cancel()
+	k := &f.seqs
+	k.mu.Lock()
+	from, next := k.from, k.scanNext
+	k.mu.Unlock()
+	err := f.n.History.Scan(ctx, []string{StreamSubjects}, next, func(subject string, m history.StoredMsg) error {
+		if m.Seq >= from {
+			return errScanned
+		}
+		k.mu.Lock()
+		k.before[subject] = append(k.before[subject], m.Seq)
+		k.scanNext = m.Seq + 1
+		k.mu.Unlock()
+		return nil
+	})
+	if errors.Is(err, errScanned) {
+		err = nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.whole, k.scanning = err == nil, nil
+	close(done)
+	if err != nil {
+		f.log.Warn("the node's scan of what the history stream held before its follower started ended short; openings scan their own pods meanwhile",
+			"err", err, "next", k.scanNext, "follower_from", from)
+	}
+}
+
+// readChunk is how many messages readSeqs reads before it hands them on:
+// what it holds at once.
+const readChunk = 64
+
+// readSeqs calls fn, in the stream's order, with the messages at seqs[i]
+// on subjects[i], read with history.Backend.Read (the node's cache, then
+// the stream). A sequence the stream no longer holds (discarded since by
+// a limit) is passed over, as a scan would.
+func (f *Follower) readSeqs(ctx context.Context, subjects []string, seqs [][]uint64, fn func(subject string, m history.StoredMsg)) error {
+	pos := make([]int, len(subjects))
+	type wanted struct {
+		seq uint64
+		i   int
+	}
+	var chunk []wanted
+	want := make([][]uint64, len(subjects))
+	got := make([]map[uint64]history.StoredMsg, len(subjects))
+	for i := range got {
+		got[i] = map[uint64]history.StoredMsg{}
+	}
+	for {
+		// The next readChunk sequences, in the stream's order.
+		chunk = chunk[:0]
+		for len(chunk) < readChunk {
+			low := -1
+			for i := range subjects {
+				if pos[i] < len(seqs[i]) && (low < 0 || seqs[i][pos[i]] < seqs[low][pos[low]]) {
+					low = i
+				}
+			}
+			if low < 0 {
+				break
+			}
+			chunk = append(chunk, wanted{seqs[low][pos[low]], low})
+			pos[low]++
+		}
+		if len(chunk) == 0 {
+			return nil
+		}
+		for i := range want {
+			want[i] = want[i][:0]
+			clear(got[i])
+		}
+		for _, w := range chunk {
+			want[w.i] = append(want[w.i], w.seq)
+		}
+		for i, subject := range subjects {
+			rest := want[i]
+			for len(rest) > 0 {
+				err := f.n.History.Read(ctx, subject, rest, func(m history.StoredMsg) error {
+					got[i][m.Seq] = m
+					return nil
+				})
+				var missing *history.MissingError
+				if !errors.As(err, &missing) {
+					if err != nil {
+						return err
+					}
+					break
+				}
+				// Read what follows the one that is gone.
+				j, _ := slices.BinarySearch(rest, missing.Seq+1)
+				rest = rest[j:]
+			}
+		}
+		for _, w := range chunk {
+			if m, ok := got[w.i][w.seq]; ok {
+				fn(subjects[w.i], m)
+			}
+		}
+	}
+}
