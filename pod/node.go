@@ -195,9 +195,12 @@ type Node struct {
 	// nodes that did not receive them (OrderStream, livebodies.go).
 	bodies *liveBodies
 	// follow is the node's reader of the stream (OrderStream), started
-	// when the first pod opens, and made anew when it was lost.
+	// when the first pod opens, and made anew when it was lost; lost is
+	// the one given up last, whose sequences the next one takes on
+	// (subjectSeqs.inherit).
 	followMu sync.Mutex
 	follow   *Follower
+	lost     *Follower
 	// turns is the line of senders waiting for the history writer's
 	// budget (Config.FlightBytes), all pods together (turns.go).
 	turns turns
@@ -314,8 +317,7 @@ func (n *Node) checkFollower(now time.Time) *Follower {
 	if cut := n.cutFor(now); cut > cutAfter {
 		n.Log.Error("this node has been cut off from a quorum of the history stream for a while; its pods lost their order here",
 			"cut_off", cut.Round(time.Millisecond).String())
-		f.close()
-		n.follow = nil
+		n.giveUpFollowerLocked()
 	} else if behind := f.behind(now, n.Writer.StoredSeq()); behind > behindAfter {
 		last := ""
 		if e := f.lastError.Load(); e != nil {
@@ -323,10 +325,17 @@ func (n *Node) checkFollower(now time.Time) *Follower {
 		}
 		n.Log.Error("the node's follower of the history stream brings nothing back of what the stream stored; its pods lost their order here",
 			"behind", behind.Round(time.Millisecond).String(), "errors", f.errors.Load(), "last_error", last)
-		f.close()
-		n.follow = nil
+		n.giveUpFollowerLocked()
 	}
 	return n.follow
+}
+
+// giveUpFollowerLocked ends the node's follower: the next pod to open
+// starts a new one, which takes on what this one knew. Call it with
+// Node.followMu held.
+func (n *Node) giveUpFollowerLocked() {
+	n.follow.close()
+	n.lost, n.follow = n.follow, nil
 }
 
 // historyOn reports whether pods keep a history.

@@ -16,9 +16,8 @@ import (
 // node's cache of the stream's messages (history.Cache) and, for what the
 // cache no longer holds, by sequence from the stream. What the stream
 // held before the follower started is scanned once for every pod, in the
-// stream's order (scanFrom), not once for each; the openings wait for
-// it, and scan their own subjects only for what it did not read when it
-// ended short.
+// stream's order (scanFrom), not once for each, and the openings wait
+// for it.
 //
 // Why: every pod's messages lie in every block of the stream that all
 // pods share, so scanning one pod's past reads through the whole stream.
@@ -42,8 +41,38 @@ type subjectSeqs struct {
 	before   map[string][]uint64
 	scanNext uint64
 	whole    bool
-	// scanning is closed when the scan under way ends (nil: none is).
+	// scanning is closed when the scan under way ends (nil: none is);
+	// short counts the scans that ended short, for the log.
 	scanning chan struct{}
+	short    int
+	// inherited is what the node's follower given up before this one
+	// knew, every sequence before inheritedNext: it becomes before, and
+	// the scan starts after it (inherit).
+	inherited     map[string][]uint64
+	inheritedNext uint64
+}
+
+// inherit takes on what old, the node's follower given up, knew up to
+// last, the last sequence it handled: all of it, when its scan of every
+// pod had ended (whole), for it brought every message from its first on,
+// in order. The scan of every pod then reads only what came after last.
+func (k *subjectSeqs) inherit(old *subjectSeqs, last uint64) {
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if !old.whole || last < old.from {
+		return
+	}
+	known := make(map[string][]uint64, len(old.before)+len(old.brought))
+	for s, seqs := range old.before {
+		known[s] = slices.Clone(seqs)
+	}
+	for s, seqs := range old.brought {
+		i, _ := slices.BinarySearch(seqs, last+1)
+		known[s] = append(known[s], seqs[:i]...)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.inherited, k.inheritedNext = known, last+1
 }
 
 // add records that the follower brought seq, stored on subject.
@@ -53,6 +82,19 @@ func (k *subjectSeqs) add(subject string, seq uint64) {
 	if k.from == 0 {
 		k.from = seq
 		k.brought, k.before, k.scanNext = map[string][]uint64{}, map[string][]uint64{}, 1
+		if k.inherited != nil {
+			k.before, k.scanNext = k.inherited, k.inheritedNext
+			k.inherited = nil
+			if k.scanNext >= seq {
+				// Known past where this follower starts: what it brings
+				// is not known already.
+				for s, seqs := range k.before {
+					i, _ := slices.BinarySearch(seqs, seq)
+					k.before[s] = seqs[:i]
+				}
+				k.scanNext, k.whole = seq, true
+			}
+		}
 	}
 	k.brought[subject] = insertSeq(k.brought[subject], seq)
 }
@@ -71,10 +113,10 @@ func insertSeq(seqs []uint64, seq uint64) []uint64 {
 	return slices.Insert(seqs, i, seq)
 }
 
-// snapshot is what is known of subjects: below next, what the scan of
-// every pod found (before), and from from on, what the follower brought
-// (brought); what lies between is not known yet.
-func (k *subjectSeqs) snapshot(subjects []string) (from, next uint64, before, brought [][]uint64) {
+// snapshot is what is known of subjects: what the scan of every pod
+// found before the follower's first sequence (before), and what the
+// follower brought (brought).
+func (k *subjectSeqs) snapshot(subjects []string) (before, brought [][]uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	before, brought = make([][]uint64, len(subjects)), make([][]uint64, len(subjects))
@@ -82,11 +124,7 @@ func (k *subjectSeqs) snapshot(subjects []string) (from, next uint64, before, br
 		before[i] = slices.Clone(k.before[s])
 		brought[i] = slices.Clone(k.brought[s])
 	}
-	next = k.scanNext
-	if k.whole {
-		next = k.from
-	}
-	return k.from, next, before, brought
+	return before, brought
 }
 
 // trim drops the sequences below first, which the stream discarded
@@ -110,16 +148,15 @@ func (k *subjectSeqs) trim(first uint64) {
 // errScanned ends a scan at the follower's first sequence.
 var errScanned = errors.New("pod: scanned up to what the follower brought")
 
-// scanBeforeTimeout bounds one scan of every pod; a scan that ends short
-// (this bound, the stream's leader gone) is taken up where it stopped by
-// the next opening, and the openings that waited for it scan their own
-// subjects from there.
-const scanBeforeTimeout = 2 * time.Minute
+// scanRetry is the pause before a scan of every pod that ended short
+// (its read of the stream unanswered: the stream's leader gone, a node
+// cut off) is taken up again where it stopped.
+const scanRetry = 100 * time.Millisecond
 
 // readPast calls fn, in the stream's order, with every message the
-// stream holds on subjects up to what the follower has brought: by
-// sequence (readSeqs), what the scan of every pod found and what the
-// follower brought; by a scan of subjects alone, what lies between.
+// stream holds on subjects up to what the follower has brought, by
+// sequence (readSeqs): what the scan of every pod found, then what the
+// follower brought.
 func (f *Follower) readPast(ctx context.Context, subjects []string, fn func(subject string, m history.StoredMsg)) error {
 	f.seqs.mu.Lock()
 	from := f.seqs.from
@@ -134,64 +171,66 @@ func (f *Follower) readPast(ctx context.Context, subjects []string, fn func(subj
 	if err := f.scanBefore(ctx); err != nil {
 		return err
 	}
-	from, next, before, brought := f.seqs.snapshot(subjects)
+	before, brought := f.seqs.snapshot(subjects)
 	if err := f.readSeqs(ctx, subjects, before, fn); err != nil {
 		return err
-	}
-	if next < from {
-		err := f.n.History.Scan(ctx, subjects, next, func(subject string, m history.StoredMsg) error {
-			if m.Seq >= from {
-				return errScanned
-			}
-			fn(subject, m)
-			return nil
-		})
-		if err != nil && !errors.Is(err, errScanned) {
-			return err
-		}
 	}
 	return f.readSeqs(ctx, subjects, brought, fn)
 }
 
-// scanBefore starts the scan of every pod unless it is under way or
-// done, and waits for it to end. The openings wait for it rather than
-// scan their own subjects meanwhile: a thousand such scans on a node
-// just started were what kept it from opening any pod within 30 s
-// (issue 38's full-size run 50), where one scan of the stream in its
-// order reads each message once.
+// scanBefore waits until the scan of every pod has reached the
+// follower's first sequence, starting it unless it is under way, and
+// taking it up again where it stopped when it ends short. The openings
+// wait for it rather than scan their own subjects: a thousand such
+// scans on a node just started were what kept it from opening any pod
+// within 30 s (issue 38's full-size run 50), where one scan of the
+// stream in its order reads each message once.
 func (f *Follower) scanBefore(ctx context.Context) error {
 	k := &f.seqs
-	k.mu.Lock()
-	if k.whole {
+	for {
+		k.mu.Lock()
+		if k.whole {
+			k.mu.Unlock()
+			return nil
+		}
+		done := k.scanning
+		if done == nil {
+			done = make(chan struct{})
+			k.scanning = done
+			go f.scanFrom(done)
+		}
 		k.mu.Unlock()
-		return nil
-	}
-	done := k.scanning
-	if done == nil {
-		done = make(chan struct{})
-		k.scanning = done
-		go f.scanFrom(done)
-	}
-	k.mu.Unlock()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		k.mu.Lock()
+		whole := k.whole
+		k.mu.Unlock()
+		if whole {
+			return nil
+		}
+		select {
+		case <-time.After(scanRetry):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
 // scanFrom scans the stream, from where an earlier scan stopped up to
 // the follower's first sequence, for the sequences of every subject;
-// what it read goes into the node's cache too (history.Stream.Scan).
+// what it read goes into the node's cache too (history.Stream.Scan). Its
+// context has no deadline, so that each of its reads waits for the
+// stream's answer as long as a read without one (a few seconds), and a
+// read unanswered ends it short rather than hold every opening.
 func (f *Follower) scanFrom(done chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.Background(), scanBeforeTimeout)
-	defer cancel()
 	k := &f.seqs
 	k.mu.Lock()
 	from, next := k.from, k.scanNext
 	k.mu.Unlock()
-	err := f.n.History.Scan(ctx, []string{StreamSubjects}, next, func(subject string, m history.StoredMsg) error {
+	err := f.n.History.Scan(f.scanCtx, []string{StreamSubjects}, next, func(subject string, m history.StoredMsg) error {
 		if m.Seq >= from {
 			return errScanned
 		}
@@ -208,9 +247,11 @@ func (f *Follower) scanFrom(done chan struct{}) {
 	defer k.mu.Unlock()
 	k.whole, k.scanning = err == nil, nil
 	close(done)
-	if err != nil {
-		f.log.Warn("the node's scan of what the history stream held before its follower started ended short; openings scan their own pods meanwhile",
-			"err", err, "next", k.scanNext, "follower_from", from)
+	if err != nil && f.scanCtx.Err() == nil {
+		if k.short++; k.short == 1 || k.short%100 == 0 {
+			f.log.Warn("the node's scan of what the history stream held before its follower started ended short; the pods opening wait for it to go on",
+				"times", k.short, "err", err, "next", k.scanNext, "follower_from", from)
+		}
 	}
 }
 

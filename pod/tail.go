@@ -41,6 +41,10 @@ type Follower struct {
 	n    *Node
 	log  *slog.Logger
 	stop func()
+	// scanCtx ends the scan of every pod (seqs.go) when the follower is
+	// closed.
+	scanCtx  context.Context
+	scanStop context.CancelFunc
 
 	mu    sync.RWMutex
 	tails map[string]*Tail // by subject
@@ -66,13 +70,20 @@ func (n *Node) follower(ctx context.Context) (*Follower, error) {
 		return n.follow, nil
 	}
 	f := &Follower{n: n, log: n.Log, tails: map[string]*Tail{}}
+	f.scanCtx, f.scanStop = context.WithCancel(context.Background())
+	if lost := n.lost; lost != nil {
+		// What the one given up knew, it knew up to the last message it
+		// handled: this one scans only what came after.
+		f.seqs.inherit(&lost.seqs, lost.handled.Load())
+	}
 	f.lastMove.Store(time.Now().UnixNano())
 	stop, err := n.History.Follow(ctx, []string{StreamSubjects}, f.take, f.trouble)
 	if err != nil {
+		f.scanStop()
 		return nil, err
 	}
 	f.stop = stop
-	n.follow = f
+	n.follow, n.lost = f, nil
 	return f, nil
 }
 
@@ -126,6 +137,7 @@ func (f *Follower) close() {
 	if f.stop != nil {
 		f.stop()
 	}
+	f.scanStop()
 }
 
 // Tail is one pod's share of the follower: it hands its pod every message

@@ -222,10 +222,8 @@ func TestPastReadFromWhatTheFollowerBrought(t *testing.T) {
 // TestPastReadWhenTheScanOfEveryPodEndsShort: a pod that opens while
 // the node's scan of every pod (what the stream held before its
 // follower started) is under way waits for it; when that scan ends short
-// (the stream's leader gone), the pod scans its own subjects only from
-// where it reached, and its past is whole and in order; the next
-// opening takes the scan up where it stopped, and scans nothing of its
-// own.
+// (the stream's leader gone), it is taken up where it stopped, and the
+// pod's past is whole and in order; no pod scans its own subjects.
 func TestPastReadWhenTheScanOfEveryPodEndsShort(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.nodes[0]
@@ -292,19 +290,97 @@ func TestPastReadWhenTheScanOfEveryPodEndsShort(t *testing.T) {
 		}
 	}
 	past("lab")
-	mu.Lock()
-	if len(own) != 1 || own[0] != 31 {
-		t.Fatalf("lab's own scans started at %v, want one, at 31 (where the scan of every pod stopped)", own)
-	}
-	own = nil
-	mu.Unlock()
 	past("other")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(own) != 0 {
-		t.Fatalf("other scanned its own subjects from %v, after the scan of every pod was taken up and ended", own)
+		t.Fatalf("the pods scanned their own subjects from %v", own)
 	}
 	if !slices.Equal(every, []uint64{1, 31}) {
 		t.Fatalf("the scans of every pod started at %v, want 1 and then 31 (where the first stopped)", every)
+	}
+}
+
+// TestFollowerStartedAgainTakesOnWhatTheLastKnew: when the node gives its
+// follower up (behind, or cut off: its pods lost their order), the next
+// one takes on the sequences the last one knew, up to the last message
+// it handled, and the scan of every pod reads only what came after; the
+// pods' pasts are whole and in order.
+func TestFollowerStartedAgainTakesOnWhatTheLastKnew(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	store := func(from, to int) uint64 {
+		var last uint64
+		for i := from; i < to; i++ {
+			for _, pod := range []string{"lab", "other"} {
+				done := make(chan uint64, 1)
+				c.stream.view("writer").Append(Subject(pod), []byte(fmt.Sprint(i)), "", func(seq uint64, _ bool, _ error) { done <- seq })
+				last = <-done
+			}
+		}
+		return last
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	past := func(f *Follower, pod string, want int) {
+		t.Helper()
+		var got []string
+		tl, err := f.Follow(ctx, pod, []string{Subject(pod), markerSubject(pod)}, func(_ string, m history.StoredMsg, _ *Burst) {
+			got = append(got, string(m.Data))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl.Stop()
+		if len(got) != want {
+			t.Fatalf("%s's past handed %d messages, want %d: %v", pod, len(got), want, got)
+		}
+		for i, s := range got {
+			if s != fmt.Sprint(i) {
+				t.Fatalf("message %d of %s's past is %s: out of order, twice, or another pod's", i, pod, s)
+			}
+		}
+	}
+	store(0, 30)
+	first, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := store(30, 50)
+	waitFor(t, "the first follower to bring them", func() bool { return first.handled.Load() >= last })
+	past(first, "lab", 50)
+
+	n.followMu.Lock()
+	n.giveUpFollowerLocked()
+	n.followMu.Unlock()
+	store(50, 60) // stored while the node has no follower
+	var mu sync.Mutex
+	var every, own []uint64
+	c.stream.scanning = func(subjects []string, from uint64, fn func(string, history.StoredMsg) error) func(string, history.StoredMsg) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if subjects[0] == StreamSubjects {
+			every = append(every, from)
+		} else {
+			own = append(own, from)
+		}
+		return fn
+	}
+	second, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatal("the follower given up was not made anew")
+	}
+	last = store(60, 70)
+	waitFor(t, "the second follower to bring them", func() bool { return second.handled.Load() >= last })
+	past(second, "lab", 70)
+	past(second, "other", 70)
+	mu.Lock()
+	defer mu.Unlock()
+	// 100 is the last message the first follower handled (other's 49th).
+	if !slices.Equal(every, []uint64{101}) || len(own) != 0 {
+		t.Fatalf("the scans of every pod started at %v and the pods' own at %v; want one scan of every pod, from 101, and none of their own", every, own)
 	}
 }
