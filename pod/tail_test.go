@@ -134,6 +134,56 @@ func TestPodClosedWhileReadingItsPast(t *testing.T) {
 	}
 }
 
+// storePods stores messages from to to-1 (each its number) on lab and on
+// other, in turn, in c's stream, and returns the last one's sequence.
+func storePods(c *testCluster, from, to int) uint64 {
+	var last uint64
+	for i := from; i < to; i++ {
+		for _, pod := range []string{"lab", "other"} {
+			done := make(chan uint64, 1)
+			c.stream.view("writer").Append(Subject(pod), []byte(fmt.Sprint(i)), "", func(seq uint64, _ bool, _ error) { done <- seq })
+			last = <-done
+		}
+	}
+	return last
+}
+
+// checkPast opens a tail of pod on f, as the pod's opening does, and
+// checks the past it was handed: the messages first to last, in order,
+// once.
+func checkPast(ctx context.Context, t *testing.T, f *Follower, pod string, first, last int) {
+	t.Helper()
+	var got []string
+	tl, err := f.Follow(ctx, pod, []string{Subject(pod), markerSubject(pod)}, func(_ string, m history.StoredMsg, _ *Burst) {
+		got = append(got, string(m.Data))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.Stop()
+	if len(got) != last-first+1 {
+		t.Fatalf("%s's past handed %d messages, want %d (%d to %d)", pod, len(got), last-first+1, first, last)
+	}
+	for i, s := range got {
+		if s != fmt.Sprint(first+i) {
+			t.Fatalf("message %d of %s's past is %s, want %d: out of order, twice, or another pod's", i, pod, s, first+i)
+		}
+	}
+}
+
+// startFollower starts n's follower and waits until it has brought what
+// storePods stores meanwhile, from from to to-1.
+func startFollower(ctx context.Context, t *testing.T, c *testCluster, n *Node, from, to int) *Follower {
+	t.Helper()
+	f, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := storePods(c, from, to)
+	waitFor(t, "the follower to bring them", func() bool { return f.handled.Load() >= last })
+	return f
+}
+
 // TestPastReadFromWhatTheFollowerBrought: a pod's past is read from what
 // the node's follower brought (seqs.go): the stream is scanned only for
 // what was stored before the follower started, once for every pod, and
@@ -144,79 +194,76 @@ func TestPodClosedWhileReadingItsPast(t *testing.T) {
 func TestPastReadFromWhatTheFollowerBrought(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.nodes[0]
-	store := func(subject string, i int) uint64 {
-		done := make(chan uint64, 1)
-		c.stream.view("writer").Append(subject, []byte(fmt.Sprint(i)), "", func(seq uint64, _ bool, _ error) { done <- seq })
-		return <-done
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for i := range 30 {
-		store(Subject("lab"), i)
-		store(Subject("other"), i)
-	}
-	f, err := n.follower(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	storePods(c, 0, 30)
 	var scans atomic.Int64
 	c.stream.scanned = func() { scans.Add(1) }
-	storeUpTo := func(from, to int) {
-		var last uint64
-		for i := from; i < to; i++ {
-			last = store(Subject("lab"), i)
-			store(Subject("other"), i)
-		}
+	f := startFollower(ctx, t, c, n, 30, 50)
+	broughtUpTo := func(from, to int) {
+		last := storePods(c, from, to)
 		waitFor(t, "the follower to bring them", func() bool { return f.handled.Load() >= last })
 	}
-	// past opens a tail of the pod and checks the past it was handed: the
-	// messages first to last, in order, once.
-	past := func(pod string, first, last int) {
-		t.Helper()
-		var got []string
-		tl, err := f.Follow(ctx, pod, []string{Subject(pod), markerSubject(pod)}, func(_ string, m history.StoredMsg, _ *Burst) {
-			got = append(got, string(m.Data))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tl.Stop()
-		if len(got) != last-first+1 {
-			t.Fatalf("%s's past handed %d messages, want %d (%d to %d)", pod, len(got), last-first+1, first, last)
-		}
-		for i, s := range got {
-			if s != fmt.Sprint(first+i) {
-				t.Fatalf("message %d of %s's past is %s, want %d: out of order, twice, or another pod's", i, pod, s, first+i)
-			}
-		}
-	}
 
-	storeUpTo(30, 50)
-	past("lab", 0, 49)
-	past("other", 0, 49)
+	checkPast(ctx, t, f, "lab", 0, 49)
+	checkPast(ctx, t, f, "other", 0, 49)
 	if n := scans.Load(); n != 1 {
 		t.Fatalf("two pods' openings scanned the stream %d times, want once (for what came before the follower, for both)", n)
 	}
-	storeUpTo(50, 60)
-	past("lab", 0, 59)
+	broughtUpTo(50, 60)
+	checkPast(ctx, t, f, "lab", 0, 59)
 	if n := scans.Load(); n != 1 {
 		t.Fatalf("an opening after the first scanned the stream (%d scans in all): it should read what the follower brought", n)
 	}
 	// The stream keeps 1000+history.Slack messages of a subject: the
 	// oldest 60 of lab go, and the janitor has not told the follower yet.
 	keep := 1000 + history.Slack
-	storeUpTo(60, keep+60)
-	past("lab", 60, keep+59)
+	broughtUpTo(60, keep+60)
+	checkPast(ctx, t, f, "lab", 60, keep+59)
 	// Once it has, what it knows starts at the stream's first.
 	first, err := c.stream.mem.FirstSeq(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.Tick(time.Now(), first, false)
-	past("lab", 60, keep+59)
+	checkPast(ctx, t, f, "lab", 60, keep+59)
 	if n := scans.Load(); n != 1 {
 		t.Fatalf("the stream was scanned %d times in all, want once", n)
 	}
+}
+
+// recordScans makes c's stream record where each scan of every pod
+// (every) and each pod's own scan (own) starts; fail, when set, is where
+// the first scan of every pod ends short.
+func recordScans(c *testCluster, fail uint64) (every, own func() []uint64) {
+	var mu sync.Mutex
+	var e, o []uint64
+	c.stream.scanning = func(subjects []string, from uint64, fn func(string, history.StoredMsg) error) func(string, history.StoredMsg) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if subjects[0] != StreamSubjects {
+			o = append(o, from)
+			return fn
+		}
+		e = append(e, from)
+		if len(e) > 1 || fail == 0 {
+			return fn
+		}
+		return func(s string, m history.StoredMsg) error {
+			if m.Seq >= fail {
+				return errors.New("the stream's leader is gone")
+			}
+			return fn(s, m)
+		}
+	}
+	read := func(l *[]uint64) func() []uint64 {
+		return func() []uint64 {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(*l)
+		}
+	}
+	return read(&e), read(&o)
 }
 
 // TestPastReadWhenTheScanOfEveryPodEndsShort: a pod that opens while
@@ -227,77 +274,20 @@ func TestPastReadFromWhatTheFollowerBrought(t *testing.T) {
 func TestPastReadWhenTheScanOfEveryPodEndsShort(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.nodes[0]
-	store := func(subject string, i int) uint64 {
-		done := make(chan uint64, 1)
-		c.stream.view("writer").Append(subject, []byte(fmt.Sprint(i)), "", func(seq uint64, _ bool, _ error) { done <- seq })
-		return <-done
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for i := range 30 {
-		store(Subject("lab"), i)
-		store(Subject("other"), i)
+	storePods(c, 0, 30)
+	f := startFollower(ctx, t, c, n, 30, 50)
+	// The first scan of every pod ends at its 31st message (15 of each
+	// pod read).
+	every, own := recordScans(c, 31)
+	checkPast(ctx, t, f, "lab", 0, 49)
+	checkPast(ctx, t, f, "other", 0, 49)
+	if o := own(); len(o) != 0 {
+		t.Fatalf("the pods scanned their own subjects from %v", o)
 	}
-	f, err := n.follower(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last uint64
-	for i := 30; i < 50; i++ {
-		last = store(Subject("lab"), i)
-		store(Subject("other"), i)
-	}
-	waitFor(t, "the follower to bring them", func() bool { return f.handled.Load() >= last })
-	// The first scan of every pod ends after the first 30 messages (15
-	// of each pod); where each scan starts is recorded.
-	var mu sync.Mutex
-	var every, own []uint64
-	c.stream.scanning = func(subjects []string, from uint64, fn func(string, history.StoredMsg) error) func(string, history.StoredMsg) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if subjects[0] != StreamSubjects {
-			own = append(own, from)
-			return fn
-		}
-		every = append(every, from)
-		if len(every) > 1 {
-			return fn
-		}
-		return func(s string, m history.StoredMsg) error {
-			if m.Seq > 30 {
-				return errors.New("the stream's leader is gone")
-			}
-			return fn(s, m)
-		}
-	}
-	past := func(pod string) {
-		t.Helper()
-		var got []string
-		tl, err := f.Follow(ctx, pod, []string{Subject(pod), markerSubject(pod)}, func(_ string, m history.StoredMsg, _ *Burst) {
-			got = append(got, string(m.Data))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tl.Stop()
-		if len(got) != 50 {
-			t.Fatalf("%s's past handed %d messages, want 50: %v", pod, len(got), got)
-		}
-		for i, s := range got {
-			if s != fmt.Sprint(i) {
-				t.Fatalf("message %d of %s's past is %s: out of order, twice, or another pod's", i, pod, s)
-			}
-		}
-	}
-	past("lab")
-	past("other")
-	mu.Lock()
-	defer mu.Unlock()
-	if len(own) != 0 {
-		t.Fatalf("the pods scanned their own subjects from %v", own)
-	}
-	if !slices.Equal(every, []uint64{1, 31}) {
-		t.Fatalf("the scans of every pod started at %v, want 1 and then 31 (where the first stopped)", every)
+	if e := every(); !slices.Equal(e, []uint64{1, 31}) {
+		t.Fatalf("the scans of every pod started at %v, want 1 and then 31 (where the first stopped)", e)
 	}
 }
 
@@ -309,78 +299,25 @@ func TestPastReadWhenTheScanOfEveryPodEndsShort(t *testing.T) {
 func TestFollowerStartedAgainTakesOnWhatTheLastKnew(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.nodes[0]
-	store := func(from, to int) uint64 {
-		var last uint64
-		for i := from; i < to; i++ {
-			for _, pod := range []string{"lab", "other"} {
-				done := make(chan uint64, 1)
-				c.stream.view("writer").Append(Subject(pod), []byte(fmt.Sprint(i)), "", func(seq uint64, _ bool, _ error) { done <- seq })
-				last = <-done
-			}
-		}
-		return last
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	past := func(f *Follower, pod string, want int) {
-		t.Helper()
-		var got []string
-		tl, err := f.Follow(ctx, pod, []string{Subject(pod), markerSubject(pod)}, func(_ string, m history.StoredMsg, _ *Burst) {
-			got = append(got, string(m.Data))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tl.Stop()
-		if len(got) != want {
-			t.Fatalf("%s's past handed %d messages, want %d: %v", pod, len(got), want, got)
-		}
-		for i, s := range got {
-			if s != fmt.Sprint(i) {
-				t.Fatalf("message %d of %s's past is %s: out of order, twice, or another pod's", i, pod, s)
-			}
-		}
-	}
-	store(0, 30)
-	first, err := n.follower(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := store(30, 50)
-	waitFor(t, "the first follower to bring them", func() bool { return first.handled.Load() >= last })
-	past(first, "lab", 50)
+	storePods(c, 0, 30)
+	first := startFollower(ctx, t, c, n, 30, 50)
+	checkPast(ctx, t, first, "lab", 0, 49)
 
 	n.followMu.Lock()
 	n.giveUpFollowerLocked()
 	n.followMu.Unlock()
-	store(50, 60) // stored while the node has no follower
-	var mu sync.Mutex
-	var every, own []uint64
-	c.stream.scanning = func(subjects []string, from uint64, fn func(string, history.StoredMsg) error) func(string, history.StoredMsg) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if subjects[0] == StreamSubjects {
-			every = append(every, from)
-		} else {
-			own = append(own, from)
-		}
-		return fn
-	}
-	second, err := n.follower(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	storePods(c, 50, 60) // stored while the node has no follower
+	every, own := recordScans(c, 0)
+	second := startFollower(ctx, t, c, n, 60, 70)
 	if second == first {
 		t.Fatal("the follower given up was not made anew")
 	}
-	last = store(60, 70)
-	waitFor(t, "the second follower to bring them", func() bool { return second.handled.Load() >= last })
-	past(second, "lab", 70)
-	past(second, "other", 70)
-	mu.Lock()
-	defer mu.Unlock()
+	checkPast(ctx, t, second, "lab", 0, 69)
+	checkPast(ctx, t, second, "other", 0, 69)
 	// 100 is the last message the first follower handled (other's 49th).
-	if !slices.Equal(every, []uint64{101}) || len(own) != 0 {
-		t.Fatalf("the scans of every pod started at %v and the pods' own at %v; want one scan of every pod, from 101, and none of their own", every, own)
+	if e, o := every(), own(); !slices.Equal(e, []uint64{101}) || len(o) != 0 {
+		t.Fatalf("the scans of every pod started at %v and the pods' own at %v; want one scan of every pod, from 101, and none of their own", e, o)
 	}
 }
