@@ -432,7 +432,7 @@ func (g *Gateway) janitor() {
 					}
 				}
 			}
-			g.node.Tick(now, g.historyFirstSeq(len(pods)), sweep)
+			g.node.Tick(now, g.historyFirstSeq(len(pods) > 0 || g.node.Following()), sweep)
 		}
 	}
 }
@@ -471,12 +471,13 @@ func (g *Gateway) historyAnswers() history.Answers {
 }
 
 // historyFirstSeq is the oldest sequence the history stream holds, which
-// the pods' indexes follow (--history-bytes discards the stream's oldest
-// messages, of any pod), or 0 when there is nothing to ask (no stream, or
-// no pod open).
-func (g *Gateway) historyFirstSeq(pods int) uint64 {
+// the pods' indexes and the node's follower's sequences follow
+// (--history-bytes discards the stream's oldest messages, of any pod),
+// or 0 when there is nothing to ask (no stream, or neither a pod open
+// nor a follower: need is false).
+func (g *Gateway) historyFirstSeq(need bool) uint64 {
 	store := g.store()
-	if store == nil || pods == 0 {
+	if store == nil || !need {
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -193,6 +193,15 @@ func (n *Node) countPods(open int64) {
 	}
 }
 
+// Following reports whether the node's follower of the history stream
+// runs: once started it brings every pod's messages, open here or not,
+// and what it keeps of them follows the stream's first (Tick).
+func (n *Node) Following() bool {
+	n.followMu.Lock()
+	defer n.followMu.Unlock()
+	return n.follow != nil
+}
+
 // Tick is the gateway janitor's, every second, for every pod: the
 // history index, and the follower's sequences (seqs.go), follow what the
 // stream discarded (first is the stream's oldest sequence, 0 when it is
