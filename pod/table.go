@@ -205,10 +205,10 @@ func (n *Node) Following() bool {
 // Tick is the gateway janitor's, every second, for every pod: the
 // history index, and the follower's sequences (seqs.go), follow what the
 // stream discarded (first is the stream's oldest sequence, 0 when it is
-// not known), and every ten seconds (sweep)
-// what waits for what will not come is forgotten and the idle pods are
-// removed (a pod goes as soon as it is idle; this catches one whose
-// contexts were forgotten meanwhile).
+// not known), and every ten seconds (sweep) what waits for what will
+// not come is forgotten and the idle pods are removed (a pod goes as
+// soon as it is idle; this catches one whose contexts were forgotten
+// meanwhile).
 func (n *Node) Tick(now time.Time, first uint64, sweep bool) {
 	if first > 0 {
 		n.followMu.Lock()

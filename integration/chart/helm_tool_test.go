@@ -95,9 +95,14 @@ func removeStale(dir string) {
 // output, or its error with what it said.
 func runHelm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	// Built (or found) first: the first build takes minutes of its own
+	// bound, and Helm's 2 minutes start after it. Before, they started
+	// with it, and on a fresh machine (CI's, whose build took 4.5 min)
+	// every Helm command was past its deadline when it began.
+	helm := helmBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, helmBinary(t), args...)
+	cmd := exec.CommandContext(ctx, helm, args...)
 	// Helm's own state (repositories, cache) in the test's directory,
 	// never the user's.
 	home := t.TempDir()
