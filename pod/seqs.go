@@ -37,7 +37,8 @@ type subjectSeqs struct {
 	from    uint64
 	brought map[string][]uint64
 	// before is what the scan of every pod found before scanNext, by
-	// subject: all there is below scanNext. whole: the scan reached from.
+	// subject: all there is below scanNext (or what the follower given
+	// up before this one knew: inherit). whole: the scan reached from.
 	before   map[string][]uint64
 	scanNext uint64
 	whole    bool
@@ -45,11 +46,6 @@ type subjectSeqs struct {
 	// short counts the scans that ended short, for the log.
 	scanning chan struct{}
 	short    int
-	// inherited is what the node's follower given up before this one
-	// knew, every sequence before inheritedNext: it becomes before, and
-	// the scan starts after it (inherit).
-	inherited     map[string][]uint64
-	inheritedNext uint64
 }
 
 // inherit takes on what old, the node's follower given up, knew up to
@@ -72,7 +68,7 @@ func (k *subjectSeqs) inherit(old *subjectSeqs, last uint64) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.inherited, k.inheritedNext = known, last+1
+	k.before, k.scanNext = known, last+1
 }
 
 // add records that the follower brought seq, stored on subject.
@@ -80,20 +76,18 @@ func (k *subjectSeqs) add(subject string, seq uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.from == 0 {
-		k.from = seq
-		k.brought, k.before, k.scanNext = map[string][]uint64{}, map[string][]uint64{}, 1
-		if k.inherited != nil {
-			k.before, k.scanNext = k.inherited, k.inheritedNext
-			k.inherited = nil
-			if k.scanNext >= seq {
-				// Known past where this follower starts: what it brings
-				// is not known already.
-				for s, seqs := range k.before {
-					i, _ := slices.BinarySearch(seqs, seq)
-					k.before[s] = seqs[:i]
-				}
-				k.scanNext, k.whole = seq, true
+		k.from, k.brought = seq, map[string][]uint64{}
+		if k.before == nil { // nothing inherited
+			k.before, k.scanNext = map[string][]uint64{}, 1
+		}
+		if k.scanNext >= seq {
+			// Known past where this follower starts: what it brings is
+			// not known already.
+			for s, seqs := range k.before {
+				i, _ := slices.BinarySearch(seqs, seq)
+				k.before[s] = seqs[:i]
 			}
+			k.scanNext, k.whole = seq, true
 		}
 	}
 	k.brought[subject] = insertSeq(k.brought[subject], seq)
