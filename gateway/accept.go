@@ -242,7 +242,11 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 		(*hook)(a.pod, id)
 	}
 	p.Settle()
+	// Counted before Join, which queues the welcome: a client that has
+	// its welcome finds itself in mcpp_connections.
+	g.metrics.connections.Inc()
 	if refusal := p.Join(r, a.history); refusal != nil {
+		g.metrics.connections.Dec()
 		// Kicked with a ban while its upgrade was under way: it never
 		// joined, and is told so in the close frame.
 		g.metrics.refusals.WithLabelValues(string(refusal.Code)).Inc()
@@ -258,7 +262,6 @@ func (g *Gateway) serveWS(w http.ResponseWriter, req *http.Request) {
 	}
 	g.auditJoin(req, a.transport(), a.pod, a.who, nil)
 	buckets := g.node.Buckets.Acquire(limits.BucketKey(a.pod, id))
-	g.metrics.connections.Inc()
 	if !g.accepting.Load() {
 		// Shutdown closes the members it finds after turning accepting
 		// off; this one joined after it looked.
