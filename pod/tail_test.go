@@ -227,9 +227,28 @@ func TestPastReadFromWhatTheFollowerBrought(t *testing.T) {
 	}
 	n.Tick(time.Now(), first, false)
 	checkPast(ctx, t, f, "lab", 60, keep+59)
+	// And it holds no more than the stream does: 8 bytes a message held.
+	if below, total := f.seqs.count(first); below != 0 || total != 2*keep {
+		t.Fatalf("after the janitor's trim the follower records %d sequences, %d of them below the stream's first; want %d, none below", total, below, 2*keep)
+	}
 	if n := scans.Load(); n != 1 {
 		t.Fatalf("the stream was scanned %d times in all, want once", n)
 	}
+}
+
+// count is how many sequences k records, and how many of them are below
+// first.
+func (k *subjectSeqs) count(first uint64) (below, total int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, m := range []map[string][]uint64{k.before, k.brought} {
+		for _, seqs := range m {
+			total += len(seqs)
+			i, _ := slices.BinarySearch(seqs, first)
+			below += i
+		}
+	}
+	return below, total
 }
 
 // recordScans makes c's stream record where each scan of every pod
