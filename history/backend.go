@@ -44,8 +44,11 @@ type Backend interface {
 	Scan(ctx context.Context, subjects []string, from uint64, fn func(subject string, m StoredMsg) error) error
 	// Follow calls fn, on one goroutine and in the stream's order, with
 	// every message stored on subjects (a wildcard: "mcpp.pod.>") after
-	// the call, until stop is called (follow.go).
-	Follow(ctx context.Context, subjects []string, fn func(subject string, m StoredMsg), onErr func(error)) (stop func(), err error)
+	// the call, until stop is called (follow.go). from is the first
+	// sequence it hands on: everything below was stored before the call,
+	// which a reader that wants it scans for, even if the stream stays
+	// idle and fn is never called.
+	Follow(ctx context.Context, subjects []string, fn func(subject string, m StoredMsg), onErr func(error)) (from uint64, stop func(), err error)
 	// FirstSeq is the oldest sequence the stream still holds: what is
 	// below it was discarded by --history-bytes or --history-age.
 	FirstSeq(ctx context.Context) (uint64, error)

@@ -183,7 +183,7 @@ func TestScanAndFollowFillTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	followed := make(chan uint64, 10)
-	stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) { followed <- m.Seq }, func(error) {})
+	_, stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) { followed <- m.Seq }, func(error) {})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,21 +97,23 @@ const (
 
 // Follow calls fn, on one goroutine at a time and in the stream's order,
 // with every message stored on subjects (wildcards allowed) after the
-// call, until stop is called; onErr hears of the consumer's troubles (it
-// recovers from them by itself).
-func (s *Stream) Follow(ctx context.Context, subjects []string, fn func(subject string, m StoredMsg), onErr func(error)) (stop func(), err error) {
+// call, from the sequence after the stream's last, until stop is called;
+// onErr hears of the consumer's troubles (it recovers from them by
+// itself).
+func (s *Stream) Follow(ctx context.Context, subjects []string, fn func(subject string, m StoredMsg), onErr func(error)) (from uint64, stop func(), err error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
+		return 0, nil, fmt.Errorf("history: follow %v: %w", subjects, err)
 	}
-	f := &streamConsumer{s: s, subjects: subjects, fn: fn, onErr: onErr, next: info.State.LastSeq + 1, stop: make(chan struct{})}
+	from = info.State.LastSeq + 1
+	f := &streamConsumer{s: s, subjects: subjects, fn: fn, onErr: onErr, next: from, stop: make(chan struct{})}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.startLocked(ctx); err != nil {
-		return nil, fmt.Errorf("history: follow %v: %w", subjects, err)
+		return 0, nil, fmt.Errorf("history: follow %v: %w", subjects, err)
 	}
 	go f.watch()
-	return f.Stop, nil
+	return from, f.Stop, nil
 }
 
 // followStale is how long a follower may stay behind what the stream

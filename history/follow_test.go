@@ -23,7 +23,7 @@ func TestFollowBridgesALostConsumer(t *testing.T) {
 	var mu sync.Mutex
 	var got []uint64
 	delivered := make(chan struct{}, 1000)
-	stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) {
+	_, stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) {
 		mu.Lock()
 		got = append(got, m.Seq)
 		mu.Unlock()
@@ -214,7 +214,7 @@ func TestFollowLeavesAConsumerThatStalls(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	var got []uint64
-	stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) {
+	_, stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) {
 		mu.Lock()
 		got = append(got, m.Seq)
 		mu.Unlock()
@@ -249,5 +249,37 @@ func TestFollowLeavesAConsumerThatStalls(t *testing.T) {
 	defer mu.Unlock()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("with its consumer paused, the follower brought %v in 20 s, want %v", got, want)
+	}
+}
+
+// TestFollowSaysWhereItStarts: Follow tells the first sequence it hands
+// on, before it has handed anything (a node's follower on an idle
+// stream): everything below was stored before, and the next message the
+// stream stores is that one.
+func TestFollowSaysWhereItStarts(t *testing.T) {
+	s := openStream(t, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var before []uint64
+	for i := range 5 {
+		before = append(before, appendAll(t, s, []string{fmt.Sprintf("mcpp.pod.p%d", i%3)}, [][]byte{frameOf(fmt.Sprintf("e%d", i))})[0])
+	}
+	brought := make(chan uint64, 10)
+	from, stop, err := s.Follow(ctx, []string{"mcpp.pod.>"}, func(_ string, m StoredMsg) { brought <- m.Seq }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if want := before[len(before)-1] + 1; from != want {
+		t.Fatalf("Follow starts at %d, want %d (after the stream's last)", from, want)
+	}
+	next := appendAll(t, s, []string{"mcpp.pod.p0"}, [][]byte{frameOf("after")})[0]
+	select {
+	case seq := <-brought:
+		if seq != from || next != from {
+			t.Fatalf("the follower brought %d first, the stream stored %d; it said it starts at %d", seq, next, from)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower brought nothing in 20 s")
 	}
 }

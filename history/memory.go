@@ -112,7 +112,7 @@ func (s *Memory) Append(subject string, msg []byte, msgID string, done func(uint
 
 // Follow implements Backend: fn is called from Append, after it stored;
 // subjects are one prefix pattern ("mcpp.pod.>").
-func (s *Memory) Follow(_ context.Context, subjects []string, fn func(string, StoredMsg), _ func(error)) (func(), error) {
+func (s *Memory) Follow(_ context.Context, subjects []string, fn func(string, StoredMsg), _ func(error)) (uint64, func(), error) {
 	prefix := ""
 	if len(subjects) > 0 {
 		prefix = strings.TrimSuffix(subjects[0], ">")
@@ -125,7 +125,7 @@ func (s *Memory) Follow(_ context.Context, subjects []string, fn func(string, St
 	s.nextID++
 	id := s.nextID
 	s.followers[id] = memFollower{prefix: prefix, fn: fn}
-	return func() {
+	return s.seq + 1, func() {
 		s.mu.Lock()
 		delete(s.followers, id)
 		s.mu.Unlock()

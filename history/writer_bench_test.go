@@ -32,8 +32,8 @@ func (s *sinkStream) Read(context.Context, string, []uint64, func(StoredMsg) err
 func (s *sinkStream) Scan(context.Context, []string, uint64, func(string, StoredMsg) error) error {
 	return nil
 }
-func (s *sinkStream) Follow(context.Context, []string, func(string, StoredMsg), func(error)) (func(), error) {
-	return func() {}, nil
+func (s *sinkStream) Follow(context.Context, []string, func(string, StoredMsg), func(error)) (uint64, func(), error) {
+	return 1, func() {}, nil
 }
 func (s *sinkStream) FirstSeq(context.Context) (uint64, error) { return 1, nil }
 func (s *sinkStream) Ready(context.Context) error              { return nil }

@@ -206,7 +206,7 @@ func (v *streamView) Scan(ctx context.Context, subjects []string, from uint64, f
 
 // Follow hands fn what is stored from now on, under the stream's lock
 // (in its order); while the leader is gone, it is queued.
-func (v *streamView) Follow(ctx context.Context, subjects []string, fn func(string, history.StoredMsg), onErr func(error)) (func(), error) {
+func (v *streamView) Follow(ctx context.Context, subjects []string, fn func(string, history.StoredMsg), onErr func(error)) (uint64, func(), error) {
 	s := v.s
 	return s.mem.Follow(ctx, subjects, func(subject string, m history.StoredMsg) {
 		// Called by mem.Append, which storeAppend calls with s.mu held.

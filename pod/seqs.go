@@ -30,10 +30,10 @@ import (
 // the stream discarded: trim), and a map entry per subject.
 type subjectSeqs struct {
 	mu sync.Mutex
-	// from is the first sequence the follower brought (0: none yet). It
-	// brings every message from there on, in order, once: its consumer
-	// never skips one (history.Stream.Follow). brought is what it
-	// brought, by subject.
+	// from is the first sequence the follower brings (start). It brings
+	// every message from there on, in order, once: its consumer never
+	// skips one (history.Stream.Follow). brought is what it brought, by
+	// subject.
 	from    uint64
 	brought map[string][]uint64
 	// before is what the scan of every pod found before scanNext, by
@@ -49,15 +49,18 @@ type subjectSeqs struct {
 }
 
 // inherit takes on what old, the node's follower given up, knew up to
-// last, the last sequence it handled: all of it, when its scan of every
-// pod had ended (whole), for it brought every message from its first on,
-// in order. The scan of every pod then reads only what came after last.
+// last, the last sequence it handled (0: none): all of it, when its scan
+// of every pod had ended (whole), for it brought every message from its
+// first on, in order. The scan of every pod then reads only what came
+// after last. It is called before start.
 func (k *subjectSeqs) inherit(old *subjectSeqs, last uint64) {
 	old.mu.Lock()
 	defer old.mu.Unlock()
-	if !old.whole || last < old.from {
+	if !old.whole {
 		return
 	}
+	// It knew everything below its first, whatever it handled since.
+	last = max(last, old.from-1)
 	known := make(map[string][]uint64, len(old.before)+len(old.brought))
 	for s, seqs := range old.before {
 		known[s] = slices.Clone(seqs)
@@ -71,24 +74,35 @@ func (k *subjectSeqs) inherit(old *subjectSeqs, last uint64) {
 	k.before, k.scanNext = known, last+1
 }
 
-// add records that the follower brought seq, stored on subject.
+// start records from, the first sequence the follower brings
+// (history.Backend.Follow): what is below it is the scan of every pod's,
+// unless already known (inherit).
+func (k *subjectSeqs) start(from uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.from = from
+	if k.before == nil { // nothing inherited
+		k.before, k.scanNext = map[string][]uint64{}, 1
+	}
+	if k.scanNext >= from {
+		// Known past where this follower starts: what it brings is not
+		// known already.
+		for s, seqs := range k.before {
+			i, _ := slices.BinarySearch(seqs, from)
+			k.before[s] = seqs[:i]
+		}
+		k.scanNext, k.whole = from, true
+	}
+}
+
+// add records that the follower brought seq, stored on subject (maybe
+// before start has been called: the follower hands messages on from the
+// moment it is made).
 func (k *subjectSeqs) add(subject string, seq uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.from == 0 {
-		k.from, k.brought = seq, map[string][]uint64{}
-		if k.before == nil { // nothing inherited
-			k.before, k.scanNext = map[string][]uint64{}, 1
-		}
-		if k.scanNext >= seq {
-			// Known past where this follower starts: what it brings is
-			// not known already.
-			for s, seqs := range k.before {
-				i, _ := slices.BinarySearch(seqs, seq)
-				k.before[s] = seqs[:i]
-			}
-			k.scanNext, k.whole = seq, true
-		}
+	if k.brought == nil {
+		k.brought = map[string][]uint64{}
 	}
 	k.brought[subject] = insertSeq(k.brought[subject], seq)
 }
@@ -152,16 +166,6 @@ const scanRetry = 100 * time.Millisecond
 // sequence (readSeqs): what the scan of every pod found, then what the
 // follower brought.
 func (f *Follower) readPast(ctx context.Context, subjects []string, fn func(subject string, m history.StoredMsg)) error {
-	f.seqs.mu.Lock()
-	from := f.seqs.from
-	f.seqs.mu.Unlock()
-	if from == 0 {
-		// The follower has brought nothing yet: the stream alone says.
-		return f.n.History.Scan(ctx, subjects, 1, func(subject string, m history.StoredMsg) error {
-			fn(subject, m)
-			return nil
-		})
-	}
 	if err := f.scanBefore(ctx); err != nil {
 		return err
 	}

@@ -77,11 +77,14 @@ func (n *Node) follower(ctx context.Context) (*Follower, error) {
 		f.seqs.inherit(&lost.seqs, lost.handled.Load())
 	}
 	f.lastMove.Store(time.Now().UnixNano())
-	stop, err := n.History.Follow(ctx, []string{StreamSubjects}, f.take, f.trouble)
+	from, stop, err := n.History.Follow(ctx, []string{StreamSubjects}, f.take, f.trouble)
 	if err != nil {
 		f.scanStop()
 		return nil, err
 	}
+	// Before the follower is handed to any pod: what is below from is
+	// for the scan of every pod, even while the stream stays idle.
+	f.seqs.start(from)
 	f.stop = stop
 	n.follow, n.lost = f, nil
 	return f, nil

@@ -100,10 +100,12 @@ func TestTailPastMeetsLive(t *testing.T) {
 func TestPodClosedWhileReadingItsPast(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.nodes[0]
+	storePods(c, 0, 1) // a past, which the stream is scanned for
 	var once sync.Once
 	opened := make(chan *Pod, 1)
 	c.stream.scanned = func() {
-		// Within the first opening's Follow, once its past is read.
+		// Within the first opening's Follow, once the stream is scanned
+		// for its past.
 		once.Do(func() { n.RemoveIdle(<-opened) })
 	}
 	first, e := n.Pod("lab")
@@ -307,6 +309,42 @@ func TestPastReadWhenTheScanOfEveryPodEndsShort(t *testing.T) {
 	}
 	if e := every(); !slices.Equal(e, []uint64{1, 31}) {
 		t.Fatalf("the scans of every pod started at %v, want 1 and then 31 (where the first stopped)", e)
+	}
+}
+
+// TestPastReadBeforeTheFollowerBringsAnything: on a node just started
+// whose stream is idle (a cluster restarted at night, its members
+// dialling back), the follower brings nothing for as long as no one
+// sends; the pods that open meanwhile still wait for the one scan of
+// every pod, not scan their own subjects each. Before, an opening
+// scanned its own subject until the follower's first message: a
+// thousand such scans are what kept a node from opening any pod in 30 s
+// (issue 38's full-size run 50).
+func TestPastReadBeforeTheFollowerBringsAnything(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	storePods(c, 0, 30)
+	every, own := recordScans(c, 0)
+	f, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPast(ctx, t, f, "lab", 0, 29)
+	checkPast(ctx, t, f, "other", 0, 29)
+	if o := own(); len(o) != 0 {
+		t.Fatalf("the pods scanned their own subjects from %v", o)
+	}
+	if e := every(); !slices.Equal(e, []uint64{1}) {
+		t.Fatalf("the scans of every pod started at %v, want one, from 1", e)
+	}
+	// What comes next is brought, and read from there.
+	last := storePods(c, 30, 40)
+	waitFor(t, "the follower to bring them", func() bool { return f.handled.Load() >= last })
+	checkPast(ctx, t, f, "lab", 0, 39)
+	if o, e := own(), every(); len(o) != 0 || len(e) != 1 {
+		t.Fatalf("after the follower brought messages, scans of every pod from %v and of own subjects from %v", e, o)
 	}
 }
 
