@@ -238,6 +238,11 @@ func (g *Gateway) openHistory() error {
 		})
 		g.node.WatchQuorum(g.reach())
 		close(g.histReady)
+		if g.node.Ordering == pod.OrderStream {
+			// The node reads the stream's past now, not at its first
+			// pod's opening, which would wait for it (pod.Node.FollowNow).
+			g.node.FollowNow(ctx)
+		}
 		return nil
 	}
 	if g.cfg.ClusterName == "" {

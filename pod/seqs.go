@@ -3,6 +3,7 @@ package pod
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -191,6 +192,12 @@ func (f *Follower) scanBefore(ctx context.Context) error {
 			k.mu.Unlock()
 			return nil
 		}
+		if err := f.scanCtx.Err(); err != nil {
+			// The follower was closed (the node stops, or gave it up):
+			// its scan will not be taken up again.
+			k.mu.Unlock()
+			return fmt.Errorf("pod: the node's follower is closed: %w", err)
+		}
 		done := k.scanning
 		if done == nil {
 			done = make(chan struct{})
@@ -228,10 +235,12 @@ func (f *Follower) scanFrom(done chan struct{}) {
 	k.mu.Lock()
 	from, next := k.from, k.scanNext
 	k.mu.Unlock()
+	began, read := time.Now(), 0
 	err := f.n.History.Scan(f.scanCtx, []string{StreamSubjects}, next, func(subject string, m history.StoredMsg) error {
 		if m.Seq >= from {
 			return errScanned
 		}
+		read++
 		k.mu.Lock()
 		k.before[subject] = append(k.before[subject], m.Seq)
 		k.scanNext = m.Seq + 1
@@ -245,6 +254,11 @@ func (f *Follower) scanFrom(done chan struct{}) {
 	defer k.mu.Unlock()
 	k.whole, k.scanning = err == nil, nil
 	close(done)
+	if err == nil {
+		// How long a node just started waits before it opens a pod.
+		f.log.Info("the node read what the history stream held before its follower started",
+			"messages", read, "from", next, "took", time.Since(began).Round(time.Millisecond).String())
+	}
 	if err != nil && f.scanCtx.Err() == nil {
 		if k.short++; k.short == 1 || k.short%100 == 0 {
 			f.log.Warn("the node's scan of what the history stream held before its follower started ended short; the pods opening wait for it to go on",
@@ -324,4 +338,42 @@ func (f *Follower) readSeqs(ctx context.Context, subjects []string, seqs [][]uin
 			}
 		}
 	}
+}
+
+// followRetry is the pause before FollowNow tries again to start a
+// follower the stream did not answer for (a cluster still electing), and
+// followWait how long it waits for that answer.
+const (
+	followRetry = time.Second
+	followWait  = 10 * time.Second
+)
+
+// FollowNow starts the node's follower of the history stream, and its
+// scan of what the stream held before it, now rather than when the first
+// pod opens here, so that a node started again whose members went
+// elsewhere meanwhile has read the stream by the time a client dials it
+// (issue 38's full-size run 67: a node killed and started again just
+// before the checker read the histories there began its scan only with
+// the checker's first dial, and had not ended it within the dial's 10 s).
+// It returns at once; the follower is tried again every followRetry until
+// the stream answers, or ctx ends, or the node stops.
+func (n *Node) FollowNow(ctx context.Context) {
+	go func() {
+		for {
+			fctx, cancel := context.WithTimeout(ctx, followWait)
+			f, err := n.follower(fctx)
+			cancel()
+			if err == nil {
+				_ = f.scanBefore(ctx)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.stop:
+				return
+			case <-time.After(followRetry):
+			}
+		}
+	}()
 }

@@ -348,6 +348,46 @@ func TestPastReadBeforeTheFollowerBringsAnything(t *testing.T) {
 	}
 }
 
+// TestFollowNowScansBeforeAnyPodOpens: a node told to follow now (the
+// gateway does, once its history stream is open) starts its follower and
+// the scan of every pod before any pod opens there, so that a node just
+// started again whose members went elsewhere has read the stream by the
+// time a client dials it. Before, the scan started with the first
+// opening: in issue 38's full-size run 67, node 1, killed and started
+// again just before the checker read the histories there, had not
+// finished it within the reader's 10 s dial.
+func TestFollowNowScansBeforeAnyPodOpens(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	storePods(c, 0, 30)
+	every, own := recordScans(c, 0)
+	n.FollowNow(ctx)
+	waitFor(t, "the scan of every pod, with no pod open", func() bool {
+		n.followMu.Lock()
+		f := n.follow
+		n.followMu.Unlock()
+		if f == nil {
+			return false
+		}
+		f.seqs.mu.Lock()
+		defer f.seqs.mu.Unlock()
+		return f.seqs.whole
+	})
+	if e := every(); !slices.Equal(e, []uint64{1}) {
+		t.Fatalf("the scans of every pod started at %v, want one, from 1", e)
+	}
+	f, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPast(ctx, t, f, "lab", 0, 29)
+	if o, e := own(), every(); len(o) != 0 || len(e) != 1 {
+		t.Fatalf("a pod's opening after the scan: scans of every pod from %v and of own subjects from %v", e, o)
+	}
+}
+
 // TestFollowerStartedAgainTakesOnWhatTheLastKnew: when the node gives its
 // follower up (behind, or cut off: its pods lost their order), the next
 // one takes on the sequences the last one knew, up to the last message
