@@ -195,7 +195,8 @@ type Node struct {
 	// nodes that did not receive them (OrderStream, livebodies.go).
 	bodies *liveBodies
 	// follow is the node's reader of the stream (OrderStream), started
-	// when the first pod opens, and made anew when it was lost; lost is
+	// by FollowNow or when the first pod opens, whichever comes first,
+	// and made anew when the next pod opens after it was lost; lost is
 	// the one given up last, whose sequences the next one takes on
 	// (subjectSeqs.inherit).
 	followMu sync.Mutex

@@ -62,7 +62,8 @@ type Follower struct {
 	seqs subjectSeqs
 }
 
-// follower starts the node's follower, once, when the first pod opens.
+// follower starts the node's follower, once: for FollowNow, or when the
+// first pod opens.
 func (n *Node) follower(ctx context.Context) (*Follower, error) {
 	n.followMu.Lock()
 	defer n.followMu.Unlock()
