@@ -312,6 +312,15 @@ func TestPastReadWhenTheScanOfEveryPodEndsShort(t *testing.T) {
 	}
 }
 
+// expectOneScanOfEveryPod fails unless the stream was scanned once for
+// every pod, from 1, and never for one pod's own subjects (recordScans).
+func expectOneScanOfEveryPod(t *testing.T, every, own func() []uint64, when string) {
+	t.Helper()
+	if o, e := own(), every(); len(o) != 0 || !slices.Equal(e, []uint64{1}) {
+		t.Fatalf("%s: scans of every pod from %v (want one, from 1) and of own subjects from %v", when, e, o)
+	}
+}
+
 // TestPastReadBeforeTheFollowerBringsAnything: on a node just started
 // whose stream is idle (a cluster restarted at night, its members
 // dialling back), the follower brings nothing for as long as no one
@@ -333,19 +342,12 @@ func TestPastReadBeforeTheFollowerBringsAnything(t *testing.T) {
 	}
 	checkPast(ctx, t, f, "lab", 0, 29)
 	checkPast(ctx, t, f, "other", 0, 29)
-	if o := own(); len(o) != 0 {
-		t.Fatalf("the pods scanned their own subjects from %v", o)
-	}
-	if e := every(); !slices.Equal(e, []uint64{1}) {
-		t.Fatalf("the scans of every pod started at %v, want one, from 1", e)
-	}
+	expectOneScanOfEveryPod(t, every, own, "two pods opened before the follower brought anything")
 	// What comes next is brought, and read from there.
 	last := storePods(c, 30, 40)
 	waitFor(t, "the follower to bring them", func() bool { return f.handled.Load() >= last })
 	checkPast(ctx, t, f, "lab", 0, 39)
-	if o, e := own(), every(); len(o) != 0 || len(e) != 1 {
-		t.Fatalf("after the follower brought messages, scans of every pod from %v and of own subjects from %v", e, o)
-	}
+	expectOneScanOfEveryPod(t, every, own, "after the follower brought messages")
 }
 
 // TestFollowNowScansBeforeAnyPodOpens: a node told to follow now (the
@@ -375,17 +377,13 @@ func TestFollowNowScansBeforeAnyPodOpens(t *testing.T) {
 		defer f.seqs.mu.Unlock()
 		return f.seqs.whole
 	})
-	if e := every(); !slices.Equal(e, []uint64{1}) {
-		t.Fatalf("the scans of every pod started at %v, want one, from 1", e)
-	}
+	expectOneScanOfEveryPod(t, every, own, "with no pod open")
 	f, err := n.follower(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkPast(ctx, t, f, "lab", 0, 29)
-	if o, e := own(), every(); len(o) != 0 || len(e) != 1 {
-		t.Fatalf("a pod's opening after the scan: scans of every pod from %v and of own subjects from %v", e, o)
-	}
+	expectOneScanOfEveryPod(t, every, own, "a pod's opening after the scan")
 }
 
 // TestFollowerStartedAgainTakesOnWhatTheLastKnew: when the node gives its
