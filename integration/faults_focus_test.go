@@ -56,10 +56,26 @@ func TestClusterLateMemberList(t *testing.T) {
 	}
 	x, a, b := (leader+1)%3, (leader+2)%3, leader
 	const pod = "late-list"
-	w.nodes[x].GW.Dial(t, pod, "xavier", "")
+	xavier := w.nodes[x].GW.Dial(t, pod, "xavier", "echo=1")
+	// Ann's node must learn of xavier from his node's member list, not
+	// from his join frame: that frame must reach ann's node before the pod
+	// opens there, as part of the pod's past, not after, as presence (it
+	// did so once in the README's test command, and in 1 run of 3 alone).
+	// His join is stored before the chat he sends after it, which he
+	// receives once stored; a note stored after that chat, in another
+	// pod, reaches a member on ann's node through the node's follower of
+	// the stream, which brings the stream in its order: the join first.
+	xavier.Send(map[string]any{"kind": "chat", "id": "stored"})
+	xavier.ExpectEnvelope("chat", "stored")
+	watch := w.nodes[a].GW.Dial(t, pod+"-watch", "watch", "")
+	status, body, err := postJSON(w.http(x)+"/pods/"+pod+"-watch/envelopes?participant=tool", `{"kind": "note", "id": "after"}`)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("a publish on node %d: %d %s %v", x+1, status, body, err)
+	}
+	watch.ExpectEnvelope("note", "after")
 	// The pod is open on ann's node before the pause (a context keeps it
 	// open there): ann's join waits for the member lists alone.
-	status, body, err := postJSON(w.http(a)+"/pods/"+pod+"/envelopes?participant=tool",
+	status, body, err = postJSON(w.http(a)+"/pods/"+pod+"/envelopes?participant=tool",
 		`{"kind": "note", "context": {"id": "keep", "type": "task"}}`)
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("a publish on node %d: %d %s %v", a+1, status, body, err)
