@@ -376,6 +376,16 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "no quorum: this node cannot reach a quorum of the cluster's history stream\n", http.StatusServiceUnavailable)
 		return
 	}
+	if reading, next, from := g.node.ReadingPast(); reading {
+		// A node started again opens no pod before it has read the
+		// stream's past (pod.Node.ReadingPast): its clients would wait.
+		msg := "reading the history stream's past: its follower is starting\n"
+		if from > 0 {
+			msg = fmt.Sprintf("reading the history stream's past: at sequence %d of %d\n", min(next, from), from-1)
+		}
+		http.Error(w, msg, http.StatusServiceUnavailable)
+		return
+	}
 	_, _ = w.Write([]byte("ok\n"))
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,5 +369,96 @@ func dialRetry(t *testing.T, w *faultWorld, i int, pod, id, query string, within
 			t.Fatalf("%s joins node %d: %v", id, i+1, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestClusterNodeStartedAgainReadyOnceItReadItsPast: a node killed and
+// started again on its --history-dir opens no pod before it has read what
+// the history stream held before its follower started (docs/protocol.md
+// section 8); until then its /healthz answers 503 and says how far it has
+// read, so that a load balancer sends its clients to the other nodes
+// rather than let their dials run out there (issue 38's full-size runs 67
+// and 69). Before, it answered 200 as soon as its stream was open.
+func TestClusterNodeStartedAgainReadyOnceItReadItsPast(t *testing.T) {
+	w := startFaultWorld(t, faultSize{heartbeat: 500 * time.Millisecond, history: 1000})
+	leader := w.leader()
+	if leader < 0 {
+		t.Fatal("the history stream has no leader")
+	}
+	x := (leader + 1) % 3 // not the leader: no election holds it up
+	// 20,000 messages in the stream, each a publish to one of 200 pods,
+	// through the other nodes, 32 at a time.
+	const pods, each, workers = 200, 100, 32
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	jobs := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				node := (x + 1 + j%2) % 3
+				status, _, err := postJSON(fmt.Sprintf("%s/pods/fill-%d/envelopes?participant=tool", w.http(node), j%pods), `{"kind": "note"}`)
+				if err != nil || status != http.StatusOK {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	began := time.Now()
+	for j := range pods * each {
+		jobs <- j
+	}
+	close(jobs)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d publishes failed", n, pods*each)
+	}
+	t.Logf("%d publishes stored in %v", pods*each, time.Since(began).Round(time.Millisecond))
+
+	w.nodes[x].Kill()
+	started := time.Now()
+	w.nodes[x].StartUnready()
+	reading, other := 0, map[string]int{}
+	var ready time.Duration
+	for ready == 0 {
+		if time.Since(started) > 2*time.Minute {
+			t.Fatalf("node %d not ready 2 minutes after it started again; its /healthz said %v, and reading its past %d times", x+1, other, reading)
+		}
+		status, body, err := harness.HTTPGet(w.http(x) + "/healthz")
+		switch {
+		case err == nil && status == http.StatusOK:
+			ready = time.Since(started)
+		case err == nil && status == http.StatusServiceUnavailable && strings.HasPrefix(body, "reading the history stream's past"):
+			reading++
+		default:
+			other[fmt.Sprint(status, " ", strings.TrimSpace(body), err)]++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The node logs its read of the past before it says it is ready.
+	const read = `msg="the node read what the history stream held before its follower started"`
+	var line string
+	harness.Eventually(t, 5*time.Second, "the node's log of its read of the past", func() bool {
+		for _, l := range strings.Split(w.nodes[x].Stderr.String(), "\n") {
+			if strings.Contains(l, read) && strings.Contains(l, "from=1 ") {
+				line = l
+			}
+		}
+		return line != ""
+	})
+	t.Logf("node %d ready %v after it started again; /healthz said it was reading its past %d times, and before that %v; %s",
+		x+1, ready.Round(time.Millisecond), reading, other, line[strings.Index(line, "messages="):])
+	if reading == 0 {
+		t.Fatalf("node %d's /healthz never said it was reading its past before it answered 200", x+1)
+	}
+	var messages int
+	if _, err := fmt.Sscanf(line[strings.Index(line, "messages=")+len("messages="):], "%d", &messages); err != nil || messages < pods*each {
+		t.Fatalf("the node read %d messages of the stream's past (%v); want at least the %d published", messages, err, pods*each)
+	}
+	// Ready, it takes members: the first dial is welcomed.
+	_, welcome := dialLate(t, w, x, "fill-0", "ann")
+	if ids := welcomeIDs(welcome); len(ids) != 0 {
+		t.Fatalf("ann's welcome lists %v in a pod only published to", ids)
 	}
 }

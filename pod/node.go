@@ -202,6 +202,10 @@ type Node struct {
 	followMu sync.Mutex
 	follow   *Follower
 	lost     *Follower
+	// pastWanted: FollowNow was called; pastRead: a scan of every pod
+	// has since reached its follower's first sequence (seqs.go). Between
+	// the two the node opens no pod (ReadingPast).
+	pastWanted, pastRead atomic.Bool
 	// turns is the line of senders waiting for the history writer's
 	// budget (Config.FlightBytes), all pods together (turns.go).
 	turns turns

@@ -416,3 +416,65 @@ func TestFollowerStartedAgainTakesOnWhatTheLastKnew(t *testing.T) {
 		t.Fatalf("the scans of every pod started at %v and the pods' own at %v; want one scan of every pod, from 101, and none of their own", e, o)
 	}
 }
+
+// TestReadingPastUntilTheScanEnds: a node told to follow now is reading
+// its past (the gateway's /healthz says it is not ready) from then until
+// its scan of every pod has ended, and says how far it is; a scan given
+// up with its follower (cut off, or behind) is taken up by a new one
+// with no pod opening, so that the node does not stay unready. Before, a
+// node's /healthz said ok the moment its stream was open, and a load
+// balancer sent it clients whose dials ran out while it read (issue 38's
+// full-size runs 67 and 69).
+func TestReadingPastUntilTheScanEnds(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	last := storePods(c, 0, 30)
+	if reading, _, _ := n.ReadingPast(); reading {
+		t.Fatal("a node not told to follow now says it is reading its past")
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var scans []uint64
+	c.stream.scanning = func(subjects []string, from uint64, fn func(string, history.StoredMsg) error) func(string, history.StoredMsg) error {
+		mu.Lock()
+		defer mu.Unlock()
+		scans = append(scans, from)
+		if len(scans) > 1 {
+			return fn
+		}
+		return func(s string, m history.StoredMsg) error {
+			if m.Seq == 10 {
+				close(held)
+				<-release
+				return errors.New("the follower was given up")
+			}
+			return fn(s, m)
+		}
+	}
+	n.FollowNow(ctx)
+	<-held
+	if reading, next, from := n.ReadingPast(); !reading || next != 10 || from != last+1 {
+		t.Fatalf("mid-scan: reading %v at %d of %d; want reading at 10 of %d", reading, next, from, last+1)
+	}
+	n.followMu.Lock()
+	n.giveUpFollowerLocked()
+	n.followMu.Unlock()
+	close(release)
+	waitFor(t, "the node to have read its past, with no pod open", func() bool {
+		reading, _, _ := n.ReadingPast()
+		return !reading
+	})
+	mu.Lock()
+	got := slices.Clone(scans)
+	mu.Unlock()
+	if !slices.Equal(got, []uint64{1, 1}) {
+		t.Fatalf("the scans of every pod started at %v; want the first given up, and a second from 1", got)
+	}
+	f, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPast(ctx, t, f, "lab", 0, 29)
+}

@@ -219,6 +219,16 @@ func (p *GatewayProc) Start(within time.Duration) {
 	p.WaitHealthy(within)
 }
 
+// StartUnready runs a gateway that was killed again, as Start does, but
+// waits only until it listens, not until its /healthz answers 200: for a
+// test that watches it become ready.
+func (p *GatewayProc) StartUnready() {
+	p.t.Helper()
+	if err := p.start(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
 // Pause stops the gateway's process (SIGSTOP), as a machine that stalls
 // would: its sockets stay open, and nothing answers. Resume goes on.
 func (p *GatewayProc) Pause() {
