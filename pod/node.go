@@ -202,10 +202,11 @@ type Node struct {
 	followMu sync.Mutex
 	follow   *Follower
 	lost     *Follower
-	// pastWanted: FollowNow was called; pastRead: a scan of every pod
-	// has since reached its follower's first sequence (seqs.go). Between
-	// the two the node opens no pod (ReadingPast).
-	pastWanted, pastRead atomic.Bool
+	// followCtx is FollowNow's context (nil: FollowNow was not called):
+	// the node then keeps a follower whose scan of every pod has ended,
+	// making one anew at once when it gives one up, and is not ready
+	// while it has none (ReadingPast). Under followMu.
+	followCtx context.Context
 	// turns is the line of senders waiting for the history writer's
 	// budget (Config.FlightBytes), all pods together (turns.go).
 	turns turns
@@ -335,12 +336,15 @@ func (n *Node) checkFollower(now time.Time) *Follower {
 	return n.follow
 }
 
-// giveUpFollowerLocked ends the node's follower: the next pod to open
-// starts a new one, which takes on what this one knew. Call it with
-// Node.followMu held.
+// giveUpFollowerLocked ends the node's follower: a new one takes on
+// what this one knew, started at once where FollowNow was called, else
+// by the next pod to open. Call it with Node.followMu held.
 func (n *Node) giveUpFollowerLocked() {
 	n.follow.close()
 	n.lost, n.follow = n.follow, nil
+	if n.followCtx != nil {
+		go n.followUntilRead(n.followCtx)
+	}
 }
 
 // historyOn reports whether pods keep a history.

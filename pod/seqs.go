@@ -190,7 +190,6 @@ func (f *Follower) scanBefore(ctx context.Context) error {
 		k.mu.Lock()
 		if k.whole {
 			k.mu.Unlock()
-			f.n.pastRead.Store(true)
 			return nil
 		}
 		if err := f.scanCtx.Err(); err != nil {
@@ -215,7 +214,6 @@ func (f *Follower) scanBefore(ctx context.Context) error {
 		whole := k.whole
 		k.mu.Unlock()
 		if whole {
-			f.n.pastRead.Store(true)
 			return nil
 		}
 		select {
@@ -342,10 +340,11 @@ func (f *Follower) readSeqs(ctx context.Context, subjects []string, seqs [][]uin
 	}
 }
 
-// followRetry is the pause before FollowNow tries again to start a
-// follower the stream did not answer for (a cluster still electing), or
-// to read the stream's past with a new one (the last was given up before
-// its scan ended), and followWait how long it waits for that answer.
+// followRetry is the pause before the node tries again to start a
+// follower the stream did not answer for (a cluster still electing, a
+// node cut off), or to read the stream's past with a new one (the last
+// was given up before its scan ended), and followWait how long it waits
+// for that answer.
 const (
 	followRetry = time.Second
 	followWait  = 10 * time.Second
@@ -358,51 +357,62 @@ const (
 // (issue 38's full-size run 67: a node killed and started again just
 // before the checker read the histories there began its scan only with
 // the checker's first dial, and had not ended it within the dial's 10 s).
-// Until the scan has ended the node is not ready (ReadingPast).
-// It returns at once; the follower is tried again every followRetry until
-// the stream answers and the scan ends, or ctx ends, or the node stops.
+// From then on, a follower the node gives up (cut off from a quorum, or
+// behind) is made anew at once, not at the next pod's opening; while the
+// node has none whose scan has ended, it is not ready (ReadingPast). It
+// returns at once.
 func (n *Node) FollowNow(ctx context.Context) {
-	n.pastWanted.Store(true)
-	go func() {
-		for {
+	n.followMu.Lock()
+	n.followCtx = ctx
+	n.followMu.Unlock()
+	go n.followUntilRead(ctx)
+}
+
+// followUntilRead makes the node's follower, unless it has one, and
+// waits for its scan of every pod; it tries again every followRetry until
+// that scan ends, or ctx ends, or the node stops. A scan that fails was
+// given up with its follower: the next one takes it up. While the node
+// is cut off from a quorum it makes none, for its pods would lose their
+// order at once (checkFollower) and the follower be given up again.
+func (n *Node) followUntilRead(ctx context.Context) {
+	for {
+		if n.cutSince.Load() == 0 {
 			fctx, cancel := context.WithTimeout(ctx, followWait)
 			f, err := n.follower(fctx)
 			cancel()
-			// A scan that fails was given up with its follower (cut off,
-			// or behind): the next follower takes it up.
 			if err == nil && f.scanBefore(ctx) == nil {
 				return
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-n.stop:
-				return
-			case <-time.After(followRetry):
-			}
 		}
-	}()
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.stop:
+			return
+		case <-time.After(followRetry):
+		}
+	}
 }
 
-// ReadingPast reports whether the node is still reading what the history
-// stream held before its follower started: from FollowNow until that scan
-// of every pod has ended once. No pod opens here meanwhile, so the
-// gateway's /healthz says the node is not ready, and a load balancer
-// sends its clients elsewhere (issue 38's full-size runs: a node started
-// again read 300,000 messages in 23.5 s under load, and its clients'
-// dials ran out waiting). next is the sequence the scan reads next, and
-// from where it stops (0: the follower is not started yet).
+// ReadingPast reports whether the node, told to FollowNow, has no
+// follower of the history stream whose scan of what the stream held
+// before it has ended: it opens no pod meanwhile, so the gateway's
+// /healthz says it is not ready, and a load balancer sends its clients
+// elsewhere (issue 38's full-size runs: a node started again read
+// 300,000 messages in 23.5 s under load, and its clients' dials ran out
+// waiting). next is the sequence the scan reads next, and from where it
+// stops (0: no follower is started yet).
 func (n *Node) ReadingPast() (reading bool, next, from uint64) {
-	if !n.pastWanted.Load() || n.pastRead.Load() {
+	n.followMu.Lock()
+	f, wanted := n.follow, n.followCtx != nil
+	n.followMu.Unlock()
+	if !wanted {
 		return false, 0, 0
 	}
-	n.followMu.Lock()
-	f := n.follow
-	n.followMu.Unlock()
 	if f == nil {
 		return true, 0, 0
 	}
 	f.seqs.mu.Lock()
 	defer f.seqs.mu.Unlock()
-	return true, f.seqs.scanNext, f.seqs.from
+	return !f.seqs.whole, f.seqs.scanNext, f.seqs.from
 }

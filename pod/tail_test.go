@@ -478,3 +478,57 @@ func TestReadingPastUntilTheScanEnds(t *testing.T) {
 	}
 	checkPast(ctx, t, f, "lab", 0, 29)
 }
+
+// TestFollowerGivenUpIsMadeAnewAtOnce: on a node told to follow now, a
+// follower given up (the node cut off from a quorum for 10 s, or behind
+// for 30 s) is made anew at once, not at the next pod's opening, but not
+// while the node is still cut off; meanwhile the node is not ready. Before,
+// a node whose routes came back said it was ready while its next pod's
+// opening still had to make a follower, and joins there waited
+// (TestClusterFaultsOneByOne's "without quorum" in the README's test
+// command, RELIABILITY.md's "Seen, and left").
+func TestFollowerGivenUpIsMadeAnewAtOnce(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	storePods(c, 0, 30)
+	n.FollowNow(ctx)
+	ready := func() bool {
+		reading, _, _ := n.ReadingPast()
+		return !reading
+	}
+	waitFor(t, "the node to have read its past", ready)
+	n.followMu.Lock()
+	first := n.follow
+	n.followMu.Unlock()
+
+	// Cut off: given up, and not made anew while cut off.
+	n.cutSince.Store(time.Now().UnixNano())
+	n.followMu.Lock()
+	n.giveUpFollowerLocked()
+	n.followMu.Unlock()
+	if ready() {
+		t.Fatal("the node says it is ready with its follower given up")
+	}
+	time.Sleep(3 * followRetry)
+	n.followMu.Lock()
+	made := n.follow
+	n.followMu.Unlock()
+	if made != nil {
+		t.Fatal("a follower was made while the node was cut off")
+	}
+	// Its quorum back, a new one is made with no pod opening.
+	n.cutSince.Store(0)
+	storePods(c, 30, 40) // stored while it had none
+	waitFor(t, "a new follower whose scan has ended", ready)
+	f, err := n.follower(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f == first {
+		t.Fatal("the follower given up is still the node's")
+	}
+	checkPast(ctx, t, f, "lab", 0, 39)
+	checkPast(ctx, t, f, "other", 0, 39)
+}
