@@ -350,6 +350,13 @@ func TestPastReadBeforeTheFollowerBringsAnything(t *testing.T) {
 	expectOneScanOfEveryPod(t, every, own, "after the follower brought messages")
 }
 
+// readItsPast reports whether n, told to follow now, has a follower
+// whose scan of every pod has ended (Node.ReadingPast).
+func readItsPast(n *Node) bool {
+	reading, _, _ := n.ReadingPast()
+	return !reading
+}
+
 // TestFollowNowScansBeforeAnyPodOpens: a node told to follow now (the
 // gateway does, once its history stream is open) starts its follower and
 // the scan of every pod before any pod opens there, so that a node just
@@ -366,17 +373,7 @@ func TestFollowNowScansBeforeAnyPodOpens(t *testing.T) {
 	storePods(c, 0, 30)
 	every, own := recordScans(c, 0)
 	n.FollowNow(ctx)
-	waitFor(t, "the scan of every pod, with no pod open", func() bool {
-		n.followMu.Lock()
-		f := n.follow
-		n.followMu.Unlock()
-		if f == nil {
-			return false
-		}
-		f.seqs.mu.Lock()
-		defer f.seqs.mu.Unlock()
-		return f.seqs.whole
-	})
+	waitFor(t, "the scan of every pod, with no pod open", func() bool { return readItsPast(n) })
 	expectOneScanOfEveryPod(t, every, own, "with no pod open")
 	f, err := n.follower(ctx)
 	if err != nil {
@@ -462,10 +459,7 @@ func TestReadingPastUntilTheScanEnds(t *testing.T) {
 	n.giveUpFollowerLocked()
 	n.followMu.Unlock()
 	close(release)
-	waitFor(t, "the node to have read its past, with no pod open", func() bool {
-		reading, _, _ := n.ReadingPast()
-		return !reading
-	})
+	waitFor(t, "the node to have read its past, with no pod open", func() bool { return readItsPast(n) })
 	mu.Lock()
 	got := slices.Clone(scans)
 	mu.Unlock()
@@ -494,10 +488,7 @@ func TestFollowerGivenUpIsMadeAnewAtOnce(t *testing.T) {
 	defer cancel()
 	storePods(c, 0, 30)
 	n.FollowNow(ctx)
-	ready := func() bool {
-		reading, _, _ := n.ReadingPast()
-		return !reading
-	}
+	ready := func() bool { return readItsPast(n) }
 	waitFor(t, "the node to have read its past", ready)
 	n.followMu.Lock()
 	first := n.follow

@@ -213,9 +213,7 @@ func (p *GatewayProc) Kill() {
 // and arguments, and waits until its /healthz answers 200.
 func (p *GatewayProc) Start(within time.Duration) {
 	p.t.Helper()
-	if err := p.start(); err != nil {
-		p.t.Fatal(err)
-	}
+	p.StartUnready()
 	p.WaitHealthy(within)
 }
 
